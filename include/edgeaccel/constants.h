@@ -1,0 +1,36 @@
+// Names the kubelet, the scheduler and users see. One place, so they never drift apart.
+#ifndef EDGEACCEL_CONSTANTS_H_
+#define EDGEACCEL_CONSTANTS_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace edgeaccel {
+
+// Extended resource names.
+inline constexpr absl::string_view kResourceEdgeTpu = "coral.ai/edgetpu";
+inline constexpr absl::string_view kResourceNvidiaGpu = "nvidia.com/gpu";
+
+// Device plugin API (k8s.io/kubelet deviceplugin v1beta1).
+inline constexpr absl::string_view kDevicePluginApiVersion = "v1beta1";
+inline constexpr absl::string_view kHealthy = "Healthy";
+inline constexpr absl::string_view kUnhealthy = "Unhealthy";
+
+// Layout under the kubelet root (default /var/lib/kubelet).
+inline constexpr absl::string_view kDefaultKubeletRoot = "/var/lib/kubelet";
+inline constexpr absl::string_view kDevicePluginsDir = "device-plugins";
+inline constexpr absl::string_view kPluginsRegistryDir = "plugins_registry";
+inline constexpr absl::string_view kKubeletSocketName = "kubelet.sock";
+inline constexpr absl::string_view kKubeletCheckpointName = "kubelet_internal_checkpoint";
+
+// Plugin watcher API (pluginregistration v1).
+inline constexpr absl::string_view kPluginTypeDevicePlugin = "DevicePlugin";
+
+// Our socket's file name for a resource: "coral.ai/edgetpu" -> "edgeaccel-coral.ai-edgetpu.sock".
+// The plugin watcher ignores names starting with '.', and recommends <domain-ish name>.sock.
+std::string SocketFileName(absl::string_view resource_name);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_CONSTANTS_H_

@@ -1,0 +1,62 @@
+// Daemon: wires discovery -> inventory -> (plugin service, registration) for every resource.
+// main.cc adds flags and signals; tests and benchmarks use it in-process.
+#ifndef EDGEACCEL_DAEMON_H_
+#define EDGEACCEL_DAEMON_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "edgeaccel/config.h"
+#include "edgeaccel/discovery.h"
+#include "edgeaccel/health.h"
+#include "edgeaccel/host.h"
+#include "edgeaccel/inventory.h"
+#include "edgeaccel/registration.h"
+
+namespace edgeaccel {
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+
+  // Scans the host, starts watching it, and registers every resource that has devices (a
+  // resource without any is registered as soon as its first device appears).
+  absl::Status Start();
+  // Ends streams, stops serving, removes our sockets.
+  void Stop();
+
+  // What --discover prints: every resource, its devices, their health, nodes and facts.
+  std::string Describe() const;
+
+  // One scan of everything, without watching or serving (for --discover).
+  void ScanOnce();
+
+  DeviceSet* device_set(absl::string_view resource) const;
+  ResourceRegistrar* registrar(absl::string_view resource) const;
+
+ private:
+  struct Resource {
+    std::unique_ptr<DeviceSet> set;
+    std::vector<std::unique_ptr<Discoverer>> discoverers;
+    std::unique_ptr<ResourceRegistrar> registrar;
+    uint64_t listener = 0;
+  };
+
+  void StartRegistrar(Resource* resource);
+
+  const DaemonConfig config_;
+  Host host_;
+  HostWatcher watcher_;
+  std::vector<std::unique_ptr<Resource>> resources_;
+  absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DAEMON_H_

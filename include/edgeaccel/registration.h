@@ -1,0 +1,130 @@
+// Registration: puts a resource's socket in place and makes the kubelet use it, and keeps it
+// that way across kubelet restarts.
+//
+// Two ways, one binary (--registration):
+//  * kubelet: serve DevicePlugin on <kubelet-root>/device-plugins/<ours>.sock and call Register
+//    on device-plugins/kubelet.sock. A restarting kubelet deletes our socket and re-creates
+//    kubelet.sock; inotify tells us both, and we serve again and register within milliseconds.
+//  * plugin-watcher: serve the pluginregistration Registration service and DevicePlugin on one
+//    socket in <kubelet-root>/plugins_registry/. The kubelet finds it (at start and by inotify),
+//    calls GetInfo and NotifyRegistrationStatus, and re-finds it after its own restarts.
+//  * auto: kubelet when device-plugins/ exists (every kubelet since 1.10, k3s and microk8s
+//    included), else plugin-watcher when only plugins_registry/ exists; with neither, wait.
+#ifndef EDGEACCEL_REGISTRATION_H_
+#define EDGEACCEL_REGISTRATION_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/inventory.h"
+#include "edgeaccel/inotify.h"
+#include "edgeaccel/plugin.h"
+#include "pluginregistration_v1.grpc.pb.h"
+
+namespace edgeaccel {
+
+enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
+
+absl::string_view RegistrationModeName(RegistrationMode mode);
+bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
+
+// Calls v1beta1.Registration/Register on the kubelet's socket. Connection attempts are retried
+// every few milliseconds until `timeout`, because kubelet.sock appears (inotify) a moment before
+// the kubelet serves on it.
+absl::Status RegisterWithKubelet(const std::string& kubelet_socket,
+                                 const v1beta1::RegisterRequest& request, absl::Duration timeout,
+                                 grpc::ClientContext* context);
+
+// The plugin watcher's Registration service for one resource.
+class PluginWatcherService final : public pluginregistration::Registration::CallbackService {
+ public:
+  explicit PluginWatcherService(std::string resource_name);
+
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const pluginregistration::InfoRequest* request,
+                                    pluginregistration::PluginInfo* response) override;
+  grpc::ServerUnaryReactor* NotifyRegistrationStatus(
+      grpc::CallbackServerContext* context, const pluginregistration::RegistrationStatus* request,
+      pluginregistration::RegistrationStatusResponse* response) override;
+
+  bool registered() const { return registered_.load(); }
+  uint64_t registrations() const { return registrations_.load(); }
+
+ private:
+  const std::string resource_name_;
+  std::atomic<bool> registered_{false};
+  std::atomic<uint64_t> registrations_{0};
+};
+
+class ResourceRegistrar {
+ public:
+  struct Options {
+    std::string kubelet_root = "/var/lib/kubelet";  // as this process sees it
+    RegistrationMode mode = RegistrationMode::kAuto;
+    absl::Duration register_timeout = absl::Seconds(10);
+    absl::Duration max_backoff = absl::Seconds(30);
+  };
+
+  ResourceRegistrar(Options options, DeviceSet* set);
+  ~ResourceRegistrar();
+  ResourceRegistrar(const ResourceRegistrar&) = delete;
+  ResourceRegistrar& operator=(const ResourceRegistrar&) = delete;
+
+  // Starts the registration thread. Returns at once: a missing kubelet is waited for.
+  absl::Status Start();
+  // Ends streams, stops serving, removes our socket. Returns within a fraction of a second.
+  void Stop();
+
+  // Registered with the kubelet and serving (either way).
+  bool registered() const;
+  // Successful registrations so far (kubelet mode: Register calls; watcher: notifications).
+  uint64_t registrations() const;
+  // kubelet.sock re-creations seen after a first registration.
+  uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
+  // The socket we serve on now ("" before the first start).
+  std::string socket_path() const;
+  const PluginCounters& counters() const { return counters_; }
+  int OpenStreams() const;
+
+ private:
+  void Run();
+  RegistrationMode EffectiveMode() const;
+  std::string DirectoryFor(RegistrationMode mode) const;
+  // Waits for inotify events, a stop request, or `timeout` (negative: no timeout).
+  void Wait(absl::Duration timeout);
+  // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
+  void Complain(const std::string& message);
+
+  const Options options_;
+  DeviceSet* const set_;
+  PluginCounters counters_;
+  PluginWatcherService watcher_service_;
+  DirectoryWatcher inotify_;
+  int stop_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> registered_kubelet_{false};
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> kubelet_restarts_{0};
+
+  // Only the registration thread touches these.
+  RegistrationMode active_mode_ = RegistrationMode::kAuto;
+  bool need_register_ = false;
+  ino_t registered_kubelet_inode_ = 0;
+  std::string last_complaint_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* register_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // to cancel on Stop
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_REGISTRATION_H_
