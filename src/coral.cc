@@ -186,7 +186,12 @@ Device CoralPcieDiscoverer::ScanOne(const std::string& name) {
   }
   if (!temp.ok()) {
     device.facts["temperature"] = absl::StrCat("unknown (", temp.status().message(), ")");
-    overheated_.erase(device.id);
+    // Keep what we knew: a device that was too hot stays Unhealthy until a reading says
+    // otherwise.
+    if (overheated_.contains(device.id)) {
+      problems.push_back(absl::StrCat("was over the temperature threshold, and the temperature "
+                                      "cannot be read now: ", temp.status().message()));
+    }
   } else {
     device.telemetry["temperature_celsius"] = static_cast<double>(*temp) / 1000.0;
     device.facts["temperature"] = Celsius(*temp);

@@ -69,11 +69,17 @@ std::string Host::Resolve(absl::string_view host_path) const {
 
 absl::StatusOr<std::string> Host::ReadFile(absl::string_view host_path, size_t max_bytes) const {
   const std::string path = Resolve(host_path);
+  // Never open a device node or FIFO: opening /dev/apex_N resets the Edge TPU, and a FIFO
+  // blocks. Check before opening, and again on what was opened.
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", host_path, ": not a regular file"));
+  }
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", host_path);
-  struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
-  // Never read from a device node or FIFO: a read could block or have side effects.
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read ", host_path, ": not a regular file"));

@@ -51,31 +51,14 @@ bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode) {
   return false;
 }
 
-absl::Status RegisterWithKubelet(const std::string& kubelet_socket,
-                                 const v1beta1::RegisterRequest& request, absl::Duration timeout,
-                                 grpc::ClientContext* context) {
+std::shared_ptr<grpc::Channel> DialKubelet(const std::string& kubelet_socket) {
   grpc::ChannelArguments args;
-  // A private subchannel with a short reconnect backoff: gRPC's default (1 s, shared between
-  // channels) would make us wait a second whenever kubelet.sock exists before it accepts.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 2);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 50);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      absl::StrCat("unix:", kubelet_socket), grpc::InsecureChannelCredentials(), args);
-  std::unique_ptr<v1beta1::Registration::Stub> stub = v1beta1::Registration::NewStub(channel);
-  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  context->set_wait_for_ready(true);
-  v1beta1::Empty response;
-  grpc::Status status = stub->Register(context, request, &response);
-  if (status.ok()) return absl::OkStatus();
-  std::string message = status.error_message();
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    message = absl::StrCat("no answer from ", kubelet_socket, " within ",
-                           absl::FormatDuration(timeout),
-                           " (is the kubelet running? is --kubelet-root right?)");
-  }
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+  return grpc::CreateCustomChannel(absl::StrCat("unix:", kubelet_socket),
+                                   grpc::InsecureChannelCredentials(), args);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,7 +101,10 @@ grpc::ServerUnaryReactor* PluginWatcherService::NotifyRegistrationStatus(
 // ---------------------------------------------------------------------------------------------
 
 ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
-    : options_(std::move(options)), set_(set), watcher_service_(set->resource_name()) {}
+    : options_(std::move(options)),
+      set_(set),
+      watcher_service_(set->resource_name()),
+      backoff_(kInitialBackoff) {}
 
 ResourceRegistrar::~ResourceRegistrar() { Stop(); }
 
@@ -126,6 +112,17 @@ std::string ResourceRegistrar::DirectoryFor(RegistrationMode mode) const {
   return absl::StrCat(options_.kubelet_root, "/",
                       mode == RegistrationMode::kPluginWatcher ? kPluginsRegistryDir
                                                                : kDevicePluginsDir);
+}
+
+std::string ResourceRegistrar::KubeletSocket() const {
+  return absl::StrCat(DirectoryFor(RegistrationMode::kKubelet), "/", kKubeletSocketName);
+}
+
+std::optional<ResourceRegistrar::SocketId> ResourceRegistrar::KubeletSocketId() const {
+  struct stat st;
+  if (stat(KubeletSocket().c_str(), &st) != 0) return std::nullopt;
+  return SocketId{st.st_ino, static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 +
+                                 st.st_ctim.tv_nsec};
 }
 
 RegistrationMode ResourceRegistrar::EffectiveMode() const {
@@ -140,7 +137,10 @@ RegistrationMode ResourceRegistrar::EffectiveMode() const {
 absl::Status ResourceRegistrar::Start() {
   if (!inotify_.ok()) return absl::InternalError("cannot create an inotify instance");
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  call_done_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0 || call_done_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  }
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
@@ -150,10 +150,6 @@ void ResourceRegistrar::Stop() {
     stopping_.store(true);
     uint64_t one = 1;
     (void)!write(stop_fd_, &one, sizeof(one));
-    {
-      absl::MutexLock lock(&mu_);
-      if (register_call_ != nullptr) register_call_->TryCancel();
-    }
     thread_.join();
   }
   std::unique_ptr<PluginServer> server;
@@ -162,8 +158,10 @@ void ResourceRegistrar::Stop() {
     server = std::move(server_);
   }
   if (server != nullptr) server->Stop();
-  if (stop_fd_ >= 0) close(stop_fd_);
-  stop_fd_ = -1;
+  for (int* fd : {&stop_fd_, &call_done_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
 }
 
 bool ResourceRegistrar::registered() const {
@@ -193,26 +191,116 @@ void ResourceRegistrar::Complain(const std::string& message) {
   LOG(WARNING) << set_->resource_name() << ": " << message;
 }
 
+absl::Duration ResourceRegistrar::NextBackoff() {
+  static thread_local std::mt19937 jitter(std::random_device{}());
+  std::uniform_real_distribution<double> spread(0.8, 1.2);
+  absl::Duration wait = backoff_ * spread(jitter);
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  return wait;
+}
+
+void ResourceRegistrar::StartRegisterCall(const SocketId& kubelet) {
+  const std::string resource = set_->resource_name();
+  if (registered_kubelet_id_.inode != 0 && kubelet != registered_kubelet_id_ &&
+      kubelet != restart_counted_for_) {
+    restart_counted_for_ = kubelet;
+    kubelet_restarts_.fetch_add(1);
+    LOG(INFO) << resource << ": " << KubeletSocket()
+              << " was re-created: the kubelet restarted; registering again";
+  }
+  auto call = std::make_unique<RegisterCall>();
+  call->channel = DialKubelet(KubeletSocket());
+  call->stub = v1beta1::Registration::NewStub(call->channel);
+  call->request.set_version(std::string(kDevicePluginApiVersion));
+  call->request.set_endpoint(SocketFileName(resource));
+  call->request.set_resource_name(resource);
+  call->request.mutable_options()->set_get_preferred_allocation_available(true);
+  call->kubelet = kubelet;
+  call->started = absl::Now();
+  call->context.set_deadline(std::chrono::system_clock::now() +
+                             absl::ToChronoMilliseconds(options_.register_timeout));
+  // Wait for the kubelet to accept connections (it may be a moment behind its socket file).
+  call->context.set_wait_for_ready(true);
+  RegisterCall* raw = call.get();
+  {
+    absl::MutexLock lock(&mu_);
+    call_ = std::move(call);
+  }
+  const int done_fd = call_done_fd_;
+  raw->stub->async()->Register(&raw->context, &raw->request, &raw->response,
+                               [raw, done_fd](grpc::Status status) {
+                                 raw->status = std::move(status);
+                                 uint64_t one = 1;
+                                 (void)!write(done_fd, &one, sizeof(one));
+                               });
+}
+
+void ResourceRegistrar::CancelRegisterCall() {
+  absl::MutexLock lock(&mu_);
+  if (call_ != nullptr) call_->context.TryCancel();
+}
+
+void ResourceRegistrar::FinishRegisterCall() {
+  std::unique_ptr<RegisterCall> call;
+  {
+    absl::MutexLock lock(&mu_);
+    call = std::move(call_);
+  }
+  if (call == nullptr) return;
+  const std::string resource = set_->resource_name();
+  const grpc::Status& status = call->status;
+  if (status.ok()) {
+    registered_kubelet_id_ = call->kubelet;
+    registered_kubelet_.store(true);
+    registrations_.fetch_add(1);
+    backoff_ = kInitialBackoff;
+    last_complaint_.clear();
+    // A kubelet that restarted while we were registering needs us again.
+    need_register_ = KubeletSocketId() != std::optional<SocketId>(call->kubelet);
+    LOG(INFO) << resource << ": registered with the kubelet ("
+              << absl::FormatDuration(absl::Now() - call->started) << ")";
+    return;
+  }
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    // We cancelled it ourselves (our socket vanished, or a newer kubelet appeared): the loop
+    // starts over at once.
+    return;
+  }
+  std::string message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    message = absl::StrCat("no answer from ", KubeletSocket(), " within ",
+                           absl::FormatDuration(options_.register_timeout),
+                           " (is the kubelet running? is --kubelet-root right?)");
+  }
+  retry_at_ = absl::Now() + NextBackoff();
+  Complain(absl::StrCat("the kubelet did not accept our registration: ", message,
+                        "; retrying with backoff"));
+}
+
 void ResourceRegistrar::Wait(absl::Duration timeout) {
-  struct pollfd fds[2] = {{inotify_.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-  int timeout_ms = timeout < absl::ZeroDuration()
-                       ? -1
-                       : static_cast<int>(absl::ToInt64Milliseconds(timeout));
-  if (poll(fds, 2, timeout_ms) <= 0) return;
+  struct pollfd fds[3] = {
+      {inotify_.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}, {call_done_fd_, POLLIN, 0}};
+  int timeout_ms = -1;
+  if (timeout >= absl::ZeroDuration()) {
+    timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+  }
+  if (poll(fds, 3, timeout_ms) <= 0) return;
+  if (fds[2].revents & POLLIN) {
+    uint64_t count;
+    (void)!read(call_done_fd_, &count, sizeof(count));
+    FinishRegisterCall();
+  }
   bool rearm = false;
   for (const DirectoryWatcher::Event& event : inotify_.Drain(&rearm)) {
     if (event.directory != 0 || event.name != kKubeletSocketName) continue;
     if (event.mask & (IN_CREATE | IN_MOVED_TO)) {
-      struct stat st;
-      const std::string path = absl::StrCat(DirectoryFor(RegistrationMode::kKubelet), "/",
-                                            kKubeletSocketName);
-      if (stat(path.c_str(), &st) == 0 && st.st_ino == registered_kubelet_inode_) continue;
-      if (registrations_.load() > 0) {
-        kubelet_restarts_.fetch_add(1);
-        LOG(INFO) << set_->resource_name() << ": " << path
-                  << " re-created: the kubelet restarted; registering again";
-      }
+      std::optional<SocketId> now = KubeletSocketId();
+      if (!now.has_value() || *now == registered_kubelet_id_) continue;
       need_register_ = true;
+      retry_at_ = absl::InfinitePast();  // a new kubelet: try at once, whatever the backoff
+      backoff_ = kInitialBackoff;
+      absl::MutexLock lock(&mu_);
+      if (call_ != nullptr && call_->kubelet != *now) call_->context.TryCancel();
     } else if (event.mask & (IN_DELETE | IN_MOVED_FROM)) {
       registered_kubelet_.store(false);
     }
@@ -221,16 +309,7 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
 }
 
 void ResourceRegistrar::Run() {
-  std::mt19937 jitter(std::random_device{}());
-  absl::Duration backoff = kInitialBackoff;
-  auto next_backoff = [&]() {
-    std::uniform_real_distribution<double> spread(0.8, 1.2);
-    absl::Duration wait = backoff * spread(jitter);
-    backoff = std::min(backoff * 2, options_.max_backoff);
-    return wait;
-  };
   const std::string resource = set_->resource_name();
-
   while (!stopping_.load()) {
     inotify_.Arm({DirectoryFor(RegistrationMode::kKubelet),
                   DirectoryFor(RegistrationMode::kPluginWatcher)});
@@ -260,21 +339,25 @@ void ResourceRegistrar::Run() {
     if (stale != nullptr) {
       LOG(INFO) << resource << ": socket " << stale->socket_path()
                 << " was removed (kubelet restart?); serving again";
+      CancelRegisterCall();  // a Register naming the vanished socket cannot succeed
       stale->Stop();
       registered_kubelet_.store(false);
     }
     if (!serving) {
-      const std::string path =
-          absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
+      if (absl::Now() < retry_at_) {
+        Wait(retry_at_ - absl::Now());
+        continue;
+      }
+      const std::string path = absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
       auto server = std::make_unique<PluginServer>(
           path, set_, &counters_,
           mode == RegistrationMode::kPluginWatcher ? &watcher_service_ : nullptr);
       absl::Status status = server->Start();
       if (!status.ok()) {
-        absl::Duration wait = next_backoff();
+        retry_at_ = absl::Now() + NextBackoff();
         Complain(absl::StrCat(status.message(), "; will try again (waiting up to ",
                               absl::FormatDuration(options_.max_backoff), " between tries)"));
-        Wait(wait);
+        Wait(retry_at_ - absl::Now());
         continue;
       }
       {
@@ -283,7 +366,8 @@ void ResourceRegistrar::Run() {
         active_mode_ = mode;
       }
       last_complaint_.clear();
-      backoff = kInitialBackoff;
+      backoff_ = kInitialBackoff;
+      retry_at_ = absl::InfinitePast();
       need_register_ = mode == RegistrationMode::kKubelet;
       LOG(INFO) << resource << ": serving on " << path << " ("
                 << (mode == RegistrationMode::kKubelet
@@ -293,52 +377,39 @@ void ResourceRegistrar::Run() {
     }
 
     // 2. Kubelet mode: call Register whenever the kubelet is new or our socket is.
-    if (mode == RegistrationMode::kKubelet && need_register_) {
-      const std::string kubelet_socket =
-          absl::StrCat(DirectoryFor(mode), "/", kKubeletSocketName);
-      struct stat st;
-      if (stat(kubelet_socket.c_str(), &st) != 0) {
-        Complain(absl::StrCat("waiting for the kubelet: ", kubelet_socket,
+    bool call_in_flight;
+    {
+      absl::MutexLock lock(&mu_);
+      call_in_flight = call_ != nullptr;
+    }
+    absl::Duration wait = kUntilEvent;
+    if (mode == RegistrationMode::kKubelet && need_register_ && !call_in_flight) {
+      std::optional<SocketId> kubelet = KubeletSocketId();
+      if (!kubelet.has_value()) {
+        Complain(absl::StrCat("waiting for the kubelet: ", KubeletSocket(),
                               " is not there yet; will register as soon as it appears"));
-        Wait(kUntilEvent);
-        continue;
-      }
-      v1beta1::RegisterRequest request;
-      request.set_version(std::string(kDevicePluginApiVersion));
-      request.set_endpoint(SocketFileName(resource));
-      request.set_resource_name(resource);
-      request.mutable_options()->set_get_preferred_allocation_available(true);
-      grpc::ClientContext context;
-      {
-        absl::MutexLock lock(&mu_);
-        register_call_ = &context;
-      }
-      const absl::Time started = absl::Now();
-      absl::Status status =
-          RegisterWithKubelet(kubelet_socket, request, options_.register_timeout, &context);
-      {
-        absl::MutexLock lock(&mu_);
-        register_call_ = nullptr;
-      }
-      if (stopping_.load()) break;
-      if (status.ok()) {
-        need_register_ = false;
-        registered_kubelet_inode_ = st.st_ino;
-        registered_kubelet_.store(true);
-        registrations_.fetch_add(1);
-        backoff = kInitialBackoff;
-        last_complaint_.clear();
-        LOG(INFO) << resource << ": registered with the kubelet ("
-                  << absl::FormatDuration(absl::Now() - started) << ")";
+      } else if (absl::Now() < retry_at_) {
+        wait = retry_at_ - absl::Now();
       } else {
-        absl::Duration wait = next_backoff();
-        Complain(absl::StrCat("the kubelet did not accept our registration: ", status.message(),
-                              "; retrying with backoff"));
-        Wait(wait);
-        continue;
+        StartRegisterCall(*kubelet);
       }
     }
-    Wait(kUntilEvent);
+    Wait(wait);
+  }
+  // Stopping: a call in flight is cancelled, and its callback must have run before the call's
+  // state is freed.
+  CancelRegisterCall();
+  bool in_flight;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight = call_ != nullptr;
+  }
+  if (in_flight) {
+    struct pollfd done = {call_done_fd_, POLLIN, 0};
+    poll(&done, 1, -1);
+    std::unique_ptr<RegisterCall> call;
+    absl::MutexLock lock(&mu_);
+    call = std::move(call_);
   }
 }
 

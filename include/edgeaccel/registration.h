@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -35,12 +36,10 @@ enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
 absl::string_view RegistrationModeName(RegistrationMode mode);
 bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
 
-// Calls v1beta1.Registration/Register on the kubelet's socket. Connection attempts are retried
-// every few milliseconds until `timeout`, because kubelet.sock appears (inotify) a moment before
-// the kubelet serves on it.
-absl::Status RegisterWithKubelet(const std::string& kubelet_socket,
-                                 const v1beta1::RegisterRequest& request, absl::Duration timeout,
-                                 grpc::ClientContext* context);
+// A channel to the kubelet's socket that retries connecting every few milliseconds: kubelet.sock
+// appears (inotify) a moment before the kubelet serves on it, and gRPC's default reconnect
+// backoff (1 s, shared between channels) would make us wait a second for nothing.
+std::shared_ptr<grpc::Channel> DialKubelet(const std::string& kubelet_socket);
 
 // The plugin watcher's Registration service for one resource.
 class PluginWatcherService final : public pluginregistration::Registration::CallbackService {
@@ -94,13 +93,41 @@ class ResourceRegistrar {
   int OpenStreams() const;
 
  private:
+  // Identifies one incarnation of kubelet.sock: a re-created socket may reuse the inode number,
+  // but not the change time as well.
+  struct SocketId {
+    ino_t inode = 0;
+    int64_t ctime_ns = 0;
+    bool operator==(const SocketId& o) const { return inode == o.inode && ctime_ns == o.ctime_ns; }
+    bool operator!=(const SocketId& o) const { return !(*this == o); }
+  };
+  // One Register call in flight (gRPC callback API, so this thread keeps watching meanwhile).
+  struct RegisterCall {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1beta1::Registration::Stub> stub;
+    grpc::ClientContext context;
+    v1beta1::RegisterRequest request;
+    v1beta1::Empty response;
+    SocketId kubelet;
+    absl::Time started;
+    grpc::Status status;  // written by gRPC's thread before it signals call_done_fd_
+  };
+
   void Run();
   RegistrationMode EffectiveMode() const;
   std::string DirectoryFor(RegistrationMode mode) const;
-  // Waits for inotify events, a stop request, or `timeout` (negative: no timeout).
+  std::string KubeletSocket() const;
+  // Identity of kubelet.sock now; nullopt if it is not there.
+  std::optional<SocketId> KubeletSocketId() const;
+  void StartRegisterCall(const SocketId& kubelet);
+  void FinishRegisterCall();
+  void CancelRegisterCall();
+  // Waits for inotify events, a finished Register call, Stop(), or `timeout` (negative: no
+  // timeout), and handles what arrived.
   void Wait(absl::Duration timeout);
   // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
   void Complain(const std::string& message);
+  absl::Duration NextBackoff();
 
   const Options options_;
   DeviceSet* const set_;
@@ -108,6 +135,7 @@ class ResourceRegistrar {
   PluginWatcherService watcher_service_;
   DirectoryWatcher inotify_;
   int stop_fd_ = -1;
+  int call_done_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> registered_kubelet_{false};
@@ -117,12 +145,15 @@ class ResourceRegistrar {
   // Only the registration thread touches these.
   RegistrationMode active_mode_ = RegistrationMode::kAuto;
   bool need_register_ = false;
-  ino_t registered_kubelet_inode_ = 0;
+  SocketId registered_kubelet_id_;
+  SocketId restart_counted_for_;
+  absl::Time retry_at_ = absl::InfinitePast();
+  absl::Duration backoff_;
   std::string last_complaint_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* register_call_ ABSL_GUARDED_BY(mu_) = nullptr;  // to cancel on Stop
+  std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel

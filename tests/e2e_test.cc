@@ -1,0 +1,272 @@
+// End to end: the real edgeaccel-device-plugin binary, a fake host tree, and a test kubelet on
+// real Unix sockets. What is asserted is what the kubelet (and so the user) sees.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon_process.h"
+#include "edgeaccel/constants.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CommandResult;
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::RunCommand;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kTpu(kResourceEdgeTpu);
+const char kDaemon[] = EDGEACCEL_DAEMON_PATH;
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
+    host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  }
+  std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--host-root=" + host_.root(),
+                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<DaemonProcess>(kDaemon, args);
+  }
+  bool Advertised(int capacity, int allocatable) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(kTpu) && kubelet_.Capacity(kTpu) == capacity &&
+             kubelet_.Allocatable(kTpu) == allocatable;
+    });
+  }
+
+  FixtureHost host_;
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+};
+
+TEST_F(E2eTest, NodeShowsTwoEdgeTpusAndAPodGetsExactlyOne) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+
+  std::vector<v1beta1::Device> devices = kubelet_.Devices(kTpu);
+  EXPECT_EQ(devices[0].id(), "0000:03:00.0");
+  EXPECT_EQ(devices[0].topology().nodes(0).id(), 0);
+
+  absl::StatusOr<std::vector<std::string>> preferred =
+      kubelet_.GetPreferredAllocation(kTpu, {"0000:03:00.0", "0000:04:00.0"}, {}, 1);
+  ASSERT_TRUE(preferred.ok());
+  EXPECT_THAT(*preferred, ::testing::ElementsAre("0000:03:00.0"));
+
+  absl::StatusOr<v1beta1::AllocateResponse> response = kubelet_.Allocate(kTpu, {"0000:03:00.0"});
+  ASSERT_TRUE(response.ok()) << response.status();
+  const auto& container = response->container_responses(0);
+  ASSERT_EQ(container.devices_size(), 1);
+  EXPECT_EQ(container.devices(0).host_path(), "/dev/apex_0");  // host path, root stripped
+  EXPECT_EQ(container.devices(0).container_path(), "/dev/apex_0");
+  EXPECT_EQ(container.devices(0).permissions(), "rw");
+  EXPECT_EQ(container.mounts_size(), 0);
+  EXPECT_TRUE(kubelet_.PreStartContainer(kTpu, {"0000:03:00.0"}).ok());
+}
+
+TEST_F(E2eTest, PluginWatcherRegistration) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(daemon->WaitForLog("registered with the kubelet through its plugin watcher"));
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2, 2));
+}
+
+TEST_F(E2eTest, KubeletRestartIsInvisible) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  for (int restart = 1; restart <= 3; ++restart) {
+    kubelet_.Restart();
+    ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == restart + 1; }))
+        << daemon->Log();
+    ASSERT_TRUE(Advertised(2, 2));
+  }
+  EXPECT_THAT(daemon->Log(), HasSubstr("the kubelet restarted; registering again"));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).ok());
+}
+
+TEST_F(E2eTest, HotPlugRemoveAndAdd) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+
+  // The node vanishes: capacity stays, allocatable drops, Allocate refuses it.
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  absl::StatusOr<v1beta1::AllocateResponse> refused = kubelet_.Allocate(kTpu, {"0000:04:00.0"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("/dev/apex_1 is missing"));
+
+  // Fully unplugged: gone from capacity too; Allocate says unknown.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1));
+  EXPECT_EQ(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Plugged back in.
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  ASSERT_TRUE(Advertised(2, 2));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).ok());
+}
+
+TEST_F(E2eTest, OverheatTurnsUnhealthyAndRecovers) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--temperature-threshold=85"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  host_.SetApexAttribute(0, "temp", "85050\n");
+  ASSERT_TRUE(Advertised(2, 1));
+  EXPECT_TRUE(daemon->WaitForLog("is now Unhealthy: temperature 85.05 °C is at or above 85.00 °C"));
+  host_.SetApexAttribute(0, "temp", "60050\n");
+  ASSERT_TRUE(Advertised(2, 2));
+  EXPECT_TRUE(daemon->WaitForLog("0000:03:00.0 is Healthy again"));
+}
+
+TEST_F(E2eTest, HostileAllocateIdsAreRefused) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  for (const std::string& id : {std::string("../../etc/shadow"), std::string(10000, 'x'),
+                                std::string(""), std::string("0000:09:00.0"),
+                                std::string("/dev/apex_0"), std::string("apex_0")}) {
+    absl::StatusOr<v1beta1::AllocateResponse> response = kubelet_.Allocate(kTpu, {id});
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << id.substr(0, 40);
+  }
+  EXPECT_TRUE(daemon->Running());
+  EXPECT_THAT(daemon->Log(), HasSubstr("unknown device id \"../../etc/shadow\""));
+}
+
+TEST_F(E2eTest, SigtermEndsStreamsRemovesSocketAndExitsZeroQuickly) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  const std::string socket = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  ASSERT_EQ(access(socket.c_str(), F_OK), 0);
+  const absl::Time start = absl::Now();
+  daemon->Signal(SIGTERM);
+  std::optional<int> code = daemon->Wait(absl::Seconds(5));
+  ASSERT_TRUE(code.has_value()) << daemon->Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(*code, 0) << daemon->Log();
+  EXPECT_NE(access(socket.c_str(), F_OK), 0) << "socket left behind";
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return !kubelet_.StreamOpen(kTpu); }));
+  EXPECT_THAT(daemon->Log(), HasSubstr("stopped cleanly"));
+}
+
+TEST_F(E2eTest, SigintToo) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  daemon->Signal(SIGINT);
+  EXPECT_EQ(daemon->Wait(absl::Seconds(5)), 0);
+  EXPECT_NE(access((kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kTpu)).c_str(), F_OK), 0);
+}
+
+TEST_F(E2eTest, MissingAndUnreadableSysfsFilesAreReportedNotFatal) {
+  host_.Remove("/sys/class/apex/apex_1/status");
+  host_.MakeDirectory("/sys/class/apex/apex_1/status");  // unreadable as a file
+  host_.Remove("/sys/class/apex/apex_0/temp");
+  host_.Remove("/sys/class/apex/apex_0/hw_temp_warn2");
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 1)) << daemon->Log();
+  EXPECT_THAT(daemon->Log(), HasSubstr("0000:04:00.0 found, Unhealthy: cannot read driver status"));
+  EXPECT_TRUE(daemon->Running());
+}
+
+TEST_F(E2eTest, NoKubeletAtStartIsWaitedFor) {
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("waiting for the kubelet")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, SocketPathTakenByAFileIsLoggedAndDaemonKeepsGoing) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  FILE* f = fopen(ours.c_str(), "w");
+  fclose(f);
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("the path is taken by a regular file")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  unlink(ours.c_str());
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("no PCIe Edge TPU found")) << daemon->Log();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 0) << "a node without TPUs must not show coral.ai/edgetpu";
+  host_.AddCoralPcie({.index = 0});
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+}
+
+TEST(CliTest, HelpListsEveryFlagWithDefaults) {
+  CommandResult result = RunCommand(kDaemon, {"--help"});
+  EXPECT_EQ(result.exit_code, 1);  // absl's --help exit code
+  const std::string help = result.out + result.err;
+  for (const char* flag :
+       {"--host_root", "--kubelet_root", "--registration", "--probe_interval",
+        "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
+        "--verbosity"}) {
+    EXPECT_THAT(help, HasSubstr(flag));
+  }
+  EXPECT_THAT(help, HasSubstr("default: \"/var/lib/kubelet\""));
+  EXPECT_THAT(help, HasSubstr("default: auto"));
+  EXPECT_THAT(help, HasSubstr("default: 5s"));
+}
+
+TEST(CliTest, DiscoverPrintsWhatWouldBeAdvertised) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
+  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .status = "DEAD"});
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Healthy"));
+  EXPECT_THAT(result.out, HasSubstr("0000:04:00.0  Unhealthy (driver reports status DEAD)"));
+  EXPECT_THAT(result.out, HasSubstr("device node: /dev/apex_0 -> /dev/apex_0 (rw)"));
+  EXPECT_THAT(result.out, HasSubstr("temperature: 45.05 °C"));
+  EXPECT_THAT(result.out, Not(HasSubstr(host.root())));
+
+  FixtureHost empty;
+  result = RunCommand(kDaemon, {"--host-root=" + empty.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, HasSubstr("0 device(s)"));
+  EXPECT_THAT(result.out, HasSubstr("is the gasket/apex driver loaded?"));
+}
+
+TEST(CliTest, BadFlagsAreRefusedWithTheReason) {
+  CommandResult result = RunCommand(kDaemon, {"--registration=sometimes"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("must be one of auto, plugin-watcher, kubelet"));
+  result = RunCommand(kDaemon, {"--host-root=/no/such/root"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--host-root /no/such/root is not a directory"));
+  result = RunCommand(kDaemon, {"--probe-interval=banana"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("probe_interval"));
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,165 @@
+// ResourceRegistrar against a TestKubelet on real sockets and real inotify.
+#include "edgeaccel/registration.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "edgeaccel/constants.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::IsExtendedResourceName;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::ElementsAre;
+
+const std::string kTpu(kResourceEdgeTpu);
+
+Device Tpu(const std::string& id) {
+  Device d;
+  d.id = id;
+  d.nodes.push_back({"/dev/" + id, "/dev/" + id, "rw"});
+  return d;
+}
+
+class RegistrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_.Update({Tpu("apex_0"), Tpu("apex_1")}); }
+  std::unique_ptr<ResourceRegistrar> StartRegistrar(RegistrationMode mode) {
+    ResourceRegistrar::Options options;
+    options.kubelet_root = kubelet_.root();
+    options.mode = mode;
+    options.max_backoff = absl::Milliseconds(400);
+    auto registrar = std::make_unique<ResourceRegistrar>(options, &set_);
+    EXPECT_TRUE(registrar->Start().ok());
+    return registrar;
+  }
+  bool Advertised(int healthy) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(kTpu) && kubelet_.Allocatable(kTpu) == healthy;
+    });
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+  DeviceSet set_{kTpu};
+};
+
+TEST(ResourceNameTest, KubeletRules) {
+  EXPECT_TRUE(IsExtendedResourceName("coral.ai/edgetpu"));
+  EXPECT_TRUE(IsExtendedResourceName("nvidia.com/gpu"));
+  EXPECT_FALSE(IsExtendedResourceName("edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("kubernetes.io/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("requests.coral.ai/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("Coral.AI/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("coral.ai/" + std::string(64, 'a')));
+}
+
+TEST_F(RegistrationTest, KubeletWayInTheKubeletsOrder) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+  EXPECT_THAT(kubelet_.CallLog(), ElementsAre("Register " + kTpu, "GetDevicePluginOptions " + kTpu,
+                                              "ListAndWatch " + kTpu));
+  EXPECT_TRUE(registrar->registered());
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
+TEST_F(RegistrationTest, KubeletRestartsAreInvisible) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  for (int restart = 1; restart <= 5; ++restart) {
+    kubelet_.Restart();  // deletes our socket, re-creates kubelet.sock
+    ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == restart + 1; }))
+        << "restart " << restart;
+    ASSERT_TRUE(Advertised(2));
+  }
+  EXPECT_EQ(registrar->kubelet_restarts(), 5u);
+  // Changes keep flowing to the newest stream.
+  set_.Update({Tpu("apex_0")});
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Capacity(kTpu) == 1; }));
+}
+
+TEST_F(RegistrationTest, NoKubeletYetMeansWaitThenRegister) {
+  auto registrar = StartRegistrar(RegistrationMode::kAuto);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(registrar->registered());
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");  // auto: device-plugins/ exists
+}
+
+TEST_F(RegistrationTest, PluginWatcherWay) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return registrar->registered(); }));
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
+  // The kubelet finds the socket again after its own restart.
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2));
+}
+
+TEST_F(RegistrationTest, AutoPicksThePluginWatcherWhenOnlyItExists) {
+  ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(kubelet_.PluginsRegistryDir().c_str(), 0755), 0);
+  auto registrar = StartRegistrar(RegistrationMode::kAuto);
+  // No kubelet runs here to report progress; look at the registrar itself.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (registrar->socket_path().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
+TEST_F(RegistrationTest, RefusedRegistrationIsRetriedWithBackoff) {
+  kubelet_.RefuseRegistrations("the node is cordoned for testing");
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Errors().size() >= 2; }));
+  EXPECT_FALSE(registrar->registered());
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(registrar->registered());
+}
+
+TEST_F(RegistrationTest, SocketPathTakenByAFileWaitsUntilItIsFreed) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu);
+  FILE* f = fopen(ours.c_str(), "w");
+  fclose(f);
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(registrar->registered());
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 0);
+  unlink(ours.c_str());
+  ASSERT_TRUE(Advertised(2));
+}
+
+TEST_F(RegistrationTest, StopEndsTheStreamAndRemovesTheSocket) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  const std::string socket = registrar->socket_path();
+  const absl::Time start = absl::Now();
+  registrar->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return !kubelet_.StreamOpen(kTpu); }));
+  EXPECT_EQ(kubelet_.Allocatable(kTpu), 0);  // the kubelet marks them unhealthy
+  EXPECT_NE(access(socket.c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,69 @@
+// Fake host trees (dev/ sys/ proc/ etc/) built from what real machines expose
+// (see ../shared/fixtures-facts/FACTS.md when writing new ones). Device nodes are real
+// character devices made with mknod, so the tests must run as root.
+#ifndef EDGEACCEL_TESTS_SUPPORT_FIXTURE_HOST_H_
+#define EDGEACCEL_TESTS_SUPPORT_FIXTURE_HOST_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace edgeaccel::testing {
+
+// A fresh directory under /tmp (short, so Unix socket paths inside it fit), removed with
+// everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(absl::string_view prefix = "edgeaccel");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class FixtureHost {
+ public:
+  FixtureHost();
+
+  const std::string& root() const { return dir_.path(); }
+  // Where a host path lives in the fixture.
+  std::string Path(absl::string_view host_path) const;
+
+  // Primitives; parent directories are created as needed. Failures abort the test binary
+  // (a fixture that cannot be built makes every assertion meaningless).
+  void WriteFile(absl::string_view host_path, absl::string_view content) const;
+  void MakeDirectory(absl::string_view host_path) const;
+  void MakeCharDevice(absl::string_view host_path, unsigned major, unsigned minor,
+                      mode_t mode = 0660) const;
+  void Symlink(absl::string_view target, absl::string_view host_path) const;
+  void Remove(absl::string_view host_path) const;  // a file, or a directory tree
+
+  // A Coral PCIe/M.2 Edge TPU bound to the apex driver, with driver-default thresholds:
+  // sys/devices/pci0000:00/<pci>/{vendor,device,class,numa_node,apex/apex_N/...},
+  // sys/class/apex/apex_N -> that, dev/apex_N (char 120:N), proc/modules.
+  struct CoralPcie {
+    unsigned index = 0;
+    std::string pci_address = "0000:03:00.0";
+    int numa_node = -1;
+    int64_t temp_mc = 45050;  // the driver's encoding: values end in 050/300/550/800
+    std::string status = "ALIVE";
+  };
+  void AddCoralPcie(const CoralPcie& tpu) const;
+  // Hot-unplug: the device node goes first (devtmpfs), then the sysfs entries.
+  void UnplugCoralPcie(unsigned index, absl::string_view pci_address) const;
+  // Writes one attribute of /sys/class/apex/apex_N (e.g. "temp", "status").
+  void SetApexAttribute(unsigned index, absl::string_view attribute, absl::string_view value) const;
+
+ private:
+  TempDir dir_;
+};
+
+}  // namespace edgeaccel::testing
+
+#endif  // EDGEACCEL_TESTS_SUPPORT_FIXTURE_HOST_H_

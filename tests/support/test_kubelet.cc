@@ -1,0 +1,525 @@
+#include "test_kubelet.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <regex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+
+namespace edgeaccel::testing {
+namespace {
+
+constexpr char kVersion[] = "v1beta1";
+
+std::chrono::system_clock::time_point In(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+std::string Basename(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+bool IsExtendedResourceName(const std::string& name) {
+  // Native resources have no domain or live under kubernetes.io; "requests." is the quota prefix.
+  if (name.find('/') == std::string::npos || absl::StrContains(name, "kubernetes.io/") ||
+      absl::StartsWith(name, "requests.")) {
+    return false;
+  }
+  std::pair<std::string, std::string> parts = absl::StrSplit(name, absl::MaxSplits('/', 1));
+  const std::string& domain = parts.first;
+  const std::string& short_name = parts.second;
+  static const std::regex kDns1123Subdomain(
+      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  static const std::regex kQualifiedName("([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]");
+  return !domain.empty() && domain.size() <= 253 && std::regex_match(domain, kDns1123Subdomain) &&
+         !short_name.empty() && short_name.size() <= 63 &&
+         std::regex_match(short_name, kQualifiedName);
+}
+
+class TestKubelet::RegistrationService final : public v1beta1::Registration::Service {
+ public:
+  explicit RegistrationService(TestKubelet* kubelet) : kubelet_(kubelet) {}
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
+                        v1beta1::Empty*) override {
+    return kubelet_->HandleRegister(*request);
+  }
+
+ private:
+  TestKubelet* kubelet_;
+};
+
+TestKubelet::TestKubelet(std::string root) : root_(std::move(root)) {}
+
+TestKubelet::~TestKubelet() { Stop(); }
+
+std::string TestKubelet::DevicePluginsDir() const { return root_ + "/device-plugins"; }
+std::string TestKubelet::PluginsRegistryDir() const { return root_ + "/plugins_registry"; }
+
+std::shared_ptr<grpc::Channel> TestKubelet::Dial(const std::string& socket) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  return grpc::CreateCustomChannel(absl::StrCat("unix:", socket),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+void TestKubelet::Start() {
+  mkdir(root_.c_str(), 0755);
+  mkdir(DevicePluginsDir().c_str(), 0755);
+  mkdir(PluginsRegistryDir().c_str(), 0755);
+  // Like the kubelet's device manager: remove everything but the checkpoint.
+  if (DIR* dir = opendir(DevicePluginsDir().c_str())) {
+    while (struct dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name == "." || name == ".." || name == "kubelet_internal_checkpoint") continue;
+      unlink((DevicePluginsDir() + "/" + name).c_str());
+    }
+    closedir(dir);
+  }
+  const std::string checkpoint = DevicePluginsDir() + "/kubelet_internal_checkpoint";
+  if (access(checkpoint.c_str(), F_OK) != 0) {
+    FILE* f = fopen(checkpoint.c_str(), "w");
+    if (f != nullptr) {
+      fputs("{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}", f);
+      fclose(f);
+    }
+  }
+  // Kubelets that support the plugin watcher leave this note for device plugins.
+  if (FILE* f = fopen((DevicePluginsDir() + "/DEPRECATION").c_str(), "w")) {
+    fputs("Dear device plugin authors, use the plugin watcher.\n", f);
+    fclose(f);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = true;
+  }
+  service_ = std::make_unique<RegistrationService>(this);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", DevicePluginsDir(), "/kubelet.sock"),
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  CHECK(server_ != nullptr) << "test kubelet cannot listen in " << DevicePluginsDir();
+
+  watcher_stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  watcher_ = std::thread([this] { WatchPluginsRegistry(); });
+}
+
+void TestKubelet::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!running_) return;
+    running_ = false;
+  }
+  if (watcher_.joinable()) {
+    uint64_t one = 1;
+    (void)!write(watcher_stop_fd_, &one, sizeof(one));
+    watcher_.join();
+    close(watcher_stop_fd_);
+    watcher_stop_fd_ = -1;
+  }
+  server_->Shutdown(In(absl::Milliseconds(100)));
+  server_->Wait();
+  server_.reset();
+  service_.reset();
+  // The process is gone: every connection to every plugin drops.
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [resource, endpoint] : endpoints_) retired_.push_back(std::move(endpoint));
+    endpoints_.clear();
+    for (auto& endpoint : retired_) {
+      if (endpoint->stream_context) endpoint->stream_context->TryCancel();
+    }
+    endpoints = std::move(retired_);
+    retired_.clear();
+  }
+  for (auto& endpoint : endpoints) {
+    if (endpoint->reader.joinable()) endpoint->reader.join();
+  }
+}
+
+void TestKubelet::Note(const std::string& entry) {
+  absl::MutexLock lock(&mu_);
+  call_log_.push_back(entry);
+  Changed();
+}
+
+grpc::Status TestKubelet::HandleRegister(const v1beta1::RegisterRequest& request) {
+  Note(absl::StrCat("Register ", request.resource_name()));
+  std::string refuse;
+  {
+    absl::MutexLock lock(&mu_);
+    refuse = refuse_with_;
+  }
+  std::string error;
+  if (!refuse.empty()) {
+    error = refuse;
+  } else if (request.version() != kVersion) {
+    error = absl::StrCat("requested device plugin version ", request.version(),
+                         " is not supported; supported versions: v1beta1");
+  } else if (!IsExtendedResourceName(request.resource_name())) {
+    error = absl::StrCat("invalid name of device plugin socket: ", request.resource_name());
+  } else if (request.endpoint().empty() || request.endpoint().find('/') != std::string::npos) {
+    error = absl::StrCat("invalid endpoint ", request.endpoint());
+  } else {
+    absl::Status status = Connect(request.resource_name(),
+                                  DevicePluginsDir() + "/" + request.endpoint(), "kubelet");
+    if (!status.ok()) error = std::string(status.message());
+  }
+  if (!error.empty()) {
+    absl::MutexLock lock(&mu_);
+    errors_.push_back(error);
+    Changed();
+    return grpc::Status(grpc::StatusCode::UNKNOWN, error);
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status TestKubelet::Connect(const std::string& resource, const std::string& socket,
+                                  const std::string& via) {
+  auto endpoint = std::make_unique<Endpoint>();
+  endpoint->resource = resource;
+  endpoint->via = via;
+  endpoint->channel = Dial(socket);
+  endpoint->stub = v1beta1::DevicePlugin::NewStub(endpoint->channel);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(absl::Seconds(10)));
+    context.set_wait_for_ready(true);
+    v1beta1::DevicePluginOptions options;
+    grpc::Status status = endpoint->stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options);
+    Note(absl::StrCat("GetDevicePluginOptions ", resource));
+    if (!status.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("failed to dial device plugin ", socket, ": ", status.error_message()));
+    }
+  }
+  endpoint->stream_context = std::make_unique<grpc::ClientContext>();
+  Endpoint* raw = endpoint.get();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!running_) return absl::UnavailableError("kubelet stopping");
+    raw->generation = next_generation_++;
+    auto existing = endpoints_.find(resource);
+    if (existing != endpoints_.end()) {
+      // A new registration replaces the old endpoint; its stream is closed.
+      existing->second->stream_context->TryCancel();
+      retired_.push_back(std::move(existing->second));
+    }
+    ResourceState& state = resources_[resource];
+    state.ever_registered = true;
+    state.registrations++;
+    state.via = via;
+    state.last_registration = absl::Now();
+    state.generation = raw->generation;
+    endpoints_[resource] = std::move(endpoint);
+    Changed();
+    raw->reader = std::thread([this, raw] { ReadStream(raw); });
+  }
+  return absl::OkStatus();
+}
+
+void TestKubelet::ReadStream(Endpoint* endpoint) {
+  Note(absl::StrCat("ListAndWatch ", endpoint->resource));
+  std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader =
+      endpoint->stub->ListAndWatch(endpoint->stream_context.get(), v1beta1::Empty());
+  {
+    absl::MutexLock lock(&mu_);
+    ResourceState& state = resources_[endpoint->resource];
+    if (state.generation == endpoint->generation) state.stream_open = true;
+    Changed();
+  }
+  v1beta1::ListAndWatchResponse response;
+  while (reader->Read(&response)) {
+    absl::MutexLock lock(&mu_);
+    ResourceState& state = resources_[endpoint->resource];
+    if (state.generation != endpoint->generation) continue;
+    state.devices.assign(response.devices().begin(), response.devices().end());
+    state.updates++;
+    Changed();
+  }
+  reader->Finish();
+  absl::MutexLock lock(&mu_);
+  ResourceState& state = resources_[endpoint->resource];
+  if (state.generation == endpoint->generation) {
+    // The kubelet's endpoint stopped: every device of the resource is unhealthy until the
+    // plugin registers again.
+    state.stream_open = false;
+    for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
+  }
+  Changed();
+}
+
+absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket) {
+  std::shared_ptr<grpc::Channel> channel = Dial(socket);
+  if (!channel->WaitForConnected(In(absl::Seconds(10)))) {
+    return absl::UnavailableError(absl::StrCat("cannot dial ", socket));
+  }
+  auto stub = pluginregistration::Registration::NewStub(channel);
+  pluginregistration::PluginInfo info;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(absl::Seconds(1)));
+    grpc::Status status = stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
+    Note(absl::StrCat("GetInfo ", Basename(socket)));
+    if (!status.ok()) return FromGrpc(status);
+  }
+  std::string error;
+  bool version_ok = false;
+  for (const std::string& v : info.supported_versions()) version_ok |= v == kVersion;
+  if (info.type() != "DevicePlugin") {
+    error = absl::StrCat("unsupported plugin type ", info.type());
+  } else if (!version_ok) {
+    error = "no supported version (want v1beta1)";
+  } else if (!IsExtendedResourceName(info.name())) {
+    error = absl::StrCat("invalid resource name ", info.name());
+  } else {
+    const std::string endpoint = info.endpoint().empty() ? socket : info.endpoint();
+    absl::Status status = Connect(info.name(), endpoint, "plugin-watcher");
+    if (!status.ok()) error = std::string(status.message());
+  }
+  pluginregistration::RegistrationStatus notify;
+  notify.set_plugin_registered(error.empty());
+  notify.set_error(error);
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(5)));
+  pluginregistration::RegistrationStatusResponse ignored;
+  stub->NotifyRegistrationStatus(&context, notify, &ignored);
+  Note(absl::StrCat("NotifyRegistrationStatus ", info.name(), error.empty() ? " ok" : " failed"));
+  if (!error.empty()) {
+    absl::MutexLock lock(&mu_);
+    errors_.push_back(error);
+    Changed();
+    return absl::FailedPreconditionError(error);
+  }
+  return absl::OkStatus();
+}
+
+void TestKubelet::WatchPluginsRegistry() {
+  int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  inotify_add_watch(fd, PluginsRegistryDir().c_str(), IN_CREATE | IN_DELETE);
+  // socket -> next attempt; backoff doubles from 500 ms (the reconciler's retry).
+  std::map<std::string, std::pair<absl::Time, absl::Duration>> pending;
+  std::map<std::string, std::string> registered;  // socket -> resource
+  if (DIR* dir = opendir(PluginsRegistryDir().c_str())) {
+    while (struct dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name[0] == '.') continue;
+      const std::string path = PluginsRegistryDir() + "/" + name;
+      if (IsSocket(path)) pending[path] = {absl::Now(), absl::Milliseconds(500)};
+    }
+    closedir(dir);
+  }
+  while (true) {
+    // Attempt everything due.
+    absl::Time next = absl::InfiniteFuture();
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.first <= absl::Now()) {
+        if (!IsSocket(it->first)) {
+          it = pending.erase(it);
+          continue;
+        }
+        if (RegisterFromWatcher(it->first).ok()) {
+          it = pending.erase(it);
+          continue;
+        }
+        it->second.first = absl::Now() + it->second.second;
+        it->second.second = std::min(it->second.second * 2, absl::Seconds(8));
+      }
+      next = std::min(next, it->second.first);
+      ++it;
+    }
+    struct pollfd fds[2] = {{fd, POLLIN, 0}, {watcher_stop_fd_, POLLIN, 0}};
+    int timeout_ms = next == absl::InfiniteFuture()
+                         ? -1
+                         : static_cast<int>(std::max<int64_t>(
+                               0, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
+    if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) break;
+    if (fds[1].revents & POLLIN) break;
+    alignas(struct inotify_event) char buffer[4096];
+    ssize_t len;
+    while ((len = read(fd, buffer, sizeof(buffer))) > 0) {
+      for (char* p = buffer; p < buffer + len;) {
+        auto* event = reinterpret_cast<struct inotify_event*>(p);
+        p += sizeof(struct inotify_event) + event->len;
+        if (event->len == 0 || event->name[0] == '.') continue;
+        const std::string path = PluginsRegistryDir() + "/" + event->name;
+        if (event->mask & IN_CREATE) {
+          pending[path] = {absl::Now(), absl::Milliseconds(500)};
+        } else if (event->mask & IN_DELETE) {
+          pending.erase(path);
+          // The plugin went away: the kubelet deregisters it (its stream is closed).
+          absl::MutexLock lock(&mu_);
+          for (auto& [resource, endpoint] : endpoints_) {
+            if (endpoint->via == "plugin-watcher") endpoint->stream_context->TryCancel();
+          }
+        }
+      }
+    }
+  }
+  close(fd);
+}
+
+int TestKubelet::Capacity(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  auto it = resources_.find(resource);
+  if (it == resources_.end() || !it->second.ever_registered) return -1;
+  return static_cast<int>(it->second.devices.size());
+}
+
+int TestKubelet::Allocatable(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  auto it = resources_.find(resource);
+  if (it == resources_.end() || !it->second.ever_registered) return -1;
+  int healthy = 0;
+  for (const auto& device : it->second.devices) healthy += device.health() == "Healthy";
+  return healthy;
+}
+
+std::vector<v1beta1::Device> TestKubelet::Devices(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].devices;
+}
+
+int TestKubelet::Registrations(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].registrations;
+}
+
+std::string TestKubelet::RegisteredVia(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].via;
+}
+
+int TestKubelet::Updates(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].updates;
+}
+
+bool TestKubelet::StreamOpen(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].stream_open;
+}
+
+absl::Time TestKubelet::LastRegistration(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].last_registration;
+}
+
+std::vector<std::string> TestKubelet::CallLog() {
+  absl::MutexLock lock(&mu_);
+  return call_log_;
+}
+
+std::vector<std::string> TestKubelet::Errors() {
+  absl::MutexLock lock(&mu_);
+  return errors_;
+}
+
+void TestKubelet::RefuseRegistrations(const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  refuse_with_ = error;
+}
+
+bool TestKubelet::WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    uint64_t seen;
+    {
+      absl::MutexLock lock(&mu_);
+      seen = version_;
+    }
+    if (condition()) return true;
+    bool changed;
+    {
+      absl::MutexLock lock(&mu_);
+      auto newer = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };
+      changed = mu_.AwaitWithDeadline(absl::Condition(&newer), deadline);
+    }
+    if (!changed) return condition();
+  }
+}
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::StubFor(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  auto it = endpoints_.find(resource);
+  if (it == endpoints_.end()) return nullptr;
+  return v1beta1::DevicePlugin::NewStub(it->second->channel);
+}
+
+absl::StatusOr<v1beta1::AllocateResponse> TestKubelet::Allocate(
+    const std::string& resource, const std::vector<std::string>& ids) {
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub = StubFor(resource);
+  if (stub == nullptr) return absl::FailedPreconditionError("resource not registered");
+  v1beta1::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (const std::string& id : ids) container->add_devices_ids(id);
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(5)));
+  v1beta1::AllocateResponse response;
+  grpc::Status status = stub->Allocate(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<std::vector<std::string>> TestKubelet::GetPreferredAllocation(
+    const std::string& resource, const std::vector<std::string>& available,
+    const std::vector<std::string>& must_include, int size) {
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub = StubFor(resource);
+  if (stub == nullptr) return absl::FailedPreconditionError("resource not registered");
+  v1beta1::PreferredAllocationRequest request;
+  auto* container = request.add_container_requests();
+  for (const std::string& id : available) container->add_available_deviceids(id);
+  for (const std::string& id : must_include) container->add_must_include_deviceids(id);
+  container->set_allocation_size(size);
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(5)));
+  v1beta1::PreferredAllocationResponse response;
+  grpc::Status status = stub->GetPreferredAllocation(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  if (response.container_responses_size() != 1) {
+    return absl::InternalError("expected one container response");
+  }
+  const auto& ids = response.container_responses(0).deviceids();
+  return std::vector<std::string>(ids.begin(), ids.end());
+}
+
+absl::Status TestKubelet::PreStartContainer(const std::string& resource,
+                                            const std::vector<std::string>& ids) {
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub = StubFor(resource);
+  if (stub == nullptr) return absl::FailedPreconditionError("resource not registered");
+  v1beta1::PreStartContainerRequest request;
+  for (const std::string& id : ids) request.add_devices_ids(id);
+  grpc::ClientContext context;
+  context.set_deadline(In(absl::Seconds(30)));
+  v1beta1::PreStartContainerResponse response;
+  return FromGrpc(stub->PreStartContainer(&context, request, &response));
+}
+
+}  // namespace edgeaccel::testing

@@ -1,0 +1,147 @@
+// TestKubelet: the kubelet's device manager and plugin watcher, as far as a device plugin can
+// tell, on real Unix sockets under a temporary kubelet root.
+//
+// It behaves like the real kubelet (../shared/kubelet-protocol.md):
+//  * Start() deletes every file in device-plugins/ except kubelet_internal_checkpoint, then
+//    serves v1beta1.Registration on device-plugins/kubelet.sock, and walks plugins_registry/ and
+//    watches it with inotify.
+//  * Register: checks version and resource name, dials the plugin's endpoint (a file name in
+//    device-plugins/), calls GetDevicePluginOptions, answers, then opens ONE ListAndWatch stream.
+//    A new registration of the same resource replaces the old endpoint.
+//  * Plugin watcher: dials a new socket, GetInfo (1 s), validates, connects the endpoint (empty:
+//    the same socket), NotifyRegistrationStatus (5 s), then GetDevicePluginOptions and
+//    ListAndWatch. A failed validation is reported with NotifyRegistrationStatus(false) and
+//    retried with backoff.
+//  * When a ListAndWatch stream ends, every device of that resource turns unhealthy and the
+//    stream is not reopened.
+//  * Stop() is the process dying: connections drop, files stay on disk.
+#ifndef EDGEACCEL_TESTS_SUPPORT_TEST_KUBELET_H_
+#define EDGEACCEL_TESTS_SUPPORT_TEST_KUBELET_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "deviceplugin_v1beta1.grpc.pb.h"
+#include "pluginregistration_v1.grpc.pb.h"
+
+namespace edgeaccel::testing {
+
+// The kubelet's check of an extended resource name (v1helper.IsExtendedResourceName).
+bool IsExtendedResourceName(const std::string& name);
+
+class TestKubelet {
+ public:
+  explicit TestKubelet(std::string root);
+  ~TestKubelet();
+  TestKubelet(const TestKubelet&) = delete;
+  TestKubelet& operator=(const TestKubelet&) = delete;
+
+  const std::string& root() const { return root_; }
+  std::string DevicePluginsDir() const;
+  std::string PluginsRegistryDir() const;
+
+  void Start();
+  void Stop();
+  void Restart() {
+    Stop();
+    Start();
+  }
+
+  // Node status as the real kubelet computes it: capacity = devices advertised, allocatable =
+  // the healthy ones. -1 when the resource never registered.
+  int Capacity(const std::string& resource);
+  int Allocatable(const std::string& resource);
+  std::vector<v1beta1::Device> Devices(const std::string& resource);
+  // Successful registrations of this resource since construction (both ways).
+  int Registrations(const std::string& resource);
+  // How the resource last registered: "kubelet" or "plugin-watcher" ("" if never).
+  std::string RegisteredVia(const std::string& resource);
+  // ListAndWatch messages received for the resource since construction.
+  int Updates(const std::string& resource);
+  bool StreamOpen(const std::string& resource);
+  absl::Time LastRegistration(const std::string& resource);
+  // Every call the kubelet made or answered, in order: "Register coral.ai/edgetpu",
+  // "GetDevicePluginOptions coral.ai/edgetpu", "ListAndWatch coral.ai/edgetpu", ...
+  std::vector<std::string> CallLog();
+  std::vector<std::string> Errors();
+
+  // Calls `condition` whenever the kubelet's state changes, until it is true or `timeout`.
+  bool WaitFor(const std::function<bool()>& condition,
+               absl::Duration timeout = absl::Seconds(10));
+
+  // What the kubelet calls when a pod is admitted.
+  absl::StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& resource,
+                                                     const std::vector<std::string>& ids);
+  absl::StatusOr<std::vector<std::string>> GetPreferredAllocation(
+      const std::string& resource, const std::vector<std::string>& available,
+      const std::vector<std::string>& must_include, int size);
+  absl::Status PreStartContainer(const std::string& resource, const std::vector<std::string>& ids);
+
+  // When set, Register answers with this error instead of accepting (to test refusals).
+  void RefuseRegistrations(const std::string& error);
+
+ private:
+  class RegistrationService;
+  struct Endpoint {
+    std::string resource;
+    std::string via;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> stream_context;
+    std::thread reader;
+    uint64_t generation = 0;
+  };
+  struct ResourceState {
+    std::vector<v1beta1::Device> devices;
+    bool ever_registered = false;
+    bool stream_open = false;
+    int registrations = 0;
+    int updates = 0;
+    std::string via;
+    absl::Time last_registration;
+    uint64_t generation = 0;  // of the endpoint that owns the state now
+  };
+
+  grpc::Status HandleRegister(const v1beta1::RegisterRequest& request);
+  // Dials `socket`, calls GetDevicePluginOptions, and opens ListAndWatch in the background.
+  absl::Status Connect(const std::string& resource, const std::string& socket,
+                       const std::string& via);
+  void ReadStream(Endpoint* endpoint);
+  void WatchPluginsRegistry();
+  absl::Status RegisterFromWatcher(const std::string& socket);
+  void Note(const std::string& entry);
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
+  std::shared_ptr<grpc::Channel> Dial(const std::string& socket);
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> StubFor(const std::string& resource);
+
+  const std::string root_;
+  std::unique_ptr<RegistrationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::thread watcher_;
+  int watcher_stop_fd_ = -1;
+
+  absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::string refuse_with_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> call_log_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace edgeaccel::testing
+
+#endif  // EDGEACCEL_TESTS_SUPPORT_TEST_KUBELET_H_
