@@ -1,1 +1,352 @@
-int main() { return 0; }
+// edgeaccel-bench: the daemon's speed and footprint, each figure a percentile or a ratio
+// measured in one run on this machine (never compared across machines or runs).
+//
+//   1. Allocate vs. a bare gRPC echo on the same server and Unix socket (1 and 8 threads).
+//   2. Health change: device node removed/restored -> ListAndWatch message (real daemon binary).
+//   3. Re-registration: kubelet.sock re-created -> Register received (real daemon, test kubelet
+//      restarted the way the real one restarts).
+//   4. Idle: RSS and wake-ups (context switches of all threads) of the real daemon.
+//
+// Needs root (device nodes are made with mknod). Usage: edgeaccel-bench [--quick]
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "edgeaccel/host.h"
+#include "glog/logging.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "daemon_process.h"
+#include "echo.grpc.pb.h"
+#include "edgeaccel/constants.h"
+#include "edgeaccel/plugin.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using testing::DaemonProcess;
+using testing::FixtureHost;
+using testing::TempDir;
+using testing::TestKubelet;
+
+const std::string kTpu(kResourceEdgeTpu);
+
+struct Percentiles {
+  double p50, p99, max;
+};
+
+Percentiles Summarize(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  auto at = [&](double q) {
+    size_t i = static_cast<size_t>(q * (samples.size() - 1) + 0.5);
+    return samples[std::min(i, samples.size() - 1)];
+  };
+  return {at(0.50), at(0.99), samples.back()};
+}
+
+double Micros(absl::Duration d) { return absl::ToDoubleMicroseconds(d); }
+
+class EchoService final : public bench::Echo::CallbackService {
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
+                                 const bench::EchoMessage* request,
+                                 bench::EchoMessage* response) override {
+    *response = *request;
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+// 1. Allocate vs echo, same server, same socket, calls interleaved so drift hits both alike.
+void BenchAllocate(int threads, int calls_per_thread) {
+  TempDir dir("edgeaccel-bench");
+  DeviceSet set(kTpu);
+  std::vector<Device> devices;
+  for (int i = 0; i < 8; ++i) {
+    Device d;
+    d.id = absl::StrFormat("0000:%02x:00.0", i + 3);
+    d.numa_node = i / 4;
+    d.nodes.push_back({absl::StrCat("/dev/apex_", i), absl::StrCat("/dev/apex_", i), "rw"});
+    devices.push_back(d);
+  }
+  set.Update(devices);
+  PluginCounters counters;
+  EchoService echo;
+  PluginServer server(dir.path() + "/bench.sock", &set, &counters, &echo);
+  if (!server.Start().ok()) {
+    fprintf(stderr, "cannot start server\n");
+    exit(1);
+  }
+  v1beta1::AllocateRequest allocate;
+  allocate.add_container_requests()->add_devices_ids("0000:03:00.0");
+  bench::EchoMessage ping;
+  ping.set_payload(allocate.SerializeAsString());
+
+  std::vector<std::vector<double>> alloc_samples(threads), echo_samples(threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per thread
+      auto channel = grpc::CreateCustomChannel("unix:" + server.socket_path(),
+                                               grpc::InsecureChannelCredentials(), args);
+      auto plugin = v1beta1::DevicePlugin::NewStub(channel);
+      auto echo_stub = bench::Echo::NewStub(channel);
+      const int warmup = 500;
+      for (int i = 0; i < warmup + calls_per_thread; ++i) {
+        v1beta1::AllocateResponse alloc_response;
+        bench::EchoMessage pong;
+        grpc::ClientContext c1, c2;
+        // Alternate which call goes first, so neither always follows the other.
+        grpc::Status s1, s2;
+        absl::Duration alloc_time, echo_time;
+        for (int k = 0; k < 2; ++k) {
+          const absl::Time t0 = absl::Now();
+          if ((i + k) % 2 == 0) {
+            s1 = plugin->Allocate(&c1, allocate, &alloc_response);
+            alloc_time = absl::Now() - t0;
+          } else {
+            s2 = echo_stub->Echo(&c2, ping, &pong);
+            echo_time = absl::Now() - t0;
+          }
+        }
+        if (!s1.ok() || !s2.ok()) {
+          fprintf(stderr, "call failed: %s %s\n", s1.error_message().c_str(),
+                  s2.error_message().c_str());
+          exit(1);
+        }
+        if (i >= warmup) {
+          alloc_samples[t].push_back(Micros(alloc_time));
+          echo_samples[t].push_back(Micros(echo_time));
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::vector<double> all_alloc, all_echo;
+  for (int t = 0; t < threads; ++t) {
+    all_alloc.insert(all_alloc.end(), alloc_samples[t].begin(), alloc_samples[t].end());
+    all_echo.insert(all_echo.end(), echo_samples[t].begin(), echo_samples[t].end());
+  }
+  Percentiles a = Summarize(all_alloc), e = Summarize(all_echo);
+  printf("allocate_vs_echo threads=%d calls=%zu: allocate p50 %.1f us p99 %.1f us | echo p50 "
+         "%.1f us p99 %.1f us | ratio p50 %.2fx p99 %.2fx (target <= 1.3x)\n",
+         threads, all_alloc.size(), a.p50, a.p99, e.p50, e.p99, a.p50 / e.p50, a.p99 / e.p99);
+  server.Stop();
+}
+
+// A ListAndWatch reader of our own on the daemon's socket, beside the kubelet's stream.
+class Watcher {
+ public:
+  explicit Watcher(const std::string& socket)
+      : channel_(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials())),
+        stub_(v1beta1::DevicePlugin::NewStub(channel_)),
+        reader_(stub_->ListAndWatch(&context_, v1beta1::Empty())) {}
+  ~Watcher() { context_.TryCancel(); }
+  // Reads until device `id` has `health`.
+  bool WaitFor(const std::string& id, const std::string& health) {
+    v1beta1::ListAndWatchResponse response;
+    while (reader_->Read(&response)) {
+      for (const auto& d : response.devices()) {
+        if (d.id() == id && d.health() == health) return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub_;
+  std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader_;
+};
+
+struct ProcessSample {
+  double rss_kib = 0;
+  double pss_kib = 0;
+  double private_kib = 0;  // anonymous memory: what this process alone costs
+  uint64_t own_switches = 0;   // context switches (wake-ups) of the daemon's own threads
+  uint64_t grpc_switches = 0;  // ... of gRPC's internal threads
+  double cpu_seconds = 0;
+  int threads = 0;
+};
+
+// The daemon's own threads: main (named after the binary) and the ea-* workers.
+bool IsOwnThread(const std::string& comm) {
+  return absl::StartsWith(comm, "edgeaccel") || absl::StartsWith(comm, "ea-");
+}
+
+double KiB(const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  double value = 0;
+  if (parts.size() >= 2) absl::SimpleAtod(parts[1], &value);
+  return value;
+}
+
+ProcessSample SampleProcess(pid_t pid) {
+  ProcessSample sample;
+  std::ifstream rollup(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+  std::string line;
+  while (std::getline(rollup, line)) {
+    if (absl::StartsWith(line, "Rss:")) sample.rss_kib = KiB(line);
+    if (absl::StartsWith(line, "Pss:")) sample.pss_kib = KiB(line);
+    if (absl::StartsWith(line, "Pss_Anon:")) sample.private_kib = KiB(line);
+  }
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  absl::StatusOr<std::vector<std::string>> threads = Host("/").ListDirectory(tasks);
+  for (const auto& entry : threads.value_or(std::vector<std::string>())) {
+    sample.threads++;
+    std::ifstream comm_file(absl::StrCat(tasks, "/", entry, "/comm"));
+    std::string comm;
+    std::getline(comm_file, comm);
+    std::ifstream task_status(absl::StrCat(tasks, "/", entry, "/status"));
+    while (std::getline(task_status, line)) {
+      if (absl::StartsWith(line, "voluntary_ctxt_switches:") ||
+          absl::StartsWith(line, "nonvoluntary_ctxt_switches:")) {
+        uint64_t n = 0;
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &n);
+        (IsOwnThread(comm) ? sample.own_switches : sample.grpc_switches) += n;
+      }
+    }
+  }
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::vector<std::string> fields = absl::StrSplit(content.substr(content.rfind(')') + 2), ' ');
+  if (fields.size() > 13) {
+    double utime = 0, stime = 0;
+    absl::SimpleAtod(fields[11], &utime);
+    absl::SimpleAtod(fields[12], &stime);
+    sample.cpu_seconds = (utime + stime) / sysconf(_SC_CLK_TCK);
+  }
+  return sample;
+}
+
+void PrintIdle(const char* probe, absl::Duration window, const ProcessSample& before,
+               const ProcessSample& after) {
+  printf("idle probe=%s window=%s: rss %.1f MiB (pss %.1f MiB, private %.1f MiB), threads %d, "
+         "wake-ups: daemon threads %llu, gRPC internal threads %llu; cpu %.3f s\n",
+         probe, absl::FormatDuration(window).c_str(), after.rss_kib / 1024, after.pss_kib / 1024,
+         after.private_kib / 1024, after.threads,
+         static_cast<unsigned long long>(after.own_switches - before.own_switches),
+         static_cast<unsigned long long>(after.grpc_switches - before.grpc_switches),
+         after.cpu_seconds - before.cpu_seconds);
+}
+
+void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  TempDir dir("edgeaccel-bench");
+  TestKubelet kubelet(dir.path() + "/kubelet");
+  kubelet.Start();
+  DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
+                       {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                        "--probe-interval=0"});
+  if (!kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; })) {
+    fprintf(stderr, "daemon did not register:\n%s\n", daemon.Log().c_str());
+    exit(1);
+  }
+
+  // 2. Health change.
+  {
+    Watcher watcher(kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu));
+    watcher.WaitFor("0000:04:00.0", "Healthy");
+    const std::string node = host.Path("/dev/apex_1");
+    std::vector<double> samples;
+    for (int i = 0; i < health_samples; ++i) {
+      absl::Time t0 = absl::Now();
+      unlink(node.c_str());
+      if (!watcher.WaitFor("0000:04:00.0", "Unhealthy")) exit(1);
+      samples.push_back(Micros(absl::Now() - t0) / 1000);
+      t0 = absl::Now();
+      mknod(node.c_str(), S_IFCHR | 0660, makedev(120, 1));
+      if (!watcher.WaitFor("0000:04:00.0", "Healthy")) exit(1);
+      samples.push_back(Micros(absl::Now() - t0) / 1000);
+    }
+    Percentiles p = Summarize(samples);
+    printf("health_change samples=%zu (node removed/restored -> ListAndWatch message): p50 %.3f ms "
+           "p99 %.3f ms max %.3f ms (target p99 <= 10 ms)\n",
+           samples.size(), p.p50, p.p99, p.max);
+  }
+
+  // 3. Re-registration after kubelet restarts.
+  {
+    std::vector<double> samples;
+    for (int i = 0; i < restarts; ++i) {
+      const int before = kubelet.Registrations(kTpu);
+      kubelet.Restart();
+      if (!kubelet.WaitFor([&] {
+            return kubelet.Registrations(kTpu) > before && kubelet.StreamOpen(kTpu) &&
+                   kubelet.Allocatable(kTpu) == 2;
+          })) {
+        fprintf(stderr, "not re-registered after restart %d:\n%s\n", i, daemon.Log().c_str());
+        exit(1);
+      }
+      samples.push_back(
+          Micros(kubelet.LastRegisterReceived(kTpu) - kubelet.KubeletSocketCreated()) / 1000);
+    }
+    Percentiles p = Summarize(samples);
+    printf("reregistration restarts=%zu (kubelet.sock created -> Register received): p50 %.2f ms "
+           "p99 %.2f ms max %.2f ms (target <= 100 ms)\n",
+           samples.size(), p.p50, p.p99, p.max);
+  }
+
+  // 4. Idle: registered, one ListAndWatch stream open, nothing happening.
+  absl::SleepFor(absl::Milliseconds(500));
+  ProcessSample before = SampleProcess(daemon.pid());
+  absl::SleepFor(idle_window);
+  ProcessSample after = SampleProcess(daemon.pid());
+  PrintIdle("off", idle_window, before, after);
+}
+
+void BenchIdleWithProbe(absl::Duration window) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  TempDir dir("edgeaccel-bench");
+  TestKubelet kubelet(dir.path() + "/kubelet");
+  kubelet.Start();
+  DaemonProcess daemon(EDGEACCEL_DAEMON_PATH, {"--host-root=" + host.root(),
+                                               "--kubelet-root=" + kubelet.root(),
+                                               "--probe-interval=1s"});
+  kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; });
+  absl::SleepFor(absl::Milliseconds(500));
+  ProcessSample before = SampleProcess(daemon.pid());
+  absl::SleepFor(window);
+  ProcessSample after = SampleProcess(daemon.pid());
+  PrintIdle("1s", window, before, after);
+}
+
+}  // namespace
+}  // namespace edgeaccel
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (geteuid() != 0) {
+    fprintf(stderr, "edgeaccel-bench needs root (fixture device nodes are made with mknod)\n");
+    return 1;
+  }
+  FLAGS_minloglevel = 1;  // our in-process servers' INFO lines are noise here
+  edgeaccel::BenchAllocate(1, quick ? 2000 : 20000);
+  edgeaccel::BenchAllocate(8, quick ? 500 : 5000);
+  edgeaccel::BenchDaemon(quick ? 50 : 500, quick ? 20 : 100, absl::Seconds(quick ? 3 : 10));
+  edgeaccel::BenchIdleWithProbe(absl::Seconds(quick ? 3 : 10));
+  return 0;
+}

@@ -1,6 +1,7 @@
 #include "edgeaccel/registration.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -141,7 +142,10 @@ absl::Status ResourceRegistrar::Start() {
   if (stop_fd_ < 0 || call_done_fd_ < 0) {
     return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ea-register");
+    Run();
+  });
   return absl::OkStatus();
 }
 

@@ -20,6 +20,16 @@ using ::testing::ElementsAre;
 
 const std::string kTpu(kResourceEdgeTpu);
 
+// For state no kubelet reports: look until it holds (test side only).
+bool Eventually(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
 Device Tpu(const std::string& id) {
   Device d;
   d.id = id;
@@ -65,9 +75,9 @@ TEST_F(RegistrationTest, KubeletWayInTheKubeletsOrder) {
   auto registrar = StartRegistrar(RegistrationMode::kKubelet);
   ASSERT_TRUE(Advertised(2));
   EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
   EXPECT_THAT(kubelet_.CallLog(), ElementsAre("Register " + kTpu, "GetDevicePluginOptions " + kTpu,
                                               "ListAndWatch " + kTpu));
-  EXPECT_TRUE(registrar->registered());
   EXPECT_EQ(registrar->socket_path(),
             kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu));
 }
@@ -102,7 +112,7 @@ TEST_F(RegistrationTest, PluginWatcherWay) {
   auto registrar = StartRegistrar(RegistrationMode::kPluginWatcher);
   ASSERT_TRUE(Advertised(2));
   EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
-  EXPECT_TRUE(kubelet_.WaitFor([&] { return registrar->registered(); }));
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
   EXPECT_EQ(registrar->socket_path(),
             kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
   // The kubelet finds the socket again after its own restart.
@@ -116,10 +126,7 @@ TEST_F(RegistrationTest, AutoPicksThePluginWatcherWhenOnlyItExists) {
   ASSERT_EQ(mkdir(kubelet_.PluginsRegistryDir().c_str(), 0755), 0);
   auto registrar = StartRegistrar(RegistrationMode::kAuto);
   // No kubelet runs here to report progress; look at the registrar itself.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (registrar->socket_path().empty() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  ASSERT_TRUE(Eventually([&] { return !registrar->socket_path().empty(); }));
   EXPECT_EQ(registrar->socket_path(),
             kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
 }
@@ -132,7 +139,7 @@ TEST_F(RegistrationTest, RefusedRegistrationIsRetriedWithBackoff) {
   EXPECT_FALSE(registrar->registered());
   kubelet_.RefuseRegistrations("");
   ASSERT_TRUE(Advertised(2));
-  EXPECT_TRUE(registrar->registered());
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
 }
 
 TEST_F(RegistrationTest, SocketPathTakenByAFileWaitsUntilItIsFreed) {

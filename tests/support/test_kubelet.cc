@@ -119,6 +119,10 @@ void TestKubelet::Start() {
     running_ = true;
   }
   service_ = std::make_unique<RegistrationService>(this);
+  {
+    absl::MutexLock lock(&mu_);
+    socket_created_ = absl::Now();  // just before bind(): the earliest a plugin can see it
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", DevicePluginsDir(), "/kubelet.sock"),
                            grpc::InsecureServerCredentials());
@@ -171,6 +175,10 @@ void TestKubelet::Note(const std::string& entry) {
 }
 
 grpc::Status TestKubelet::HandleRegister(const v1beta1::RegisterRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    resources_[request.resource_name()].last_register_received = absl::Now();
+  }
   Note(absl::StrCat("Register ", request.resource_name()));
   std::string refuse;
   {
@@ -430,6 +438,16 @@ bool TestKubelet::StreamOpen(const std::string& resource) {
 absl::Time TestKubelet::LastRegistration(const std::string& resource) {
   absl::MutexLock lock(&mu_);
   return resources_[resource].last_registration;
+}
+
+absl::Time TestKubelet::LastRegisterReceived(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].last_register_received;
+}
+
+absl::Time TestKubelet::KubeletSocketCreated() {
+  absl::MutexLock lock(&mu_);
+  return socket_created_;
 }
 
 std::vector<std::string> TestKubelet::CallLog() {

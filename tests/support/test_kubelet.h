@@ -70,6 +70,10 @@ class TestKubelet {
   int Updates(const std::string& resource);
   bool StreamOpen(const std::string& resource);
   absl::Time LastRegistration(const std::string& resource);
+  // When the last Register call for the resource arrived, and when kubelet.sock was last
+  // created (for measuring re-registration after a restart).
+  absl::Time LastRegisterReceived(const std::string& resource);
+  absl::Time KubeletSocketCreated();
   // Every call the kubelet made or answered, in order: "Register coral.ai/edgetpu",
   // "GetDevicePluginOptions coral.ai/edgetpu", "ListAndWatch coral.ai/edgetpu", ...
   std::vector<std::string> CallLog();
@@ -109,6 +113,7 @@ class TestKubelet {
     int updates = 0;
     std::string via;
     absl::Time last_registration;
+    absl::Time last_register_received;
     uint64_t generation = 0;  // of the endpoint that owns the state now
   };
 
@@ -134,6 +139,7 @@ class TestKubelet {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time socket_created_ ABSL_GUARDED_BY(mu_);
   std::string refuse_with_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
