@@ -3,7 +3,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cstring>
 #include <unistd.h>
 
 #include "edgeaccel/constants.h"
@@ -140,6 +144,33 @@ TEST_F(RegistrationTest, RefusedRegistrationIsRetriedWithBackoff) {
   kubelet_.RefuseRegistrations("");
   ASSERT_TRUE(Advertised(2));
   EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+}
+
+TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
+  // A kubelet.sock left by a dead kubelet: it exists, nobody accepts on it.
+  ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(kubelet_.DevicePluginsDir().c_str(), 0755), 0);
+  const std::string stale = kubelet_.DevicePluginsDir() + "/kubelet.sock";
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, stale.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+
+  ResourceRegistrar::Options options;
+  options.kubelet_root = kubelet_.root();
+  options.mode = RegistrationMode::kKubelet;
+  options.register_timeout = absl::Milliseconds(150);
+  options.max_backoff = absl::Milliseconds(200);
+  ResourceRegistrar registrar(options, &set_);
+  ASSERT_TRUE(registrar.Start().ok());
+  absl::SleepFor(absl::Milliseconds(500));  // several timeouts and retries
+  EXPECT_FALSE(registrar.registered());
+
+  kubelet_.Start();  // removes the stale socket, serves a live one
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(Eventually([&] { return registrar.registered(); }));
 }
 
 TEST_F(RegistrationTest, SocketPathTakenByAFileWaitsUntilItIsFreed) {
