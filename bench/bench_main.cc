@@ -249,20 +249,42 @@ void PrintIdle(const char* probe, absl::Duration window, const ProcessSample& be
          after.cpu_seconds - before.cpu_seconds);
 }
 
-void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
-  FixtureHost host;
-  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
-  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
-  TempDir dir("edgeaccel-bench");
-  TestKubelet kubelet(dir.path() + "/kubelet");
-  kubelet.Start();
-  DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
-                       {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
-                        "--probe-interval=0"});
-  if (!kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; })) {
-    fprintf(stderr, "daemon did not register:\n%s\n", daemon.Log().c_str());
-    exit(1);
+// The real daemon binary, registered with a test kubelet, on a host with two Edge TPUs.
+struct RunningDaemon {
+  explicit RunningDaemon(const std::string& probe_interval)
+      : kubelet(dir.path() + "/kubelet") {
+    host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+    host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+    kubelet.Start();
+    daemon = std::make_unique<DaemonProcess>(
+        EDGEACCEL_DAEMON_PATH, std::vector<std::string>{"--host-root=" + host.root(),
+                                                        "--kubelet-root=" + kubelet.root(),
+                                                        "--probe-interval=" + probe_interval});
+    if (!kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; })) {
+      fprintf(stderr, "daemon did not register:\n%s\n", daemon->Log().c_str());
+      exit(1);
+    }
   }
+  FixtureHost host;
+  TempDir dir{"edgeaccel-bench"};
+  TestKubelet kubelet;
+  std::unique_ptr<DaemonProcess> daemon;
+};
+
+// Samples the daemon across an idle window and prints memory and wake-ups.
+void MeasureIdle(const char* probe, pid_t pid, absl::Duration window) {
+  absl::SleepFor(absl::Milliseconds(500));  // let start-up settle
+  ProcessSample before = SampleProcess(pid);
+  absl::SleepFor(window);
+  ProcessSample after = SampleProcess(pid);
+  PrintIdle(probe, window, before, after);
+}
+
+void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
+  RunningDaemon running("0");
+  FixtureHost& host = running.host;
+  TestKubelet& kubelet = running.kubelet;
+  DaemonProcess& daemon = *running.daemon;
 
   // 2. Health change.
   {
@@ -309,29 +331,12 @@ void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
   }
 
   // 4. Idle: registered, one ListAndWatch stream open, nothing happening.
-  absl::SleepFor(absl::Milliseconds(500));
-  ProcessSample before = SampleProcess(daemon.pid());
-  absl::SleepFor(idle_window);
-  ProcessSample after = SampleProcess(daemon.pid());
-  PrintIdle("off", idle_window, before, after);
+  MeasureIdle("off", daemon.pid(), idle_window);
 }
 
 void BenchIdleWithProbe(absl::Duration window) {
-  FixtureHost host;
-  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
-  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
-  TempDir dir("edgeaccel-bench");
-  TestKubelet kubelet(dir.path() + "/kubelet");
-  kubelet.Start();
-  DaemonProcess daemon(EDGEACCEL_DAEMON_PATH, {"--host-root=" + host.root(),
-                                               "--kubelet-root=" + kubelet.root(),
-                                               "--probe-interval=1s"});
-  kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; });
-  absl::SleepFor(absl::Milliseconds(500));
-  ProcessSample before = SampleProcess(daemon.pid());
-  absl::SleepFor(window);
-  ProcessSample after = SampleProcess(daemon.pid());
-  PrintIdle("1s", window, before, after);
+  RunningDaemon running("1s");
+  MeasureIdle("1s", running.daemon->pid(), window);
 }
 
 }  // namespace

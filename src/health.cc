@@ -97,11 +97,19 @@ void HostWatcher::ArmWatches() {
 void HostWatcher::Run() {
   struct epoll_event events[4];
   while (true) {
-    int n = epoll_wait(epoll_fd_, events, 4, -1);
+    // If some directory cannot be watched (inotify watches used up), look every second instead
+    // of missing a device; otherwise sleep until the kernel has something to say.
+    const int timeout_ms = watcher_.complete() ? -1 : 1000;
+    int n = epoll_wait(epoll_fd_, events, 4, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << "epoll_wait failed: " << strerror(errno) << "; device watching stopped";
       return;
+    }
+    if (n == 0) {
+      ArmWatches();
+      ScanAll();
+      continue;
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;

@@ -38,24 +38,35 @@ void DirectoryWatcher::Arm(const std::vector<std::string>& directories) {
   directories_ = directories;
   direct_.assign(directories.size(), false);
   absl::flat_hash_map<int, Watch> fresh;
+  complete_ = true;
   for (size_t i = 0; i < directories.size(); ++i) {
-    std::string dir = directories[i];
-    bool ancestor = false;
+    // A directory created between our failed watch on it and the watch on its parent would go
+    // unseen; so when a stand-in ancestor is watched, check the child again (a few times).
     int wd = -1;
-    while (true) {
-      // Adding a watch on an inode already watched returns its descriptor with the new mask;
-      // a directory watched both directly and as an ancestor keeps the wider mask.
-      uint32_t mask = ancestor ? kAncestorEvents : kDirectoryEvents;
-      wd = inotify_add_watch(fd_, dir.c_str(), mask | IN_MASK_ADD);
-      if (wd >= 0 || dir == "/") break;
-      if (errno != ENOENT && errno != ENOTDIR) {
-        LOG_EVERY_N(WARNING, 100) << "cannot watch " << dir << ": " << strerror(errno);
-        break;
+    bool ancestor = false;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::string dir = directories[i];
+      std::string child;
+      ancestor = false;
+      while (true) {
+        wd = inotify_add_watch(fd_, dir.c_str(),
+                               (ancestor ? kAncestorEvents : kDirectoryEvents) | IN_MASK_ADD);
+        if (wd >= 0 || dir == "/") break;
+        if (errno != ENOENT && errno != ENOTDIR) {
+          LOG_EVERY_N(WARNING, 100) << "cannot watch " << dir << ": " << strerror(errno)
+                                    << " (is fs.inotify.max_user_watches exhausted?)";
+          break;
+        }
+        child = dir;
+        dir = Parent(dir);
+        ancestor = true;
       }
-      dir = Parent(dir);
-      ancestor = true;
+      if (wd < 0 || !ancestor || access(child.c_str(), F_OK) != 0) break;
     }
-    if (wd < 0) continue;
+    if (wd < 0) {
+      complete_ = false;
+      continue;
+    }
     Watch& watch = fresh[wd];
     if (ancestor) {
       watch.ancestor = true;

@@ -52,13 +52,13 @@ bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode) {
   return false;
 }
 
-std::shared_ptr<grpc::Channel> DialKubelet(const std::string& kubelet_socket) {
+std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 2);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 50);
-  return grpc::CreateCustomChannel(absl::StrCat("unix:", kubelet_socket),
+  return grpc::CreateCustomChannel(absl::StrCat("unix:", path),
                                    grpc::InsecureChannelCredentials(), args);
 }
 
@@ -213,7 +213,7 @@ void ResourceRegistrar::StartRegisterCall(const SocketId& kubelet) {
               << " was re-created: the kubelet restarted; registering again";
   }
   auto call = std::make_unique<RegisterCall>();
-  call->channel = DialKubelet(KubeletSocket());
+  call->channel = DialUnixSocket(KubeletSocket());
   call->stub = v1beta1::Registration::NewStub(call->channel);
   call->request.set_version(std::string(kDevicePluginApiVersion));
   call->request.set_endpoint(SocketFileName(resource));
@@ -241,14 +241,18 @@ void ResourceRegistrar::StartRegisterCall(const SocketId& kubelet) {
 
 void ResourceRegistrar::CancelRegisterCall() {
   absl::MutexLock lock(&mu_);
-  if (call_ != nullptr) call_->context.TryCancel();
+  if (call_ == nullptr) return;
+  call_->cancelled_by_us = true;
+  call_->context.TryCancel();
 }
 
 void ResourceRegistrar::FinishRegisterCall() {
   std::unique_ptr<RegisterCall> call;
+  bool cancelled_by_us = false;
   {
     absl::MutexLock lock(&mu_);
     call = std::move(call_);
+    if (call != nullptr) cancelled_by_us = call->cancelled_by_us;
   }
   if (call == nullptr) return;
   const std::string resource = set_->resource_name();
@@ -265,9 +269,8 @@ void ResourceRegistrar::FinishRegisterCall() {
               << absl::FormatDuration(absl::Now() - call->started) << ")";
     return;
   }
-  if (status.error_code() == grpc::StatusCode::CANCELLED) {
-    // We cancelled it ourselves (our socket vanished, or a newer kubelet appeared): the loop
-    // starts over at once.
+  if (cancelled_by_us) {
+    // Our socket vanished, or a newer kubelet appeared: the loop starts over at once.
     return;
   }
   std::string message = status.error_message();
@@ -285,8 +288,15 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
   struct pollfd fds[3] = {
       {inotify_.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}, {call_done_fd_, POLLIN, 0}};
   int timeout_ms = -1;
-  if (timeout >= absl::ZeroDuration()) {
-    timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+  if (timeout != kUntilEvent) {
+    // A deadline computed from an earlier clock reading may already have passed: poll, do not
+    // sleep forever.
+    timeout_ms = static_cast<int>(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)))));
+  }
+  if (!inotify_.complete()) {
+    // Some directory cannot be watched: look again every second rather than miss a kubelet.
+    timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
   }
   if (poll(fds, 3, timeout_ms) <= 0) return;
   if (fds[2].revents & POLLIN) {
@@ -295,7 +305,13 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
     FinishRegisterCall();
   }
   bool rearm = false;
-  for (const DirectoryWatcher::Event& event : inotify_.Drain(&rearm)) {
+  std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);
+  if (rearm || !inotify_.complete()) {
+    // Events may have been lost (overflow, a directory re-created): compare with what we know.
+    std::optional<SocketId> now = KubeletSocketId();
+    if (now.has_value() && *now != registered_kubelet_id_) need_register_ = true;
+  }
+  for (const DirectoryWatcher::Event& event : events) {
     if (event.directory != 0 || event.name != kKubeletSocketName) continue;
     if (event.mask & (IN_CREATE | IN_MOVED_TO)) {
       std::optional<SocketId> now = KubeletSocketId();
@@ -304,7 +320,10 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
       retry_at_ = absl::InfinitePast();  // a new kubelet: try at once, whatever the backoff
       backoff_ = kInitialBackoff;
       absl::MutexLock lock(&mu_);
-      if (call_ != nullptr && call_->kubelet != *now) call_->context.TryCancel();
+      if (call_ != nullptr && call_->kubelet != *now) {
+        call_->cancelled_by_us = true;
+        call_->context.TryCancel();
+      }
     } else if (event.mask & (IN_DELETE | IN_MOVED_FROM)) {
       registered_kubelet_.store(false);
     }

@@ -248,12 +248,7 @@ TEST(PluginServerTest, StaleSocketIsReplacedLiveOneIsNot) {
     EXPECT_EQ(second.Start().code(), absl::StatusCode::kAlreadyExists);
   }
   // A socket file nobody serves on (a crashed earlier run).
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  close(fd);
+  ::edgeaccel::testing::MakeStaleSocket(path);
   PluginServer third(path, &set, &counters, nullptr);
   EXPECT_TRUE(third.Start().ok());
 }

@@ -151,12 +151,7 @@ TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
   ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
   ASSERT_EQ(mkdir(kubelet_.DevicePluginsDir().c_str(), 0755), 0);
   const std::string stale = kubelet_.DevicePluginsDir() + "/kubelet.sock";
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, stale.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  close(fd);
+  ::edgeaccel::testing::MakeStaleSocket(stale);
 
   ResourceRegistrar::Options options;
   options.kubelet_root = kubelet_.root();

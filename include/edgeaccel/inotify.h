@@ -37,6 +37,10 @@ class DirectoryWatcher {
   // True if directories[i] itself is watched (it exists), false if an ancestor stands in.
   bool Watching(size_t i) const;
 
+  // False when some directory could be watched neither directly nor through an ancestor
+  // (inotify watches used up, permission denied): the caller must not rely on events alone.
+  bool complete() const { return complete_; }
+
   // Reads every pending event without blocking. Sets *rearm when an ancestor changed, a watched
   // directory went away, or events were lost (the caller should re-arm and rescan).
   std::vector<Event> Drain(bool* rearm);
@@ -49,6 +53,7 @@ class DirectoryWatcher {
   int fd_;
   std::vector<std::string> directories_;
   std::vector<bool> direct_;
+  bool complete_ = true;
   absl::flat_hash_map<int, Watch> watches_;
 };
 

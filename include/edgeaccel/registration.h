@@ -36,10 +36,10 @@ enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
 absl::string_view RegistrationModeName(RegistrationMode mode);
 bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
 
-// A channel to the kubelet's socket that retries connecting every few milliseconds: kubelet.sock
+// A channel to a Unix socket that retries connecting every few milliseconds: kubelet.sock
 // appears (inotify) a moment before the kubelet serves on it, and gRPC's default reconnect
 // backoff (1 s, shared between channels) would make us wait a second for nothing.
-std::shared_ptr<grpc::Channel> DialKubelet(const std::string& kubelet_socket);
+std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path);
 
 // The plugin watcher's Registration service for one resource.
 class PluginWatcherService final : public pluginregistration::Registration::CallbackService {
@@ -111,6 +111,7 @@ class ResourceRegistrar {
     SocketId kubelet;
     absl::Time started;
     grpc::Status status;  // written by gRPC's thread before it signals call_done_fd_
+    bool cancelled_by_us = false;  // guarded by mu_
   };
 
   void Run();

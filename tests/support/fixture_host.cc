@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -39,6 +41,16 @@ void RemoveTree(const std::string& path) {
 }
 
 }  // namespace
+
+void MakeStaleSocket(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  PCHECK(fd >= 0) << "socket";
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  PCHECK(bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0) << "bind " << path;
+  close(fd);
+}
 
 TempDir::TempDir(absl::string_view prefix) {
   std::string templ = absl::StrCat("/tmp/", prefix, "-XXXXXX");

@@ -27,6 +27,9 @@ class TempDir {
   std::string path_;
 };
 
+// Leaves a socket file at `path` that nobody accepts on, as a crashed process does.
+void MakeStaleSocket(const std::string& path);
+
 class FixtureHost {
  public:
   FixtureHost();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_split.h"
+#include "edgeaccel/registration.h"
 #include "glog/logging.h"
 
 namespace edgeaccel::testing {
@@ -77,16 +78,6 @@ TestKubelet::~TestKubelet() { Stop(); }
 
 std::string TestKubelet::DevicePluginsDir() const { return root_ + "/device-plugins"; }
 std::string TestKubelet::PluginsRegistryDir() const { return root_ + "/plugins_registry"; }
-
-std::shared_ptr<grpc::Channel> TestKubelet::Dial(const std::string& socket) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
-  return grpc::CreateCustomChannel(absl::StrCat("unix:", socket),
-                                   grpc::InsecureChannelCredentials(), args);
-}
 
 void TestKubelet::Start() {
   mkdir(root_.c_str(), 0755);
@@ -214,7 +205,7 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->resource = resource;
   endpoint->via = via;
-  endpoint->channel = Dial(socket);
+  endpoint->channel = DialUnixSocket(socket);
   endpoint->stub = v1beta1::DevicePlugin::NewStub(endpoint->channel);
   {
     grpc::ClientContext context;
@@ -285,7 +276,7 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
 }
 
 absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket) {
-  std::shared_ptr<grpc::Channel> channel = Dial(socket);
+  std::shared_ptr<grpc::Channel> channel = DialUnixSocket(socket);
   if (!channel->WaitForConnected(In(absl::Seconds(10)))) {
     return absl::UnavailableError(absl::StrCat("cannot dial ", socket));
   }

@@ -126,7 +126,6 @@ class TestKubelet {
   absl::Status RegisterFromWatcher(const std::string& socket);
   void Note(const std::string& entry);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
-  std::shared_ptr<grpc::Channel> Dial(const std::string& socket);
   std::unique_ptr<v1beta1::DevicePlugin::Stub> StubFor(const std::string& resource);
 
   const std::string root_;
