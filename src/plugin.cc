@@ -301,22 +301,18 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::Li
   auto stream = std::make_shared<Stream>(this);
   bool ended;
   {
+    // Every stream is kept alive by this map until its OnDone.
     absl::MutexLock lock(&mu_);
     ended = ended_;
-    if (!ended) streams_[stream.get()] = stream;
+    streams_[stream.get()] = stream;
   }
   counters_->streams_opened.fetch_add(1);
   if (ended) {
-    // Shutting down: answer and let OnDone find nothing to forget. Keep the reactor alive until
-    // then by handing it to the map anyway.
-    absl::MutexLock lock(&mu_);
-    streams_[stream.get()] = stream;
-    Stream* raw = stream.get();
-    raw->End();
-    return raw;
+    stream->End();  // shutting down: answer at once, with no devices
+  } else {
+    LOG(INFO) << set_->resource_name() << ": ListAndWatch stream opened";
+    stream->Begin(stream);
   }
-  LOG(INFO) << set_->resource_name() << ": ListAndWatch stream opened";
-  stream->Begin(stream);
   return stream.get();
 }
 
