@@ -3,9 +3,68 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace edgeaccel {
+
+const std::map<std::string, std::string>& KnownFamilies() {
+  static const auto* families = new std::map<std::string, std::string>{
+      {"coral-pcie", std::string(kResourceEdgeTpu)},
+      {"coral-usb", std::string(kResourceEdgeTpu)},
+      {"tegra", std::string(kResourceNvidiaGpu)},
+      {"nvidia", std::string(kResourceNvidiaGpu)},
+  };
+  return *families;
+}
+
+absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
+  std::set<std::string> families;
+  if (text == "all" || text.empty()) return families;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (!KnownFamilies().count(std::string(name))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--families: unknown family \"", absl::CHexEscape(name.substr(0, 40)),
+          "\" (known: all, coral-pcie, coral-usb, nvidia, tegra)"));
+    }
+    families.insert(std::string(name));
+  }
+  return families;
+}
+
+absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text) {
+  std::map<std::string, int> replicas;
+  if (text.empty()) return replicas;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t equals = entry.rfind('=');
+    int count = 0;
+    const std::string resource(equals == absl::string_view::npos ? entry : entry.substr(0, equals));
+    if (equals == absl::string_view::npos ||
+        !absl::SimpleAtoi(entry.substr(equals + 1), &count)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas: \"", absl::CHexEscape(entry.substr(0, 60)),
+          "\" is not <resource>=<count>, e.g. nvidia.com/gpu=4"));
+    }
+    if (resource != kResourceEdgeTpu && resource != kResourceNvidiaGpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas: unknown resource \"", absl::CHexEscape(resource.substr(0, 60)),
+          "\" (known: coral.ai/edgetpu, nvidia.com/gpu)"));
+    }
+    if (count < 1 || count > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--replicas: ", resource, " wants 1 to 64 replicas, got ", count));
+    }
+    if (!replicas.emplace(resource, count).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--replicas: ", resource, " given twice"));
+    }
+  }
+  return replicas;
+}
 
 absl::Status ValidateConfig(const DaemonConfig& config) {
   struct stat st;
@@ -48,6 +107,10 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--temperature-hysteresis must be between 0 and 50 °C, got ",
                      config.temperature_hysteresis_celsius));
+  }
+  if (config.cdi && (config.cdi_dir.empty() || config.cdi_dir[0] != '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cdi-dir must be an absolute path, got \"", config.cdi_dir, "\""));
   }
   if (config.register_timeout < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError(absl::StrCat("--register-timeout must be at least 100ms, got ",

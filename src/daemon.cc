@@ -4,7 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "edgeaccel/constants.h"
 #include "edgeaccel/coral.h"
+#include "edgeaccel/nvidia.h"
+#include "edgeaccel/tegra.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -20,28 +23,67 @@ Daemon::Daemon(DaemonConfig config)
   }
   coral_policy.temperature_hysteresis_mc =
       static_cast<int64_t>(std::llround(config_.temperature_hysteresis_celsius * 1000));
+  const NvidiaOptions nvidia_options{config_.nvidia_runtime_envs};
 
-  auto coral = std::make_unique<Resource>();
-  coral->discoverers.push_back(std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
-  coral->set = std::make_unique<DeviceSet>(coral->discoverers.front()->ResourceName());
-  resources_.push_back(std::move(coral));
+  auto enabled = [this](const std::string& family) {
+    return config_.families.empty() || config_.families.count(family) > 0;
+  };
+  // Families in a fixed order; each feeds the resource it serves.
+  if (enabled("coral-pcie")) {
+    ResourceFor(std::string(kResourceEdgeTpu))
+        ->discoverers.push_back(std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
+  }
+  if (enabled("coral-usb")) {
+    ResourceFor(std::string(kResourceEdgeTpu))
+        ->discoverers.push_back(std::make_unique<CoralUsbDiscoverer>(&host_));
+  }
+  if (enabled("tegra")) {
+    ResourceFor(std::string(kResourceNvidiaGpu))
+        ->discoverers.push_back(std::make_unique<TegraGpuDiscoverer>(&host_, nvidia_options));
+  }
+  if (enabled("nvidia")) {
+    ResourceFor(std::string(kResourceNvidiaGpu))
+        ->discoverers.push_back(std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options));
+  }
 
   for (auto& resource : resources_) {
-    for (auto& discoverer : resource->discoverers) watcher_.Add(discoverer.get(), resource->set.get());
+    DeviceSet* set = resource->set.get();
+    for (auto& discoverer : resource->discoverers) watcher_.Add(discoverer.get(), set);
+    auto replicas = config_.replicas.find(set->resource_name());
+    if (replicas != config_.replicas.end()) watcher_.SetReplicas(set, replicas->second);
     ResourceRegistrar::Options options;
     options.kubelet_root = config_.kubelet_root;
     options.mode = config_.registration;
     options.register_timeout = config_.register_timeout;
-    resource->registrar = std::make_unique<ResourceRegistrar>(options, resource->set.get());
+    options.plugin.cdi_devices = config_.cdi;
+    resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
+    if (config_.cdi) {
+      resource->cdi = std::make_unique<CdiSpecFile>(config_.cdi_dir, set->resource_name());
+    }
   }
+}
+
+Daemon::Resource* Daemon::ResourceFor(const std::string& name) {
+  for (auto& resource : resources_) {
+    if (resource->set->resource_name() == name) return resource.get();
+  }
+  auto resource = std::make_unique<Resource>();
+  resource->set = std::make_unique<DeviceSet>(name);
+  resources_.push_back(std::move(resource));
+  return resources_.back().get();
 }
 
 Daemon::~Daemon() { Stop(); }
 
 absl::Status Daemon::Start() {
-  // Registrars start when a resource first has devices, from whichever thread sees that.
   for (auto& resource : resources_) {
     Resource* r = resource.get();
+    // The CDI spec is rewritten whenever the devices change, before anyone can be told of them.
+    if (r->cdi != nullptr) {
+      r->cdi_listener = r->set->Subscribe(
+          [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, *snapshot); });
+    }
+    // Registrars start when a resource first has devices, from whichever thread sees that.
     r->listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
       if (!snapshot->devices.empty()) StartRegistrar(r);
     });
@@ -52,6 +94,14 @@ absl::Status Daemon::Start() {
     if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
   }
   return absl::OkStatus();
+}
+
+void Daemon::WriteCdi(Resource* resource, const Snapshot& snapshot) {
+  absl::Status status = resource->cdi->Write(snapshot);
+  if (!status.ok()) {
+    LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
+               << status.message() << "; CDI-aware runtimes will not find these devices";
+  }
 }
 
 void Daemon::StartRegistrar(Resource* resource) {
@@ -72,7 +122,10 @@ void Daemon::Stop() {
     stopped_ = true;
   }
   watcher_.Stop();
-  for (auto& resource : resources_) resource->registrar->Stop();
+  for (auto& resource : resources_) {
+    resource->registrar->Stop();
+    if (resource->cdi != nullptr) resource->cdi->Remove();
+  }
 }
 
 void Daemon::ScanOnce() { watcher_.ScanAll(); }

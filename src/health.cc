@@ -21,16 +21,34 @@ HostWatcher::HostWatcher(const Host* host, Options options) : host_(host), optio
 HostWatcher::~HostWatcher() { Stop(); }
 
 void HostWatcher::Add(Discoverer* discoverer, DeviceSet* set) {
-  families_.push_back({discoverer, set});
+  families_.push_back({discoverer, set, {}});
 }
 
+void HostWatcher::SetReplicas(DeviceSet* set, int replicas) { replicas_[set] = replicas; }
+
 void HostWatcher::ScanAll() {
-  for (size_t i = 0; i < families_.size(); ++i) Rescan(i);
+  absl::flat_hash_set<DeviceSet*> sets;
+  for (Family& family : families_) {
+    scans_.fetch_add(1);
+    family.last = family.discoverer->Scan();
+    sets.insert(family.set);
+  }
+  for (DeviceSet* set : sets) Publish(set);
 }
 
 void HostWatcher::Rescan(size_t family) {
   scans_.fetch_add(1);
-  families_[family].set->Update(families_[family].discoverer->Scan());
+  families_[family].last = families_[family].discoverer->Scan();
+  Publish(families_[family].set);
+}
+
+void HostWatcher::Publish(DeviceSet* set) {
+  std::vector<Device> devices;
+  for (const Family& family : families_) {
+    if (family.set == set) devices.insert(devices.end(), family.last.begin(), family.last.end());
+  }
+  auto replicas = replicas_.find(set);
+  set->Update(ExpandReplicas(std::move(devices), replicas == replicas_.end() ? 1 : replicas->second));
 }
 
 absl::Status HostWatcher::Start() {
@@ -134,9 +152,11 @@ void HostWatcher::HandleInotify() {
   }
   if (rearm) {
     // A directory appeared or vanished, or events were lost: look at everything again.
-    ArmWatches();
     for (size_t f = 0; f < families_.size(); ++f) dirty.insert(f);
   }
+  // Re-arm after every batch: some families watch directories that come and go with devices
+  // (/dev/bus/usb/NNN). A handful of inotify_add_watch calls cost microseconds.
+  ArmWatches();
   for (size_t f : dirty) {
     VLOG(1) << families_[f].set->resource_name() << ": host changed, rescanning";
     Rescan(f);

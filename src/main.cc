@@ -53,6 +53,19 @@ ABSL_FLAG(double, temperature_hysteresis, 2.0,
           "An overheated Edge TPU is Healthy again once this many °C below the threshold.");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(10),
           "How long one Register call to the kubelet may take before it is retried.");
+ABSL_FLAG(std::string, families, "all",
+          "Device families to look for, comma-separated: coral-pcie, coral-usb (coral.ai/edgetpu), "
+          "tegra, nvidia (nvidia.com/gpu), or all. A resource is registered once it has a device.");
+ABSL_FLAG(std::string, replicas, "",
+          "Time-sliced sharing: advertise each device as N replicas, e.g. nvidia.com/gpu=4. "
+          "Replica ids are <device id>::<n>; pods sharing a device are not isolated.");
+ABSL_FLAG(bool, nvidia_runtime_envs, true,
+          "Answer NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES for nvidia.com/gpu, for "
+          "the NVIDIA container runtime (on Jetson it mounts the driver libraries from them).");
+ABSL_FLAG(bool, cdi, false,
+          "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
+          "keep matching CDI specs in --cdi-dir, removed on exit.");
+ABSL_FLAG(std::string, cdi_dir, "/var/run/cdi", "Where CDI specs are written (with --cdi).");
 ABSL_FLAG(bool, discover, false,
           "Print what would be advertised on this host (resources, device ids, health, device "
           "nodes, facts) and exit.");
@@ -76,8 +89,19 @@ void NormalizeFlagNames(int argc, char** argv) {
   }
 }
 
-edgeaccel::DaemonConfig ConfigFromFlags() {
+absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   edgeaccel::DaemonConfig config;
+  absl::StatusOr<std::set<std::string>> families =
+      edgeaccel::ParseFamilies(absl::GetFlag(FLAGS_families));
+  if (!families.ok()) return families.status();
+  config.families = *families;
+  absl::StatusOr<std::map<std::string, int>> replicas =
+      edgeaccel::ParseReplicas(absl::GetFlag(FLAGS_replicas));
+  if (!replicas.ok()) return replicas.status();
+  config.replicas = *replicas;
+  config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
+  config.cdi = absl::GetFlag(FLAGS_cdi);
+  config.cdi_dir = absl::GetFlag(FLAGS_cdi_dir);
   config.host_root = absl::GetFlag(FLAGS_host_root);
   config.kubelet_root = absl::GetFlag(FLAGS_kubelet_root);
   config.registration = absl::GetFlag(FLAGS_registration);
@@ -109,11 +133,13 @@ int main(int argc, char** argv) {
   FLAGS_v = absl::GetFlag(FLAGS_verbosity);
   google::InitGoogleLogging(argv[0]);
 
-  const edgeaccel::DaemonConfig config = ConfigFromFlags();
-  if (absl::Status status = edgeaccel::ValidateConfig(config); !status.ok()) {
-    std::cerr << "edgeaccel-device-plugin: " << status.message() << "\n";
+  absl::StatusOr<edgeaccel::DaemonConfig> parsed = ConfigFromFlags();
+  absl::Status valid = parsed.ok() ? edgeaccel::ValidateConfig(*parsed) : parsed.status();
+  if (!valid.ok()) {
+    std::cerr << "edgeaccel-device-plugin: " << valid.message() << "\n";
     return 2;
   }
+  const edgeaccel::DaemonConfig& config = *parsed;
 
   if (absl::GetFlag(FLAGS_discover)) {
     FLAGS_minloglevel = google::GLOG_WARNING;  // the report on stdout is the answer

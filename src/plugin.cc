@@ -13,6 +13,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "edgeaccel/cdi.h"
 #include "edgeaccel/constants.h"
 #include "glog/logging.h"
 
@@ -51,6 +53,7 @@ bool SocketIsLive(const std::string& path) {
 
 absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::string& resource,
                                       const v1beta1::ContainerAllocateRequest& request,
+                                      const PluginOptions& options,
                                       v1beta1::ContainerAllocateResponse* response) {
   if (request.devices_ids_size() == 0) {
     return absl::InvalidArgumentError(
@@ -58,7 +61,8 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
   }
   absl::flat_hash_set<absl::string_view> seen_ids;
   absl::flat_hash_set<absl::string_view> seen_paths;
-  std::map<std::string, std::string> envs;
+  absl::flat_hash_set<std::string> seen_cdi;
+  std::map<std::string, std::vector<std::string>> env_values;
   for (const std::string& id : request.devices_ids()) {
     if (!seen_ids.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrCat("device id ", Quoted(id),
@@ -82,6 +86,17 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
       spec->set_container_path(node.container_path);
       spec->set_permissions(node.permissions);
     }
+    for (const auto& [key, value] : device->envs) {
+      std::vector<std::string>& values = env_values[key];
+      if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
+    }
+    if (options.cdi_devices) {
+      std::string name = CdiDeviceName(resource, PhysicalId(*device));
+      if (seen_cdi.insert(name).second) response->add_cdi_devices()->set_name(std::move(name));
+    }
+  }
+  for (const auto& [key, values] : env_values) {
+    (*response->mutable_envs())[key] = absl::StrJoin(values, ",");
   }
   return absl::OkStatus();
 }
@@ -106,11 +121,17 @@ std::vector<std::string> PreferredDevices(
 
   // Healthy candidates grouped by NUMA node (-1: unknown), ids sorted within a group.
   std::map<int, std::vector<std::string>> by_numa;
+  absl::flat_hash_map<std::string, int> free_replicas;  // per physical device
+  auto physical = [&](const std::string& id) -> std::string {
+    const Device* device = snapshot.Find(id);
+    return device == nullptr ? id : PhysicalId(*device);
+  };
   for (const std::string& id : request.available_deviceids()) {
     if (taken.contains(id)) continue;
     const Device* device = snapshot.Find(id);
     if (device == nullptr || device->health != Health::kHealthy) continue;
     by_numa[device->numa_node.value_or(-1)].push_back(id);
+    free_replicas[PhysicalId(*device)]++;
     taken.insert(id);
   }
   for (auto& [numa, ids] : by_numa) std::sort(ids.begin(), ids.end());
@@ -128,10 +149,25 @@ std::vector<std::string> PreferredDevices(
     return std::make_tuple(2, -static_cast<long>(count), numa);
   };
   std::sort(order.begin(), order.end(), [&](int a, int b) { return rank(a) < rank(b); });
+
+  // Within a node, spread over physical devices: least used in this answer first, then the one
+  // with most replicas free (least loaded by other pods), then by id.
+  absl::flat_hash_map<std::string, int> used;
+  for (const std::string& id : chosen) used[physical(id)]++;
   for (int numa : order) {
-    for (const std::string& id : by_numa[numa]) {
-      if (need == 0) break;
-      chosen.push_back(id);
+    std::vector<std::string>& ids = by_numa[numa];
+    while (need > 0 && !ids.empty()) {
+      auto best = ids.begin();
+      auto key = [&](const std::string& id) {
+        const std::string p = physical(id);
+        return std::make_tuple(used[p], -free_replicas[p], p, id);
+      };
+      for (auto it = ids.begin(); it != ids.end(); ++it) {
+        if (key(*it) < key(*best)) best = it;
+      }
+      used[physical(*best)]++;
+      chosen.push_back(*best);
+      ids.erase(best);
       --need;
     }
   }
@@ -254,8 +290,9 @@ class DevicePluginService::Stream final
 // ---------------------------------------------------------------------------------------------
 // Service
 
-DevicePluginService::DevicePluginService(DeviceSet* set, PluginCounters* counters)
-    : set_(set), counters_(counters) {}
+DevicePluginService::DevicePluginService(DeviceSet* set, PluginCounters* counters,
+                                         PluginOptions options)
+    : set_(set), counters_(counters), options_(options) {}
 
 DevicePluginService::~DevicePluginService() {
   absl::MutexLock lock(&mu_);
@@ -338,7 +375,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
     status = absl::InvalidArgumentError("Allocate request has no container");
   }
   for (const auto& container : request->container_requests()) {
-    status = BuildContainerAllocation(*snapshot, set_->resource_name(), container,
+    status = BuildContainerAllocation(*snapshot, set_->resource_name(), container, options_,
                                       response->add_container_responses());
     if (!status.ok()) break;
   }
@@ -369,11 +406,12 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
 // Server
 
 PluginServer::PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-                           grpc::Service* extra_service)
+                           grpc::Service* extra_service, PluginOptions options)
     : socket_path_(std::move(socket_path)),
       set_(set),
       counters_(counters),
-      extra_service_(extra_service) {}
+      extra_service_(extra_service),
+      options_(options) {}
 
 PluginServer::~PluginServer() { Stop(); }
 
@@ -407,7 +445,7 @@ absl::Status PluginServer::Start() {
     return absl::InternalError(absl::StrCat("cannot stat ", socket_path_, ": ", strerror(errno)));
   }
 
-  service_ = std::make_unique<DevicePluginService>(set_, counters_);
+  service_ = std::make_unique<DevicePluginService>(set_, counters_, options_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());

@@ -374,7 +374,8 @@ void ResourceRegistrar::Run() {
       const std::string path = absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
       auto server = std::make_unique<PluginServer>(
           path, set_, &counters_,
-          mode == RegistrationMode::kPluginWatcher ? &watcher_service_ : nullptr);
+          mode == RegistrationMode::kPluginWatcher ? &watcher_service_ : nullptr,
+          options_.plugin);
       absl::Status status = server->Start();
       if (!status.ok()) {
         retry_at_ = absl::Now() + NextBackoff();

@@ -2,10 +2,13 @@
 #ifndef EDGEACCEL_CONFIG_H_
 #define EDGEACCEL_CONFIG_H_
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "edgeaccel/constants.h"
 #include "edgeaccel/registration.h"
@@ -21,7 +24,24 @@ struct DaemonConfig {
   std::optional<double> temperature_threshold_celsius;
   double temperature_hysteresis_celsius = 2.0;
   absl::Duration register_timeout = absl::Seconds(10);
+  // Device families to look for (coral-pcie, coral-usb, tegra, nvidia); empty: all of them.
+  std::set<std::string> families;
+  // Time-sliced replicas per resource ("nvidia.com/gpu" -> 4); absent: 1.
+  std::map<std::string, int> replicas;
+  // Answer NVIDIA container runtime envs for nvidia.com/gpu.
+  bool nvidia_runtime_envs = true;
+  // Answer CDI device names and keep CDI specs in cdi_dir (as this process sees it).
+  bool cdi = false;
+  std::string cdi_dir = "/var/run/cdi";
 };
+
+// Every family the daemon knows, with the resource it serves.
+const std::map<std::string, std::string>& KnownFamilies();
+
+// "coral-pcie,tegra" or "all".
+absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
+// "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).
+absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text);
 
 // Says exactly what is wrong with a configuration, in terms of the flag to change.
 absl::Status ValidateConfig(const DaemonConfig& config);

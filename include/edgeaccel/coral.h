@@ -44,6 +44,34 @@ class CoralPcieDiscoverer : public Discoverer {
   absl::flat_hash_set<std::string> overheated_;  // ids currently over the threshold
 };
 
+// Google Coral USB Accelerator.
+//
+// Found in /sys/bus/usb/devices/<bus>-<port>[.<port>...] by its ids: 1a6e:089a before its
+// firmware is loaded (DFU mode), 18d1:9302 after. The id is the USB port path ("2-1"), which stays
+// the same when the device re-enumerates with a new device number as its firmware loads; the
+// container gets /dev/bus/usb/BBB/DDD of the moment.
+//
+// A container keeps the device node it started with. When the Accelerator re-enumerates (firmware
+// load, replug), that node is gone and the device cgroup does not allow the new one, so a
+// container cannot survive it, and one started on a DFU-mode device would lose it the moment its
+// own runtime loaded the firmware. So a DFU-mode device is advertised Unhealthy ("firmware not
+// loaded"): it becomes Healthy (and allocatable) once the host has initialised it, and a
+// running container is never handed a device about to vanish under it.
+class CoralUsbDiscoverer : public Discoverer {
+ public:
+  explicit CoralUsbDiscoverer(const Host* host);
+
+  std::string ResourceName() const override;
+  std::string Family() const override { return "coral-usb"; }
+  std::vector<Device> Scan() override;
+  std::vector<WatchSpec> WatchPaths() const override;
+  std::string NothingFoundHint() const override;
+
+ private:
+  const Host* host_;
+  OnceLogger log_;
+};
+
 // Driver default for hw_temp_warn2 as read back from sysfs (100000 encodes to 99800).
 inline constexpr int64_t kApexDefaultShutdownTempMc = 99800;
 

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "edgeaccel/cdi.h"
 #include "edgeaccel/config.h"
 #include "edgeaccel/discovery.h"
 #include "edgeaccel/health.h"
@@ -44,10 +45,14 @@ class Daemon {
     std::unique_ptr<DeviceSet> set;
     std::vector<std::unique_ptr<Discoverer>> discoverers;
     std::unique_ptr<ResourceRegistrar> registrar;
+    std::unique_ptr<CdiSpecFile> cdi;  // with --cdi
     uint64_t listener = 0;
+    uint64_t cdi_listener = 0;
   };
 
+  Resource* ResourceFor(const std::string& name);
   void StartRegistrar(Resource* resource);
+  void WriteCdi(Resource* resource, const Snapshot& snapshot);
 
   const DaemonConfig config_;
   Host host_;

@@ -38,11 +38,25 @@ struct Device {
   std::string unhealthy_reason;
   std::optional<int> numa_node;
   std::vector<DeviceNode> nodes;
+  // Environment a container using this device needs (e.g. NVIDIA_VISIBLE_DEVICES). When several
+  // devices set the same variable, Allocate joins their distinct values with ",".
+  std::map<std::string, std::string> envs;
+  // For a time-sliced replica ("<id>::<n>"): the physical device's id. Empty for a physical one.
+  std::string replica_of;
   // Facts for humans and labels (pci_address, driver_version, ...). Ordered for stable output.
   std::map<std::string, std::string> facts;
   // Readings that change all the time (temperature); never part of what the kubelet sees.
   std::map<std::string, double> telemetry;
 };
+
+// The physical device behind `device` (itself, or what it is a replica of).
+inline const std::string& PhysicalId(const Device& device) {
+  return device.replica_of.empty() ? device.id : device.replica_of;
+}
+
+// Time-slicing: `replicas` copies of every device, ids "<id>::0" .. "<id>::<replicas-1>",
+// sharing the physical device's nodes, envs and health. replicas <= 1 returns `devices` as is.
+std::vector<Device> ExpandReplicas(std::vector<Device> devices, int replicas);
 
 // True when the kubelet-visible parts differ: id, health, topology or device nodes. Facts and
 // telemetry changes are not worth a ListAndWatch message.

@@ -6,9 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "edgeaccel/device.h"
 
 namespace edgeaccel {
+
+// Logs each distinct warning once: discoverers rescan on every probe, and a malformed host file
+// should be one clear log line, not one every few seconds.
+class OnceLogger {
+ public:
+  void Warn(const std::string& message);
+
+ private:
+  absl::flat_hash_set<std::string> seen_;
+};
 
 // A host directory whose entries matter to a discoverer. A change to an entry whose name starts
 // with `name_prefix` (empty: any) triggers a rescan.

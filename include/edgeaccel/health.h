@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "edgeaccel/discovery.h"
@@ -39,8 +40,12 @@ class HostWatcher {
   HostWatcher(const HostWatcher&) = delete;
   HostWatcher& operator=(const HostWatcher&) = delete;
 
-  // Adds a family whose devices go to `set`. Only before Start().
+  // Adds a family whose devices go to `set`. Several families may feed one set (PCIe and USB
+  // Edge TPUs are both coral.ai/edgetpu): the set always holds all of their devices. Only
+  // before Start().
   void Add(Discoverer* discoverer, DeviceSet* set);
+  // Advertise every device of `set` as `replicas` time-sliced replicas. Only before Start().
+  void SetReplicas(DeviceSet* set, int replicas);
 
   // Scans everything once (so the sets are filled when this returns), then watches.
   absl::Status Start();
@@ -56,6 +61,7 @@ class HostWatcher {
   struct Family {
     Discoverer* discoverer;
     DeviceSet* set;
+    std::vector<Device> last;  // this family's latest scan
   };
   struct Target {  // one watched directory, and who cares about it
     size_t family;
@@ -64,12 +70,15 @@ class HostWatcher {
 
   void Run();
   void Rescan(size_t family);
+  // Updates `set` with the latest scans of all its families.
+  void Publish(DeviceSet* set);
   void ArmWatches();
   void HandleInotify();
 
   const Host* host_;
   const Options options_;
   std::vector<Family> families_;
+  absl::flat_hash_map<DeviceSet*, int> replicas_;
   std::vector<Target> targets_;  // parallel to the directories armed in watcher_
   DirectoryWatcher watcher_;
   int timer_fd_ = -1;

@@ -33,20 +33,30 @@ struct PluginCounters {
   std::atomic<uint64_t> streams_opened{0};
 };
 
+struct PluginOptions {
+  // Also answer cdi_devices (edgeaccel.io/<class>=<physical id>, see cdi.h).
+  bool cdi_devices = false;
+};
+
 // Builds the Allocate answer for one container from the current snapshot, or says which id is
-// wrong. Pure: exposed for tests and benchmarks.
+// wrong: the device nodes of every requested device (each host path once, so replicas of one
+// device give its nodes once), their envs (distinct values of one variable joined with ","),
+// and with CDI on, their CDI names. Pure: exposed for tests and benchmarks.
 absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::string& resource,
                                       const v1beta1::ContainerAllocateRequest& request,
+                                      const PluginOptions& options,
                                       v1beta1::ContainerAllocateResponse* response);
 
 // Picks `request.allocation_size()` devices: all of must_include, then healthy available devices
-// from as few NUMA nodes as possible (the must_include devices' node first), ties broken by id.
+// from as few NUMA nodes as possible (the must_include devices' node first). Replicas are spread:
+// the next pick is a replica of the physical device used least in this answer and with the most
+// replicas still free. Deterministic.
 std::vector<std::string> PreferredDevices(
     const Snapshot& snapshot, const v1beta1::ContainerPreferredAllocationRequest& request);
 
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
-  DevicePluginService(DeviceSet* set, PluginCounters* counters);
+  DevicePluginService(DeviceSet* set, PluginCounters* counters, PluginOptions options);
   ~DevicePluginService() override;
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
@@ -76,6 +86,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
 
   DeviceSet* const set_;
   PluginCounters* const counters_;
+  const PluginOptions options_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
@@ -87,7 +98,7 @@ class PluginServer {
  public:
   // `socket_path` is the path this process binds.
   PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-               grpc::Service* extra_service);
+               grpc::Service* extra_service, PluginOptions options = {});
   ~PluginServer();
 
   // Binds and serves. A stale socket at the path is replaced; anything else there is an error
@@ -109,6 +120,7 @@ class PluginServer {
   DeviceSet* const set_;
   PluginCounters* const counters_;
   grpc::Service* const extra_service_;
+  const PluginOptions options_;
   std::unique_ptr<DevicePluginService> service_;
   std::unique_ptr<grpc::Server> server_;
   ino_t inode_ = 0;

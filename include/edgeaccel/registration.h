@@ -69,6 +69,7 @@ class ResourceRegistrar {
     RegistrationMode mode = RegistrationMode::kAuto;
     absl::Duration register_timeout = absl::Seconds(10);
     absl::Duration max_backoff = absl::Seconds(30);
+    PluginOptions plugin;
   };
 
   ResourceRegistrar(Options options, DeviceSet* set);
