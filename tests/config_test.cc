@@ -53,5 +53,26 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
   EXPECT_TRUE(ValidateConfig(off).ok());
 }
 
+TEST(ConfigTest, FamiliesParse) {
+  EXPECT_TRUE(ParseFamilies("all")->empty());
+  EXPECT_EQ(*ParseFamilies("coral-pcie,tegra"), (std::set<std::string>{"coral-pcie", "tegra"}));
+  absl::StatusOr<std::set<std::string>> bad = ParseFamilies("coral-pcie,cuda");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown family \"cuda\""));
+}
+
+TEST(ConfigTest, ReplicasParse) {
+  EXPECT_TRUE(ParseReplicas("")->empty());
+  EXPECT_EQ(*ParseReplicas("nvidia.com/gpu=4,coral.ai/edgetpu=2"),
+            (std::map<std::string, int>{{"nvidia.com/gpu", 4}, {"coral.ai/edgetpu", 2}}));
+  for (const char* bad : {"nvidia.com/gpu", "nvidia.com/gpu=0", "nvidia.com/gpu=65",
+                          "nvidia.com/gpu=x", "amd.com/gpu=2", "nvidia.com/gpu=2,nvidia.com/gpu=3",
+                          "=3"}) {
+    absl::StatusOr<std::map<std::string, int>> parsed = ParseReplicas(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--replicas")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace edgeaccel

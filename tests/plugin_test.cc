@@ -216,6 +216,54 @@ TEST_F(PluginTest, SocketIsOwnerOnlyAndItsDisappearanceIsSeen) {
   EXPECT_FALSE(server_->SocketPresent());
 }
 
+TEST(AllocationTest, ReplicasShareNodesAndEnvsOnce) {
+  Device gpu;
+  gpu.id = "GPU-a";
+  gpu.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}, {"/dev/nvidiactl", "/dev/nvidiactl", "rw"}};
+  gpu.envs = {{"NVIDIA_VISIBLE_DEVICES", "GPU-a"}, {"NVIDIA_DRIVER_CAPABILITIES", "compute,utility"}};
+  Device other = gpu;
+  other.id = "GPU-b";
+  other.nodes[0] = {"/dev/nvidia1", "/dev/nvidia1", "rw"};
+  other.envs["NVIDIA_VISIBLE_DEVICES"] = "GPU-b";
+  DeviceSet set("nvidia.com/gpu");
+  set.Update(ExpandReplicas({gpu, other}, 3));
+  std::shared_ptr<const Snapshot> snapshot = set.Current();
+  ASSERT_EQ(snapshot->devices.size(), 6u);
+  EXPECT_EQ(snapshot->devices[0].id, "GPU-a::0");
+
+  v1beta1::ContainerAllocateRequest request;
+  for (const char* id : {"GPU-a::0", "GPU-a::2", "GPU-b::1"}) request.add_devices_ids(id);
+  v1beta1::ContainerAllocateResponse response;
+  ASSERT_TRUE(BuildContainerAllocation(*snapshot, "nvidia.com/gpu", request, {.cdi_devices = true},
+                                       &response).ok());
+  ASSERT_EQ(response.devices_size(), 3);  // nvidia0, nvidiactl, nvidia1: each once
+  EXPECT_EQ(response.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-a,GPU-b");
+  EXPECT_EQ(response.envs().at("NVIDIA_DRIVER_CAPABILITIES"), "compute,utility");
+  ASSERT_EQ(response.cdi_devices_size(), 2);
+  EXPECT_EQ(response.cdi_devices(0).name(), "edgeaccel.io/gpu=GPU-a");
+  EXPECT_EQ(response.cdi_devices(1).name(), "edgeaccel.io/gpu=GPU-b");
+}
+
+TEST(AllocationTest, PreferredReplicasSpreadOverDevices) {
+  Device a, b;
+  a.id = "A";
+  b.id = "B";
+  DeviceSet set("nvidia.com/gpu");
+  set.Update(ExpandReplicas({a, b}, 4));
+  std::shared_ptr<const Snapshot> snapshot = set.Current();
+  v1beta1::ContainerPreferredAllocationRequest request;
+  for (const Device& d : snapshot->devices) request.add_available_deviceids(d.id);
+  request.set_allocation_size(2);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0", "B::0"));
+  // B is busier (two of its replicas taken by other pods): A goes first.
+  request.clear_available_deviceids();
+  for (const char* id : {"A::0", "A::1", "A::2", "B::2", "B::3"}) request.add_available_deviceids(id);
+  request.set_allocation_size(1);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0"));
+  request.set_allocation_size(3);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0", "A::1", "B::2"));
+}
+
 TEST(PluginServerTest, PathTakenByAFileIsAClearError) {
   TempDir dir;
   const std::string path = dir.path() + "/plugin.sock";

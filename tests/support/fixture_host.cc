@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
 
@@ -29,6 +31,16 @@ void MakeParents(const std::string& path) {
       PLOG(FATAL) << "mkdir " << prefix;
     }
   }
+}
+
+// Device-tree strings: each one NUL-terminated, as the kernel exposes them.
+std::string NulTerminated(std::initializer_list<absl::string_view> strings) {
+  std::string out;
+  for (absl::string_view s : strings) {
+    out.append(s.data(), s.size());
+    out.push_back('\0');
+  }
+  return out;
 }
 
 int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
@@ -149,6 +161,137 @@ void FixtureHost::UnplugCoralPcie(unsigned index, absl::string_view pci_address)
 void FixtureHost::SetApexAttribute(unsigned index, absl::string_view attribute,
                                    absl::string_view value) const {
   WriteFile(absl::StrCat("/sys/class/apex/apex_", index, "/", attribute), value);
+}
+
+void FixtureHost::AddCoralUsb(const CoralUsb& usb) const {
+  const std::string sys = "/sys/bus/usb/devices/" + usb.port;
+  WriteFile(sys + "/idVendor", usb.firmware_loaded ? "18d1\n" : "1a6e\n");
+  WriteFile(sys + "/idProduct", usb.firmware_loaded ? "9302\n" : "089a\n");
+  WriteFile(sys + "/busnum", absl::StrCat(usb.bus, "\n"));
+  WriteFile(sys + "/devnum", absl::StrCat(usb.dev, "\n"));
+  WriteFile(sys + "/speed", usb.speed + "\n");
+  // The interface directory, which is not a device.
+  WriteFile(sys + ":1.0/bInterfaceNumber", "00\n");
+  MakeCharDevice(absl::StrFormat("/dev/bus/usb/%03d/%03d", usb.bus, usb.dev), 189,
+                 (usb.bus - 1) * 128 + (usb.dev - 1));
+}
+
+void FixtureHost::ReenumerateCoralUsb(const CoralUsb& before, const CoralUsb& after) const {
+  Remove(absl::StrFormat("/dev/bus/usb/%03d/%03d", before.bus, before.dev));
+  AddCoralUsb(after);
+}
+
+void FixtureHost::AddJetson(Jetson board) const {
+  struct Spec {
+    std::string release, model, compatible, family, devfreq, thermal_type;
+    std::vector<std::string> nodes;  // under /dev
+  };
+  Spec spec;
+  switch (board) {
+    case Jetson::kNanoR32:
+      spec.release =
+          "# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t210ref, EABI: aarch64, DATE: "
+          "Sat Feb 19 17:05:08 UTC 2022\n"
+          "0c165125388fbd943e7f8b37a272dec7c5d57c15 */usr/lib/aarch64-linux-gnu/tegra/libnvmm.so\n";
+      spec.model = NulTerminated({"NVIDIA Jetson Nano Developer Kit"});
+      spec.compatible = NulTerminated({"nvidia,p3450-0000", "nvidia,jetson-nano", "nvidia,tegra210"});
+      spec.family = "Tegra210";
+      spec.devfreq = "57000000.gpu";
+      spec.thermal_type = "GPU-therm";
+      spec.nodes = {"nvhost-as-gpu", "nvhost-ctrl", "nvhost-ctrl-gpu", "nvhost-dbg-gpu",
+                    "nvhost-gpu", "nvhost-msenc", "nvhost-nvdec", "nvhost-nvjpg",
+                    "nvhost-prof-gpu", "nvhost-tsg-gpu", "nvhost-vic", "nvmap"};
+      break;
+    case Jetson::kXavierNxR35:
+      spec.release =
+          "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: "
+          "Tue Aug  1 19:57:35 UTC 2023\n";
+      spec.model = NulTerminated({"NVIDIA Jetson Xavier NX Developer Kit"});
+      spec.compatible =
+          NulTerminated({"nvidia,p3509-0000+p3668-0001", "nvidia,jetson-xavier-nx", "nvidia,tegra194"});
+      spec.family = "Tegra194";
+      spec.devfreq = "17000000.gv11b";
+      spec.thermal_type = "GPU-therm";
+      spec.nodes = {"nvhost-msenc", "nvhost-nvdec", "nvhost-nvdla0", "nvhost-nvdla1",
+                    "nvhost-nvjpg", "nvhost-prof-gpu", "nvhost-pva0", "nvhost-vic", "nvidiactl",
+                    "nvmap", "nvgpu/igpu0/as", "nvgpu/igpu0/channel", "nvgpu/igpu0/ctrl",
+                    "nvgpu/igpu0/ctxsw", "nvgpu/igpu0/dbg", "nvgpu/igpu0/power", "nvgpu/igpu0/prof",
+                    "nvgpu/igpu0/prof-ctx", "nvgpu/igpu0/prof-dev", "nvgpu/igpu0/tsg"};
+      break;
+    case Jetson::kAgxOrinR36:
+      spec.release =
+          "# R36 (release), REVISION: 4.7, GCID: 42132812, BOARD: generic, EABI: aarch64, DATE: "
+          "Thu Sep 18 22:54:44 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\n"
+          "TARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n";
+      spec.model = NulTerminated({"NVIDIA Jetson AGX Orin Developer Kit"});
+      spec.compatible = NulTerminated({"nvidia,p3737-0000+p3701-0005", "nvidia,p3701-0005", "nvidia,tegra234", "nvidia,tegra23x"});
+      spec.family = "Tegra234";
+      spec.devfreq = "17000000.gpu";
+      spec.thermal_type = "gpu-thermal";
+      spec.nodes = {"nvhost-as-gpu", "nvhost-ctrl-gpu", "nvhost-ctxsw-gpu", "nvhost-dbg-gpu",
+                    "nvhost-gpu", "nvhost-nvsched-gpu", "nvhost-nvsched_ctrl_fifo-gpu",
+                    "nvhost-power-gpu", "nvhost-prof-ctx-gpu", "nvhost-prof-dev-gpu",
+                    "nvhost-prof-gpu", "nvhost-sched-gpu", "nvhost-tsg-gpu", "nvmap",
+                    "nvgpu/igpu0/as", "nvgpu/igpu0/channel", "nvgpu/igpu0/ctrl",
+                    "nvgpu/igpu0/ctxsw", "nvgpu/igpu0/dbg", "nvgpu/igpu0/nvsched",
+                    "nvgpu/igpu0/nvsched_ctrl_fifo", "nvgpu/igpu0/power", "nvgpu/igpu0/prof",
+                    "nvgpu/igpu0/prof-ctx", "nvgpu/igpu0/prof-dev", "nvgpu/igpu0/sched",
+                    "nvgpu/igpu0/tsg", "dri/renderD128", "host1x-fence"};
+      break;
+  }
+  WriteFile("/etc/nv_tegra_release", spec.release);
+  WriteFile("/proc/device-tree/model", spec.model);
+  WriteFile("/proc/device-tree/compatible", spec.compatible);
+  WriteFile("/sys/devices/soc0/family", spec.family + "\n");
+  WriteFile("/proc/meminfo", "MemTotal:        3964656 kB\nMemFree:          123456 kB\n");
+  // The GPU platform device with its load, and its devfreq entry (class link, device link).
+  const std::string gpu = "/sys/devices/platform/gpu.0";
+  WriteFile(gpu + "/load", "125\n");
+  WriteFile(gpu + "/railgate_enable", "1\n");
+  WriteFile(gpu + "/of_node/name", "gpu");
+  const std::string devfreq = gpu + "/devfreq/" + spec.devfreq;
+  WriteFile(devfreq + "/cur_freq", "76800000\n");
+  Symlink("../../../gpu.0", devfreq + "/device");
+  Symlink("../../devices/platform/gpu.0/devfreq/" + spec.devfreq, "/sys/class/devfreq/" + spec.devfreq);
+  // Thermal zones, with the constant PMIC-Die and the GPU zone.
+  WriteFile("/sys/class/thermal/thermal_zone0/type", "CPU-therm\n");
+  WriteFile("/sys/class/thermal/thermal_zone0/temp", "31000\n");
+  WriteFile("/sys/class/thermal/thermal_zone1/type", spec.thermal_type + "\n");
+  WriteFile("/sys/class/thermal/thermal_zone1/temp", "26500\n");
+  WriteFile("/sys/class/thermal/thermal_zone2/type", "PMIC-Die\n");
+  WriteFile("/sys/class/thermal/thermal_zone2/temp", "100000\n");
+  unsigned minor = 0;
+  for (const std::string& node : spec.nodes) {
+    if (node == "nvmap") {
+      MakeCharDevice("/dev/nvmap", 10, 62);
+    } else if (absl::StartsWith(node, "dri/")) {
+      MakeCharDevice("/dev/" + node, 226, 128);
+    } else {
+      MakeCharDevice("/dev/" + node, 234, minor++);
+    }
+  }
+  // Not the GPU's: must not be handed out.
+  MakeCharDevice("/dev/ttyTHS1", 238, 1);
+  MakeCharDevice("/dev/nvme0n1", 259, 0);
+}
+
+void FixtureHost::AddNvidiaGpu(const NvidiaGpu& gpu) const {
+  WriteFile("/proc/driver/nvidia/version",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  515.76  Mon Sep 12 19:21:56 UTC 2022\n"
+            "GCC version:  gcc version 7.5.0 (Ubuntu 7.5.0-3ubuntu1~18.04)\n");
+  WriteFile(absl::StrCat("/proc/driver/nvidia/gpus/", gpu.pci_address, "/information"),
+            absl::StrCat("Model: \t\t ", gpu.model, "\nIRQ:   \t\t 16\nGPU UUID: \t ", gpu.uuid,
+                         "\nVideo BIOS: \t 95.04.65.00.13\nBus Type: \t PCIe\nDMA Size: \t 47 bits\n"
+                         "DMA Mask: \t 0x7fffffffffff\nBus Location: \t ", gpu.pci_address,
+                         "\nDevice Minor: \t ", gpu.minor, "\nGPU Excluded:\t No\n"));
+  WriteFile(absl::StrCat("/sys/bus/pci/devices/", gpu.pci_address, "/numa_node"),
+            absl::StrCat(gpu.numa_node, "\n"));
+  WriteFile(absl::StrCat("/sys/bus/pci/devices/", gpu.pci_address, "/vendor"), "0x10de\n");
+  MakeCharDevice(absl::StrCat("/dev/nvidia", gpu.minor), 195, gpu.minor, 0666);
+  MakeCharDevice("/dev/nvidiactl", 195, 255, 0666);
+  MakeCharDevice("/dev/nvidia-modeset", 195, 254, 0666);
+  MakeCharDevice("/dev/nvidia-uvm", 510, 0, 0666);
+  MakeCharDevice("/dev/nvidia-uvm-tools", 510, 1, 0666);
 }
 
 }  // namespace edgeaccel::testing

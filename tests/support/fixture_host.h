@@ -63,6 +63,35 @@ class FixtureHost {
   // Writes one attribute of /sys/class/apex/apex_N (e.g. "temp", "status").
   void SetApexAttribute(unsigned index, absl::string_view attribute, absl::string_view value) const;
 
+  // A Coral USB Accelerator on port `port` ("2-1"): sysfs ids, busnum/devnum, and its node
+  // /dev/bus/usb/BBB/DDD (char 189:(bus-1)*128+dev-1).
+  struct CoralUsb {
+    std::string port = "2-1";
+    int bus = 2;
+    int dev = 2;
+    bool firmware_loaded = false;  // 18d1:9302 (ready) instead of 1a6e:089a (DFU)
+    std::string speed = "5000";
+  };
+  void AddCoralUsb(const CoralUsb& usb) const;
+  // The firmware loads (or the device is replugged): it re-enumerates with new ids and devnum;
+  // the old node goes, a new one appears, the port stays.
+  void ReenumerateCoralUsb(const CoralUsb& before, const CoralUsb& after) const;
+
+  // Jetson boards as their L4T release exposes them (FACTS.md 3-4).
+  enum class Jetson { kNanoR32, kXavierNxR35, kAgxOrinR36 };
+  void AddJetson(Jetson board) const;
+
+  // A discrete NVIDIA GPU under the proprietary driver: /proc/driver/nvidia/{version,gpus/<pci>},
+  // /dev/nvidia<minor>, the control nodes, PCI sysfs with its NUMA node.
+  struct NvidiaGpu {
+    std::string pci_address = "0000:01:00.0";
+    unsigned minor = 0;
+    std::string uuid = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+    std::string model = "NVIDIA L4";
+    int numa_node = 0;
+  };
+  void AddNvidiaGpu(const NvidiaGpu& gpu) const;
+
  private:
   TempDir dir_;
 };
