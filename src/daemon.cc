@@ -165,6 +165,9 @@ std::string Daemon::Describe() const {
         absl::StrAppendFormat(&out, "    device node: %s -> %s (%s)\n", node.host_path,
                               node.container_path, node.permissions);
       }
+      for (const auto& [key, value] : device.envs) {
+        absl::StrAppendFormat(&out, "    env: %s=%s\n", key, value);
+      }
       for (const auto& [key, value] : device.facts) {
         absl::StrAppendFormat(&out, "    %s: %s\n", key, value);
       }

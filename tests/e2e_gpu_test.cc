@@ -1,0 +1,247 @@
+// End to end for nvidia.com/gpu (Jetson, discrete), USB Coral, sharing and CDI: the real
+// binary, fixture hosts built from FACTS.md, and the test kubelet.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "daemon_process.h"
+#include "edgeaccel/constants.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CommandResult;
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::RunCommand;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+const std::string kGpu(kResourceNvidiaGpu);
+const std::string kTpu(kResourceEdgeTpu);
+const char kDaemon[] = EDGEACCEL_DAEMON_PATH;
+constexpr char kUuid0[] = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+constexpr char kUuid1[] = "GPU-8c1c4a2e-59a7-4c3e-9f2f-0a1b2c3d4e5f";
+
+std::vector<std::string> HostPaths(const v1beta1::ContainerAllocateResponse& r) {
+  std::vector<std::string> out;
+  for (const auto& d : r.devices()) {
+    EXPECT_EQ(d.host_path(), d.container_path());
+    EXPECT_EQ(d.permissions(), "rw");
+    out.push_back(d.host_path());
+  }
+  return out;
+}
+
+class GpuE2eTest : public ::testing::Test {
+ protected:
+  void StartKubeletAndDaemon(std::vector<std::string> extra = {}) {
+    kubelet_.Start();
+    std::vector<std::string> args = {"--host-root=" + host_.root(),
+                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ = std::make_unique<DaemonProcess>(kDaemon, args);
+  }
+  bool Advertised(const std::string& resource, int capacity, int allocatable) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(resource) && kubelet_.Capacity(resource) == capacity &&
+             kubelet_.Allocatable(resource) == allocatable;
+    });
+  }
+  v1beta1::ContainerAllocateResponse Allocate(const std::string& resource,
+                                              const std::vector<std::string>& ids) {
+    absl::StatusOr<v1beta1::AllocateResponse> r = kubelet_.Allocate(resource, ids);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->container_responses(0) : v1beta1::ContainerAllocateResponse();
+  }
+
+  FixtureHost host_;
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+TEST_F(GpuE2eTest, JetsonNanoGetsItsNodesAndRuntimeEnvs) {
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kGpu)[0].id(), "tegra210-igpu0");
+  EXPECT_EQ(kubelet_.Capacity(kTpu), -1) << "no Edge TPU here: not registered";
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {"tegra210-igpu0"});
+  EXPECT_THAT(HostPaths(r),
+              ElementsAre("/dev/nvhost-as-gpu", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu",
+                          "/dev/nvhost-dbg-gpu", "/dev/nvhost-gpu", "/dev/nvhost-msenc",
+                          "/dev/nvhost-nvdec", "/dev/nvhost-nvjpg", "/dev/nvhost-prof-gpu",
+                          "/dev/nvhost-tsg-gpu", "/dev/nvhost-vic", "/dev/nvmap"));
+  EXPECT_THAT(r.envs(), UnorderedElementsAre(Pair("NVIDIA_VISIBLE_DEVICES", "all"),
+                                             Pair("NVIDIA_DRIVER_CAPABILITIES", "all")));
+}
+
+TEST_F(GpuE2eTest, XavierNxAndAgxOrin) {
+  for (auto board : {FixtureHost::Jetson::kXavierNxR35, FixtureHost::Jetson::kAgxOrinR36}) {
+    FixtureHost host;
+    host.AddJetson(board);
+    TempDir dir;
+    TestKubelet kubelet(dir.path() + "/kubelet");
+    kubelet.Start();
+    DaemonProcess daemon(kDaemon, {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                                   "--nvidia-runtime-envs=false"});
+    ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.Allocatable(kGpu) == 1; })) << daemon.Log();
+    const std::string id = kubelet.Devices(kGpu)[0].id();
+    absl::StatusOr<v1beta1::AllocateResponse> r = kubelet.Allocate(kGpu, {id});
+    ASSERT_TRUE(r.ok());
+    std::vector<std::string> paths = HostPaths(r->container_responses(0));
+    EXPECT_THAT(paths, ::testing::Contains("/dev/nvgpu/igpu0/ctrl"));
+    EXPECT_THAT(paths, ::testing::Contains("/dev/nvmap"));
+    EXPECT_EQ(r->container_responses(0).envs_size(), 0) << "runtime envs switched off";
+    if (board == FixtureHost::Jetson::kAgxOrinR36) {
+      EXPECT_EQ(id, "tegra234-igpu0");
+      EXPECT_THAT(paths, ::testing::Contains("/dev/dri/renderD128"));
+      EXPECT_EQ(paths.size(), 29u);
+    } else {
+      EXPECT_EQ(id, "tegra194-igpu0");
+      EXPECT_EQ(paths.size(), 20u);
+    }
+  }
+}
+
+TEST_F(GpuE2eTest, TwoGpuServerAdvertisesUuidsAndAllocatesByMinor) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 1, .uuid = kUuid0, .numa_node = 0});
+  host_.AddNvidiaGpu({.pci_address = "0000:81:00.0", .minor = 0, .uuid = kUuid1, .numa_node = 1});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 2, 2)) << daemon_->Log();
+  std::vector<v1beta1::Device> devices = kubelet_.Devices(kGpu);
+  EXPECT_EQ(devices[0].id(), kUuid0);
+  EXPECT_EQ(devices[1].topology().nodes(0).id(), 1);
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  EXPECT_THAT(HostPaths(r), ElementsAre("/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm",
+                                        "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"));
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
+  r = Allocate(kGpu, {kUuid0, kUuid1});
+  EXPECT_EQ(r.devices_size(), 6);
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), std::string(kUuid0) + "," + kUuid1);
+
+  // Hot-unplug one GPU's node: it turns Unhealthy and is refused.
+  host_.Remove("/dev/nvidia1");
+  ASSERT_TRUE(Advertised(kGpu, 2, 1));
+  EXPECT_EQ(kubelet_.Allocate(kGpu, {kUuid0}).status().code(), absl::StatusCode::kFailedPrecondition);
+  host_.MakeCharDevice("/dev/nvidia1", 195, 1);
+  ASSERT_TRUE(Advertised(kGpu, 2, 2));
+}
+
+TEST_F(GpuE2eTest, UsbCoralBecomesAllocatableWhenItsFirmwareLoads) {
+  FixtureHost::CoralUsb dfu{.port = "2-1", .bus = 2, .dev = 2, .firmware_loaded = false};
+  host_.AddCoralUsb(dfu);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kTpu, 1, 0)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "2-1");
+  EXPECT_EQ(kubelet_.Allocate(kTpu, {"2-1"}).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  FixtureHost::CoralUsb ready{.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true};
+  host_.ReenumerateCoralUsb(dfu, ready);
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  EXPECT_THAT(HostPaths(Allocate(kTpu, {"2-1"})), ElementsAre("/dev/bus/usb/002/003"));
+
+  // Replugged: back in DFU mode on a new devnum; the id stays, it is Unhealthy again.
+  host_.ReenumerateCoralUsb(ready, {.port = "2-1", .bus = 2, .dev = 4, .firmware_loaded = false});
+  ASSERT_TRUE(Advertised(kTpu, 1, 0));
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "2-1");
+}
+
+TEST_F(GpuE2eTest, MixedNodeServesBothResourcesOnTheirOwnSockets) {
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  host_.AddCoralUsb({.port = "1-2", .bus = 1, .dev = 5, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kTpu, 2, 2)) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_EQ(access((kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu)).c_str(), F_OK), 0);
+  EXPECT_EQ(access((kubelet_.DevicePluginsDir() + "/" + SocketFileName(kGpu)).c_str(), F_OK), 0);
+  EXPECT_THAT(HostPaths(Allocate(kTpu, {"0000:03:00.0", "1-2"})),
+              ElementsAre("/dev/apex_0", "/dev/bus/usb/001/005"));
+  // A kubelet restart re-registers both.
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.Registrations(kTpu) == 2 && kubelet_.Registrations(kGpu) == 2;
+  })) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kTpu, 2, 2));
+  ASSERT_TRUE(Advertised(kGpu, 1, 1));
+}
+
+TEST_F(GpuE2eTest, FamiliesFlagLeavesOthersAlone) {
+  host_.AddCoralPcie({.index = 0});
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  StartKubeletAndDaemon({"--families=coral-pcie"});
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(kubelet_.Capacity(kGpu), -1);
+}
+
+TEST_F(GpuE2eTest, TimeSlicedReplicas) {
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  StartKubeletAndDaemon({"--replicas=nvidia.com/gpu=4"});
+  ASSERT_TRUE(Advertised(kGpu, 4, 4)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kGpu)[3].id(), "tegra210-igpu0::3");
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {"tegra210-igpu0::0", "tegra210-igpu0::3"});
+  EXPECT_EQ(r.devices_size(), 12) << "the physical device's nodes, once";
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), "all");
+  // Health is shared: the GPU going away takes all four replicas.
+  host_.Remove("/dev/nvmap");
+  ASSERT_TRUE(Advertised(kGpu, 4, 0));
+}
+
+TEST_F(GpuE2eTest, CdiSpecIsKeptAndRemoved) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string cdi_dir = dir_.path() + "/cdi";
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
+  std::ifstream in(spec);
+  std::stringstream content;
+  content << in.rdbuf();
+  EXPECT_THAT(content.str(), HasSubstr("\"name\": \"" + std::string(kUuid0) + "\""));
+  EXPECT_THAT(content.str(), HasSubstr("\"hostPath\": \"/dev/nvidia0\""));
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  ASSERT_EQ(r.cdi_devices_size(), 1);
+  EXPECT_EQ(r.cdi_devices(0).name(), "edgeaccel.io/gpu=" + std::string(kUuid0));
+  daemon_->Signal(SIGTERM);
+  EXPECT_EQ(daemon_->Wait(absl::Seconds(5)), 0);
+  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "CDI spec left behind";
+}
+
+TEST(GpuCliTest, DiscoverShowsEveryFamily) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0});
+  host.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 2, .firmware_loaded = false});
+  host.AddJetson(FixtureHost::Jetson::kNanoR32);
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("2-1  Unhealthy (firmware not loaded (1a6e:089a)"));
+  EXPECT_THAT(result.out, HasSubstr("nvidia.com/gpu: 1 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("l4t_release: 32.7.1"));
+  EXPECT_THAT(result.out, HasSubstr("model: NVIDIA Jetson Nano Developer Kit"));
+  EXPECT_THAT(result.out, HasSubstr("env: NVIDIA_VISIBLE_DEVICES=all"));
+}
+
+TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
+  CommandResult result = RunCommand(kDaemon, {"--replicas=nvidia.com/gpu=0"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--replicas: nvidia.com/gpu wants 1 to 64 replicas"));
+  result = RunCommand(kDaemon, {"--families=coral,cuda"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--families: unknown family"));
+}
+
+}  // namespace
+}  // namespace edgeaccel
