@@ -108,12 +108,12 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
   const std::string& uuid = info["GPU UUID"];
   const std::string& minor_text = info["Device Minor"];
   unsigned minor = 0;
-  std::string missing;
-  if (!IsGpuUuid(uuid)) missing = "a valid \"GPU UUID\"";
-  if (!absl::SimpleAtoi(minor_text, &minor) || minor > 254) missing = "a valid \"Device Minor\"";
+  std::vector<std::string> missing;
+  if (!IsGpuUuid(uuid)) missing.push_back("\"GPU UUID\"");
+  if (!absl::SimpleAtoi(minor_text, &minor) || minor > 254) missing.push_back("\"Device Minor\"");
   if (!missing.empty()) {
-    log_.Warn(absl::StrCat("ignoring GPU ", absl::CHexEscape(bus), ": ", info_path, " lacks ",
-                           missing));
+    log_.Warn(absl::StrCat("ignoring GPU ", absl::CHexEscape(bus), ": ", info_path,
+                           " lacks a valid ", absl::StrJoin(missing, " and ")));
     return std::nullopt;
   }
   Device device;

@@ -177,6 +177,8 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   if (soc.has_value()) device.facts["soc"] = *soc;
   if (release.has_value()) {
     device.facts["l4t_release"] = release->L4t();
+    device.facts["l4t_major"] = release->major;
+    device.facts["l4t_revision"] = release->revision;
     device.facts["l4t_board"] = release->board;
   }
   if (absl::StatusOr<std::string> model = host_->ReadAttribute("/proc/device-tree/model");

@@ -219,6 +219,31 @@ TEST_F(GpuE2eTest, CdiSpecIsKeptAndRemoved) {
   EXPECT_NE(access(spec.c_str(), F_OK), 0) << "CDI spec left behind";
 }
 
+TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice) {
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  host_.WriteFile("/etc/nv_tegra_release", "# R32 (release), REVISI");  // truncated
+  host_.WriteFile("/proc/device-tree/compatible", "nvidia,p3450-0000nvidia,tegra210");
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  host_.WriteFile("/proc/driver/nvidia/gpus/0000:01:00.0/information", "Model: \t\t NVIDIA L4\n");
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.WriteFile("/sys/bus/usb/devices/2-1/idVendor", "18D1\n");
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();  // the Jetson GPU, nothing invented
+  absl::SleepFor(absl::Milliseconds(500));                // several probe intervals
+  EXPECT_TRUE(daemon_->Running());
+  EXPECT_EQ(kubelet_.Capacity(kTpu), -1);
+  const std::string log = daemon_->Log();
+  for (const char* line : {"/etc/nv_tegra_release: not an L4T release line",
+                           "/proc/device-tree/compatible has no NUL separators",
+                           "ignoring GPU 0000:01:00.0: /proc/driver/nvidia/gpus/0000:01:00.0/"
+                           "information lacks a valid \"GPU UUID\"",
+                           "ignoring USB device 2-1: ids \"18D1:9302\" are not 4 lowercase hex"}) {
+    size_t first = log.find(line);
+    EXPECT_NE(first, std::string::npos) << line << "\n" << log;
+    EXPECT_EQ(first, log.rfind(line)) << "logged more than once: " << line;
+  }
+}
+
 TEST(GpuCliTest, DiscoverShowsEveryFamily) {
   FixtureHost host;
   host.AddCoralPcie({.index = 0});
