@@ -119,28 +119,32 @@ std::vector<std::string> PreferredDevices(
   }
   size_t need = static_cast<size_t>(size) - chosen.size();
 
-  // Healthy candidates grouped by NUMA node (-1: unknown), ids sorted within a group.
-  std::map<int, std::vector<std::string>> by_numa;
-  absl::flat_hash_map<std::string, int> free_replicas;  // per physical device
-  auto physical = [&](const std::string& id) -> std::string {
-    const Device* device = snapshot.Find(id);
-    return device == nullptr ? id : PhysicalId(*device);
+  // Healthy candidates grouped by NUMA node (-1: unknown), sorted by id within a group, each with
+  // its physical device (itself, or what it is a replica of).
+  struct Candidate {
+    std::string id;
+    std::string physical;
   };
+  std::map<int, std::vector<Candidate>> by_numa;
+  absl::flat_hash_map<std::string, int> free_replicas;  // per physical device
   for (const std::string& id : request.available_deviceids()) {
     if (taken.contains(id)) continue;
     const Device* device = snapshot.Find(id);
     if (device == nullptr || device->health != Health::kHealthy) continue;
-    by_numa[device->numa_node.value_or(-1)].push_back(id);
+    by_numa[device->numa_node.value_or(-1)].push_back({id, PhysicalId(*device)});
     free_replicas[PhysicalId(*device)]++;
     taken.insert(id);
   }
-  for (auto& [numa, ids] : by_numa) std::sort(ids.begin(), ids.end());
+  for (auto& [numa, candidates] : by_numa) {
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  }
 
   // Order NUMA nodes: those of the must-include devices first; then nodes that can satisfy the
   // rest alone, smallest first (best fit leaves big groups for big requests); then the others,
   // biggest first. Ties by node number: deterministic.
   std::vector<int> order;
-  for (const auto& [numa, ids] : by_numa) order.push_back(numa);
+  for (const auto& [numa, candidates] : by_numa) order.push_back(numa);
   auto rank = [&](int numa) {
     const bool is_must = std::find(must_numa.begin(), must_numa.end(), numa) != must_numa.end();
     const size_t count = by_numa[numa].size();
@@ -153,21 +157,24 @@ std::vector<std::string> PreferredDevices(
   // Within a node, spread over physical devices: least used in this answer first, then the one
   // with most replicas free (least loaded by other pods), then by id.
   absl::flat_hash_map<std::string, int> used;
-  for (const std::string& id : chosen) used[physical(id)]++;
+  for (const std::string& id : chosen) {
+    const Device* device = snapshot.Find(id);
+    used[device == nullptr ? id : PhysicalId(*device)]++;
+  }
   for (int numa : order) {
-    std::vector<std::string>& ids = by_numa[numa];
-    while (need > 0 && !ids.empty()) {
-      auto best = ids.begin();
-      auto key = [&](const std::string& id) {
-        const std::string p = physical(id);
-        return std::make_tuple(used[p], -free_replicas[p], p, id);
+    std::vector<Candidate>& candidates = by_numa[numa];
+    while (need > 0 && !candidates.empty()) {
+      auto key = [&](const Candidate& c) {
+        return std::make_tuple(used[c.physical], -free_replicas[c.physical],
+                               std::cref(c.physical), std::cref(c.id));
       };
-      for (auto it = ids.begin(); it != ids.end(); ++it) {
+      auto best = candidates.begin();
+      for (auto it = candidates.begin() + 1; it != candidates.end(); ++it) {
         if (key(*it) < key(*best)) best = it;
       }
-      used[physical(*best)]++;
-      chosen.push_back(*best);
-      ids.erase(best);
+      used[best->physical]++;
+      chosen.push_back(std::move(best->id));
+      candidates.erase(best);
       --need;
     }
   }
