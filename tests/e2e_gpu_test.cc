@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -242,6 +247,32 @@ TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice)
     EXPECT_NE(first, std::string::npos) << line << "\n" << log;
     EXPECT_EQ(first, log.rfind(line)) << "logged more than once: " << line;
   }
+}
+
+TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAndAllocateStillServes) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string cdi_dir = dir_.path() + "/full";
+  mkdir(cdi_dir.c_str(), 0755);
+  if (mount("tmpfs", cdi_dir.c_str(), "tmpfs", 0, "size=4k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << "): needs CAP_SYS_ADMIN";
+  }
+  {
+    // Fill it.
+    FILE* f = fopen((cdi_dir + "/filler").c_str(), "w");
+    std::string block(1024, 'x');
+    while (f != nullptr && fwrite(block.data(), 1, block.size(), f) == block.size() && fflush(f) == 0) {
+    }
+    if (f != nullptr) fclose(f);
+  }
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("cannot write the CDI spec")) << daemon_->Log();
+  EXPECT_THAT(daemon_->Log(), HasSubstr("No space left on device"));
+  EXPECT_TRUE(daemon_->Running());
+  EXPECT_TRUE(kubelet_.Allocate(kGpu, {kUuid0}).ok());
+  daemon_->Signal(SIGTERM);
+  daemon_->Wait(absl::Seconds(5));
+  umount(cdi_dir.c_str());
 }
 
 TEST(GpuCliTest, DiscoverShowsEveryFamily) {

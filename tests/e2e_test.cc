@@ -209,6 +209,41 @@ TEST_F(E2eTest, SocketPathTakenByAFileIsLoggedAndDaemonKeepsGoing) {
   ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
 }
 
+TEST_F(E2eTest, SocketPathTakenByADirectoryIsLoggedAndDaemonKeepsGoing) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  ASSERT_EQ(mkdir(ours.c_str(), 0755), 0);
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("the path is taken by a directory")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  rmdir(ours.c_str());
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, PluginWatcherRefusalIsLoggedAndTheKubeletRetries) {
+  kubelet_.RefuseRegistrations("node is being drained (test)");
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(daemon->WaitForLog(
+      "the kubelet's plugin watcher refused the registration: node is being drained (test)"))
+      << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();  // the kubelet's own retry, with backoff
+}
+
+TEST_F(E2eTest, UnreadableSysfsFileAsNonRootIsReported) {
+  // Root reads everything; run --discover as nobody to get a real EACCES.
+  chmod(host_.root().c_str(), 0755);
+  chmod(host_.Path("/sys/devices/pci0000:00/0000:03:00.0/apex/apex_0/status").c_str(), 0000);
+  CommandResult result =
+      RunCommand(kDaemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30), 65534);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Unhealthy (cannot read driver status: cannot "
+                                    "open /sys/class/apex/apex_0/status: Permission denied)"));
+  EXPECT_THAT(result.out, HasSubstr("0000:04:00.0  Healthy"));
+}
+
 TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
   host_.UnplugCoralPcie(0, "0000:03:00.0");
   host_.UnplugCoralPcie(1, "0000:04:00.0");

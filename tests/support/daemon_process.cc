@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +29,8 @@ std::string ReadWhole(const std::string& path) {
 }
 
 pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
-            const std::string& out_path, const std::string& err_path) {
+            const std::string& out_path, const std::string& err_path,
+            std::optional<uid_t> uid = std::nullopt) {
   std::vector<std::string> argv_storage = {binary};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -47,6 +49,7 @@ pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (uid.has_value() && (setgid(*uid) != 0 || setuid(*uid) != 0)) _exit(126);
     execv(binary.c_str(), argv.data());
     _exit(127);
   }
@@ -72,11 +75,15 @@ std::optional<int> WaitPid(pid_t pid, absl::Duration timeout) {
 }  // namespace
 
 CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
-                         absl::Duration timeout) {
+                         absl::Duration timeout, std::optional<uid_t> uid) {
   TempDir dir("edgeaccel-cmd");
   const std::string out = dir.path() + "/out", err = dir.path() + "/err";
   close(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  pid_t pid = Spawn(binary, args, out, err);
+  close(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  chmod(dir.path().c_str(), 0777);  // a child running as another user writes its output here
+  chmod(out.c_str(), 0666);
+  chmod(err.c_str(), 0666);
+  pid_t pid = Spawn(binary, args, out, err, uid);
   CommandResult result;
   std::optional<int> code = WaitPid(pid, timeout);
   if (!code.has_value()) {

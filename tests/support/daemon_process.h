@@ -20,9 +20,11 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs `binary args...` to completion (killed after `timeout`) and captures its output.
+// Runs `binary args...` to completion (killed after `timeout`) and captures its output. With
+// `uid` set, the child drops to that user (and its group) first.
 CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
-                         absl::Duration timeout = absl::Seconds(30));
+                         absl::Duration timeout = absl::Seconds(30),
+                         std::optional<uid_t> uid = std::nullopt);
 
 class DaemonProcess {
  public:

@@ -292,7 +292,14 @@ absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket) {
   std::string error;
   bool version_ok = false;
   for (const std::string& v : info.supported_versions()) version_ok |= v == kVersion;
-  if (info.type() != "DevicePlugin") {
+  std::string refuse;
+  {
+    absl::MutexLock lock(&mu_);
+    refuse = refuse_with_;
+  }
+  if (!refuse.empty()) {
+    error = refuse;
+  } else if (info.type() != "DevicePlugin") {
     error = absl::StrCat("unsupported plugin type ", info.type());
   } else if (!version_ok) {
     error = "no supported version (want v1beta1)";

@@ -91,7 +91,8 @@ class TestKubelet {
       const std::vector<std::string>& must_include, int size);
   absl::Status PreStartContainer(const std::string& resource, const std::vector<std::string>& ids);
 
-  // When set, Register answers with this error instead of accepting (to test refusals).
+  // When set, registrations are refused with this error instead of accepted (to test refusals):
+  // Register answers it; the plugin watcher sends NotifyRegistrationStatus(false, error).
   void RefuseRegistrations(const std::string& error);
 
  private:
