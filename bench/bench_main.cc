@@ -19,10 +19,12 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "edgeaccel/host.h"
@@ -149,6 +151,91 @@ void BenchAllocate(int threads, int calls_per_thread) {
   printf("allocate_vs_echo threads=%d calls=%zu: allocate p50 %.1f us p99 %.1f us | echo p50 "
          "%.1f us p99 %.1f us | ratio p50 %.2fx p99 %.2fx (target <= 1.3x)\n",
          threads, all_alloc.size(), a.p50, a.p99, e.p50, e.p99, a.p50 / e.p50, a.p99 / e.p99);
+  server.Stop();
+}
+
+// 1024 advertised devices (8 GPUs x 128 replicas): what the kubelet sees per change, and what
+// Allocate and GetPreferredAllocation cost with that many.
+void BenchManyDevices(int samples) {
+  TempDir dir("edgeaccel-bench");
+  DeviceSet set{std::string(kResourceNvidiaGpu)};
+  std::vector<Device> physical;
+  for (int i = 0; i < 8; ++i) {
+    Device d;
+    d.id = absl::StrFormat("GPU-%08d-0000-0000-0000-000000000000", i);
+    d.numa_node = i / 4;
+    d.nodes = {{absl::StrCat("/dev/nvidia", i), absl::StrCat("/dev/nvidia", i), "rw"},
+               {"/dev/nvidiactl", "/dev/nvidiactl", "rw"}};
+    d.envs["NVIDIA_VISIBLE_DEVICES"] = d.id;
+    physical.push_back(d);
+  }
+  set.Update(ExpandReplicas(physical, 128));
+  PluginCounters counters;
+  EchoService echo;
+  PluginServer server(dir.path() + "/many.sock", &set, &counters, &echo);
+  if (!server.Start().ok()) exit(1);
+  auto channel = grpc::CreateChannel("unix:" + server.socket_path(), grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  auto echo_stub = bench::Echo::NewStub(channel);
+
+  // ListAndWatch: flip one GPU's health, time until the full list arrives.
+  grpc::ClientContext stream_context;
+  auto reader = stub->ListAndWatch(&stream_context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse message;
+  reader->Read(&message);
+  std::vector<double> stream_ms;
+  for (int i = 0; i < samples; ++i) {
+    physical[0].health = i % 2 == 0 ? Health::kUnhealthy : Health::kHealthy;
+    const absl::Time t0 = absl::Now();
+    set.Update(ExpandReplicas(physical, 128));
+    reader->Read(&message);
+    stream_ms.push_back(Micros(absl::Now() - t0) / 1000);
+  }
+  Percentiles l = Summarize(stream_ms);
+  printf("many_devices list_and_watch devices=%d bytes=%zu: change -> full list p50 %.2f ms p99 "
+         "%.2f ms\n",
+         message.devices_size(), message.ByteSizeLong(), l.p50, l.p99);
+
+  // Allocate 1 and 64 replicas, and a preferred allocation of 8 out of 1024, vs echo.
+  auto time_calls = [&](const std::function<void()>& call) {
+    std::vector<double> us;
+    for (int i = 0; i < samples * 5; ++i) {
+      const absl::Time t0 = absl::Now();
+      call();
+      us.push_back(Micros(absl::Now() - t0));
+    }
+    return Summarize(us);
+  };
+  bench::EchoMessage ping, pong;
+  ping.set_payload(std::string(64, 'x'));
+  Percentiles e = time_calls([&] {
+    grpc::ClientContext c;
+    echo_stub->Echo(&c, ping, &pong);
+  });
+  for (int n : {1, 64}) {
+    v1beta1::AllocateRequest request;
+    auto* container = request.add_container_requests();
+    for (int k = 0; k < n; ++k) container->add_devices_ids(set.Current()->devices[k * 16].id);
+    Percentiles a = time_calls([&] {
+      grpc::ClientContext c;
+      v1beta1::AllocateResponse response;
+      if (!stub->Allocate(&c, request, &response).ok()) exit(1);
+    });
+    printf("many_devices allocate ids=%d of 1024: p50 %.1f us p99 %.1f us (echo p50 %.1f us; "
+           "ratio p50 %.2fx)\n",
+           n, a.p50, a.p99, e.p50, a.p50 / e.p50);
+  }
+  v1beta1::PreferredAllocationRequest preferred;
+  auto* want = preferred.add_container_requests();
+  for (const Device& d : set.Current()->devices) want->add_available_deviceids(d.id);
+  want->set_allocation_size(8);
+  Percentiles p = time_calls([&] {
+    grpc::ClientContext c;
+    v1beta1::PreferredAllocationResponse response;
+    if (!stub->GetPreferredAllocation(&c, preferred, &response).ok()) exit(1);
+  });
+  printf("many_devices preferred_allocation size=8 of 1024: p50 %.1f us p99 %.1f us\n", p.p50, p.p99);
+  stream_context.TryCancel();
   server.Stop();
 }
 
@@ -343,7 +430,19 @@ void BenchIdleWithProbe(absl::Duration window) {
 }  // namespace edgeaccel
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  int idle_seconds = 10;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+      idle_seconds = 3;
+    } else if (!(absl::ConsumePrefix(&arg, "--idle-seconds=") && absl::SimpleAtoi(arg, &idle_seconds) &&
+                 idle_seconds > 0)) {
+      fprintf(stderr, "usage: edgeaccel-bench [--quick] [--idle-seconds=N]\n");
+      return 2;
+    }
+  }
   if (geteuid() != 0) {
     fprintf(stderr, "edgeaccel-bench needs root (fixture device nodes are made with mknod)\n");
     return 1;
@@ -351,7 +450,8 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;  // our in-process servers' INFO lines are noise here
   edgeaccel::BenchAllocate(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocate(8, quick ? 500 : 5000);
-  edgeaccel::BenchDaemon(quick ? 50 : 500, quick ? 20 : 100, absl::Seconds(quick ? 3 : 10));
-  edgeaccel::BenchIdleWithProbe(absl::Seconds(quick ? 3 : 10));
+  edgeaccel::BenchManyDevices(quick ? 40 : 200);
+  edgeaccel::BenchDaemon(quick ? 50 : 500, quick ? 20 : 100, absl::Seconds(idle_seconds));
+  edgeaccel::BenchIdleWithProbe(absl::Seconds(idle_seconds));
   return 0;
 }

@@ -433,6 +433,11 @@ bool TestKubelet::StreamOpen(const std::string& resource) {
   return resources_[resource].stream_open;
 }
 
+bool TestKubelet::HasEndpoint(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return endpoints_.count(resource) > 0;
+}
+
 absl::Time TestKubelet::LastRegistration(const std::string& resource) {
   absl::MutexLock lock(&mu_);
   return resources_[resource].last_registration;

@@ -69,6 +69,8 @@ class TestKubelet {
   // ListAndWatch messages received for the resource since construction.
   int Updates(const std::string& resource);
   bool StreamOpen(const std::string& resource);
+  // The kubelet has a live endpoint for the resource (Allocate can reach the plugin).
+  bool HasEndpoint(const std::string& resource);
   absl::Time LastRegistration(const std::string& resource);
   // When the last Register call for the resource arrived, and when kubelet.sock was last
   // created (for measuring re-registration after a restart).
