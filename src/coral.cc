@@ -208,10 +208,7 @@ Device CoralPcieDiscoverer::ScanOne(const std::string& name) {
     }
   }
 
-  if (!problems.empty()) {
-    device.health = Health::kUnhealthy;
-    device.unhealthy_reason = absl::StrJoin(problems, "; ");
-  }
+  SetHealthFromProblems(problems, &device);
   return device;
 }
 

@@ -117,10 +117,7 @@ std::vector<Device> CoralUsbDiscoverer::Scan() {
           "replug it where its firmware is loaded at boot; a container would lose the device "
           "when it re-enumerates");
     }
-    if (!problems.empty()) {
-      device.health = Health::kUnhealthy;
-      device.unhealthy_reason = absl::StrJoin(problems, "; ");
-    }
+    SetHealthFromProblems(problems, &device);
     devices.push_back(std::move(device));
   }
   return devices;

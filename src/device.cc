@@ -1,6 +1,7 @@
 #include "edgeaccel/device.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "edgeaccel/constants.h"
 #include "edgeaccel/discovery.h"
@@ -15,6 +16,11 @@ absl::string_view HealthName(Health health) {
 bool AdvertisementDiffers(const Device& a, const Device& b) {
   return a.id != b.id || a.health != b.health || a.numa_node != b.numa_node ||
          a.nodes != b.nodes || a.envs != b.envs;
+}
+
+void SetHealthFromProblems(const std::vector<std::string>& problems, Device* device) {
+  device->health = problems.empty() ? Health::kHealthy : Health::kUnhealthy;
+  device->unhealthy_reason = absl::StrJoin(problems, "; ");
 }
 
 std::vector<Device> ExpandReplicas(std::vector<Device> devices, int replicas) {

@@ -158,10 +158,7 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
     device.envs["NVIDIA_VISIBLE_DEVICES"] = uuid;
     device.envs["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility";
   }
-  if (!problems.empty()) {
-    device.health = Health::kUnhealthy;
-    device.unhealthy_reason = absl::StrJoin(problems, "; ");
-  }
+  SetHealthFromProblems(problems, &device);
   return device;
 }
 

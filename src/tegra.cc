@@ -247,10 +247,7 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     device.envs["NVIDIA_VISIBLE_DEVICES"] = "all";
     device.envs["NVIDIA_DRIVER_CAPABILITIES"] = "all";
   }
-  if (!problems.empty()) {
-    device.health = Health::kUnhealthy;
-    device.unhealthy_reason = absl::StrJoin(problems, "; ");
-  }
+  SetHealthFromProblems(problems, &device);
   devices.push_back(std::move(device));
   return devices;
 }

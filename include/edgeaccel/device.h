@@ -49,6 +49,10 @@ struct Device {
   std::map<std::string, double> telemetry;
 };
 
+// Sets the device Unhealthy with every problem found, joined with "; ", or leaves it Healthy
+// when there is none.
+void SetHealthFromProblems(const std::vector<std::string>& problems, Device* device);
+
 // The physical device behind `device` (itself, or what it is a replica of).
 inline const std::string& PhysicalId(const Device& device) {
   return device.replica_of.empty() ? device.id : device.replica_of;
