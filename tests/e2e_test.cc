@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "daemon_process.h"
 #include "edgeaccel/constants.h"
 #include "fixture_host.h"
@@ -233,11 +235,21 @@ TEST_F(E2eTest, PluginWatcherRefusalIsLoggedAndTheKubeletRetries) {
 }
 
 TEST_F(E2eTest, UnreadableSysfsFileAsNonRootIsReported) {
-  // Root reads everything; run --discover as nobody to get a real EACCES.
+  // Root reads everything; run --discover as nobody to get a real EACCES. nobody must be able
+  // to reach the binary: the build tree may sit under a private directory such as /root.
+  TempDir bin;
+  chmod(bin.path().c_str(), 0755);
+  const std::string daemon = bin.path() + "/edgeaccel-device-plugin";
+  {
+    std::ifstream in(kDaemon, std::ios::binary);
+    std::ofstream out(daemon, std::ios::binary);
+    out << in.rdbuf();
+  }
+  chmod(daemon.c_str(), 0755);
   chmod(host_.root().c_str(), 0755);
   chmod(host_.Path("/sys/devices/pci0000:00/0000:03:00.0/apex/apex_0/status").c_str(), 0000);
   CommandResult result =
-      RunCommand(kDaemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30), 65534);
+      RunCommand(daemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30), 65534);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Unhealthy (cannot read driver status: cannot "
                                     "open /sys/class/apex/apex_0/status: Permission denied)"));
