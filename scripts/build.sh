@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds everything (daemon, tests, benchmark) into ./build.
+# Configures and builds into ./build: everything (daemon, tests, benchmarks), or only the
+# targets named as arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" >/dev/null
-cmake --build build -j"$(nproc)"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build build -j"$(nproc)" "${targets[@]}"

@@ -3,7 +3,7 @@
 # sockets in the kubelet's directory). Extra arguments go to the daemon, e.g. --discover.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh
+scripts/build.sh edgeaccel-device-plugin
 if [ "$(id -u)" -ne 0 ]; then
   exec sudo build/edgeaccel-device-plugin "$@"
 fi
