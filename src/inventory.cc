@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -38,32 +39,46 @@ bool DeviceSet::Update(std::vector<Device> devices) {
     absl::MutexLock lock(&mu_);
     const Snapshot& old = *current_;
     changed = old.version == 0 || old.devices.size() != devices.size();
-    // Log transitions: what happened, and why.
+    // Log transitions: what happened, and why. Replicas of one device change together: one
+    // line for the device ("<id> (N replicas)"), not one per replica.
+    absl::flat_hash_map<std::string, int> replicas;
+    for (const Device& d : devices) {
+      if (!d.replica_of.empty()) replicas[d.replica_of]++;
+    }
+    auto loggable = [](const Device& d) {
+      return d.replica_of.empty() || d.id == absl::StrCat(d.replica_of, "::0");
+    };
+    auto name = [&](const Device& d) {
+      return d.replica_of.empty() ? d.id
+                                  : absl::StrCat(d.replica_of, " (", replicas[d.replica_of], " replicas)");
+    };
     absl::flat_hash_map<absl::string_view, const Device*> before;
     for (const Device& d : old.devices) before[d.id] = &d;
     for (const Device& d : devices) {
       auto it = before.find(d.id);
       if (it == before.end()) {
         changed = true;
-        LOG(INFO) << resource_name_ << ": device " << d.id << " found, " << HealthName(d.health)
-                  << (d.unhealthy_reason.empty() ? "" : ": ") << d.unhealthy_reason;
+        LOG_IF(INFO, loggable(d)) << resource_name_ << ": device " << name(d) << " found, "
+                                  << HealthName(d.health) << (d.unhealthy_reason.empty() ? "" : ": ")
+                                  << d.unhealthy_reason;
         continue;
       }
       const Device& was = *it->second;
       before.erase(it);
       if (AdvertisementDiffers(was, d)) changed = true;
-      if (was.health != d.health) {
+      if (was.health != d.health && loggable(d)) {
         if (d.health == Health::kUnhealthy) {
-          LOG(WARNING) << resource_name_ << ": device " << d.id
+          LOG(WARNING) << resource_name_ << ": device " << name(d)
                        << " is now Unhealthy: " << d.unhealthy_reason;
         } else {
-          LOG(INFO) << resource_name_ << ": device " << d.id << " is Healthy again";
+          LOG(INFO) << resource_name_ << ": device " << name(d) << " is Healthy again";
         }
       }
     }
     for (const auto& [id, d] : before) {
       changed = true;
-      LOG(WARNING) << resource_name_ << ": device " << id << " is gone";
+      LOG_IF(WARNING, loggable(*d)) << resource_name_ << ": device "
+                                    << (d->replica_of.empty() ? d->id : d->replica_of) << " is gone";
     }
     auto next = std::make_shared<Snapshot>();
     next->version = changed ? old.version + 1 : old.version;

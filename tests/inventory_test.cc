@@ -40,6 +40,16 @@ TEST(InventoryTest, VersionsOnlyWhatTheKubeletSees) {
   EXPECT_EQ(set.Current()->Find("b"), nullptr);
 }
 
+TEST(InventoryTest, ReplicasChangeTogether) {
+  DeviceSet set("nvidia.com/gpu");
+  Device gpu = MakeDevice("GPU-a");
+  EXPECT_TRUE(set.Update(ExpandReplicas({gpu}, 128)));
+  gpu.health = Health::kUnhealthy;
+  EXPECT_TRUE(set.Update(ExpandReplicas({gpu}, 128)));
+  EXPECT_EQ(set.Current()->HealthyCount(), 0);
+  EXPECT_EQ(set.Current()->devices.size(), 128u);
+}
+
 TEST(InventoryTest, DuplicateIdsKeepOne) {
   DeviceSet set("x/y");
   set.Update({MakeDevice("a"), MakeDevice("a")});
