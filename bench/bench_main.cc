@@ -346,7 +346,8 @@ struct RunningDaemon {
     kubelet.Start();
     std::vector<std::string> args = {"--host-root=" + host.root(),
                                      "--kubelet-root=" + kubelet.root(),
-                                     "--probe-interval=" + probe_interval};
+                                     "--probe-interval=" + probe_interval,
+                                     "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon = std::make_unique<DaemonProcess>(EDGEACCEL_DAEMON_PATH, args);
     if (!kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; })) {

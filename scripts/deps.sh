@@ -3,7 +3,8 @@
 # Extra package names given as arguments are installed too (e.g. the fuzzing toolchain).
 set -euo pipefail
 packages=(cmake g++ make pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-          libgrpc++-dev libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev "$@")
+          libgrpc++-dev libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
+          libcpp-httplib-dev libssl-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

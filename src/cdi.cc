@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "edgeaccel/atomic_file.h"
 
 namespace edgeaccel {
 namespace {
@@ -86,25 +87,8 @@ CdiSpecFile::CdiSpecFile(std::string directory, std::string resource_name)
 
 absl::Status CdiSpecFile::Write(const Snapshot& snapshot) const {
   mkdir(directory_.c_str(), 0755);
-  const std::string content = CdiSpecJson(resource_name_, snapshot);
-  const std::string temp = absl::StrCat(directory_, "/.", path_.substr(directory_.size() + 1), ".tmp");
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", temp, ": ", strerror(errno)));
-  ssize_t written = write(fd, content.data(), content.size());
-  const int write_errno = errno;
-  const bool synced = fsync(fd) == 0;
-  close(fd);
-  if (written != static_cast<ssize_t>(content.size()) || !synced) {
-    unlink(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write ", temp, ": ",
-                                            strerror(written < 0 ? write_errno : ENOSPC)));
-  }
-  if (rename(temp.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    unlink(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path_, ": ", strerror(err)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(directory_, path_.substr(directory_.size() + 1),
+                             CdiSpecJson(resource_name_, snapshot));
 }
 
 void CdiSpecFile::Remove() const { unlink(path_.c_str()); }

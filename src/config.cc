@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "edgeaccel/metrics.h"
 
 namespace edgeaccel {
 
@@ -111,6 +112,14 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
   if (config.cdi && (config.cdi_dir.empty() || config.cdi_dir[0] != '/')) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cdi-dir must be an absolute path, got \"", config.cdi_dir, "\""));
+  }
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(config.metrics_address);
+    if (!listen.ok()) return listen.status();
+  }
+  if (!config.nfd_features_dir.empty() && config.nfd_features_dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nfd-features-dir must be an absolute path, got \"", config.nfd_features_dir, "\""));
   }
   if (config.register_timeout < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError(absl::StrCat("--register-timeout must be at least 100ms, got ",

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "edgeaccel/constants.h"
 #include "edgeaccel/coral.h"
 #include "edgeaccel/nvidia.h"
@@ -88,12 +89,78 @@ absl::Status Daemon::Start() {
       if (!snapshot->devices.empty()) StartRegistrar(r);
     });
   }
+  for (auto& resource : resources_) {
+    resource->labels_listener =
+        resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
+  }
   absl::Status status = watcher_.Start();
   if (!status.ok()) return status;
   for (auto& resource : resources_) {
     if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
   }
+  RefreshLabels();
+  if (!config_.metrics_address.empty()) {
+    metrics_ = std::make_unique<MetricsServer>(
+        config_.metrics_address, [this] { return RenderMetrics(); },
+        [this](std::string* why) { return Healthy(why); });
+    if (absl::Status listening = metrics_->Start(); !listening.ok()) {
+      // Devices are still served; only the metrics are missing.
+      LOG(ERROR) << listening.message();
+      metrics_.reset();
+    }
+  }
   return absl::OkStatus();
+}
+
+LabelSet Daemon::Labels() const {
+  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots;
+  for (const auto& resource : resources_) {
+    snapshots[resource->set->resource_name()] = resource->set->Current();
+  }
+  return DeriveLabels(snapshots, LabelOptions{config_.seed_labels});
+}
+
+void Daemon::RefreshLabels() {
+  LabelSet labels = Labels();
+  absl::MutexLock lock(&labels_mu_);
+  if (labels == labels_ && labels_written_) return;
+  labels_ = labels;
+  std::vector<std::string> pairs;
+  for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
+  LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
+  labels_written_ = true;
+  if (!config_.nfd_features_dir.empty()) {
+    absl::Status status = WriteNfdFeatureFile(config_.nfd_features_dir, labels);
+    if (!status.ok()) {
+      labels_written_ = false;  // try again on the next change
+      LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
+                 << "; Node Feature Discovery will not show these labels";
+    }
+  }
+}
+
+std::string Daemon::RenderMetrics() const {
+  std::vector<ResourceMetrics> metrics;
+  for (const auto& resource : resources_) {
+    const ResourceRegistrar& r = *resource->registrar;
+    metrics.push_back({resource->set->resource_name(), resource->set->Current(), &r.counters(),
+                       r.registered(), r.registrations(), r.kubelet_restarts()});
+  }
+  return edgeaccel::RenderMetrics(metrics);
+}
+
+bool Daemon::Healthy(std::string* why) const {
+  std::vector<std::string> problems;
+  for (const auto& resource : resources_) {
+    // A resource without devices is not registered on purpose.
+    if (resource->set->Current()->devices.empty()) continue;
+    if (!resource->registrar->registered()) {
+      problems.push_back(absl::StrCat(resource->set->resource_name(),
+                                      " is not registered with the kubelet"));
+    }
+  }
+  *why = absl::StrJoin(problems, "; ");
+  return problems.empty();
 }
 
 void Daemon::WriteCdi(Resource* resource, const Snapshot& snapshot) {
@@ -121,6 +188,7 @@ void Daemon::Stop() {
     if (stopped_) return;
     stopped_ = true;
   }
+  if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
   for (auto& resource : resources_) {
     resource->registrar->Stop();
@@ -146,6 +214,9 @@ ResourceRegistrar* Daemon::registrar(absl::string_view name) const {
 
 std::string Daemon::Describe() const {
   std::string out;
+  LabelSet labels = Labels();
+  absl::StrAppend(&out, "node labels:", labels.empty() ? " (none)" : "", "\n");
+  for (const auto& [key, value] : labels) absl::StrAppend(&out, "  ", key, "=", value, "\n");
   for (const auto& resource : resources_) {
     std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
     absl::StrAppendFormat(&out, "%s: %d device(s), %d healthy\n", resource->set->resource_name(),

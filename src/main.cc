@@ -66,6 +66,13 @@ ABSL_FLAG(bool, cdi, false,
           "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
           "keep matching CDI specs in --cdi-dir, removed on exit.");
 ABSL_FLAG(std::string, cdi_dir, "/var/run/cdi", "Where CDI specs are written (with --cdi).");
+ABSL_FLAG(std::string, metrics_address, ":9405",
+          "host:port serving /metrics (Prometheus) and /healthz; empty turns it off.");
+ABSL_FLAG(std::string, nfd_features_dir, "",
+          "Write the node labels as a Node Feature Discovery feature file into this directory "
+          "(e.g. /etc/kubernetes/node-feature-discovery/features.d); empty: off.");
+ABSL_FLAG(bool, seed_labels, false,
+          "Also the plain labels gpu.model, gpu.driver, gpu.resource, gpu.vendor.id, gpu.product.id.");
 ABSL_FLAG(bool, discover, false,
           "Print what would be advertised on this host (resources, device ids, health, device "
           "nodes, facts) and exit.");
@@ -102,6 +109,9 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
   config.cdi = absl::GetFlag(FLAGS_cdi);
   config.cdi_dir = absl::GetFlag(FLAGS_cdi_dir);
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.nfd_features_dir = absl::GetFlag(FLAGS_nfd_features_dir);
+  config.seed_labels = absl::GetFlag(FLAGS_seed_labels);
   config.host_root = absl::GetFlag(FLAGS_host_root);
   config.kubelet_root = absl::GetFlag(FLAGS_kubelet_root);
   config.registration = absl::GetFlag(FLAGS_registration);

@@ -53,7 +53,8 @@ class GpuE2eTest : public ::testing::Test {
   void StartKubeletAndDaemon(std::vector<std::string> extra = {}) {
     kubelet_.Start();
     std::vector<std::string> args = {"--host-root=" + host_.root(),
-                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms"};
+                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
+                                     "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_ = std::make_unique<DaemonProcess>(kDaemon, args);
   }
@@ -100,7 +101,7 @@ TEST_F(GpuE2eTest, XavierNxAndAgxOrin) {
     TestKubelet kubelet(dir.path() + "/kubelet");
     kubelet.Start();
     DaemonProcess daemon(kDaemon, {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
-                                   "--nvidia-runtime-envs=false"});
+                                   "--nvidia-runtime-envs=false", "--metrics-address="});
     ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.Allocatable(kGpu) == 1; })) << daemon.Log();
     const std::string id = kubelet.Devices(kGpu)[0].id();
     absl::StatusOr<v1beta1::AllocateResponse> r = kubelet.Allocate(kGpu, {id});

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <httplib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include "daemon_process.h"
 #include "edgeaccel/constants.h"
@@ -36,7 +39,8 @@ class E2eTest : public ::testing::Test {
   }
   std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--host-root=" + host_.root(),
-                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms"};
+                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
+                                     "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<DaemonProcess>(kDaemon, args);
   }
@@ -268,12 +272,78 @@ TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
   ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
 }
 
+// The port the daemon picked for --metrics-address=127.0.0.1:0, from its log.
+int MetricsPort(const DaemonProcess& daemon) {
+  EXPECT_TRUE(daemon.WaitForLog("serving /metrics and /healthz on 127.0.0.1:"));
+  const std::string log = daemon.Log();
+  const std::string marker = "serving /metrics and /healthz on 127.0.0.1:";
+  size_t at = log.find(marker);
+  return at == std::string::npos ? 0 : std::atoi(log.c_str() + at + marker.size());
+}
+
+TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
+  const std::string nfd = dir_.path() + "/features.d";
+  mkdir(nfd.c_str(), 0755);
+  auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});  // no kubelet yet
+  httplib::Client client("127.0.0.1", MetricsPort(*daemon));
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health) << daemon->Log();
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, HasSubstr("coral.ai/edgetpu is not registered with the kubelet"));
+
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return client.Get("/healthz")->status == 200; }));
+  ASSERT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_edgetpu_temperature_celsius{resource=\"coral.ai/"
+                                       "edgetpu\",device=\"0000:03:00.0\"} 45.05"));
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_allocations_total{resource=\"coral.ai/edgetpu\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_registered{resource=\"coral.ai/edgetpu\"} 1"));
+
+  std::ifstream in(nfd + "/edgeaccel");
+  std::stringstream labels;
+  labels << in.rdbuf();
+  EXPECT_THAT(labels.str(), HasSubstr("coral.ai/edgetpu.count=2\n"));
+  EXPECT_THAT(labels.str(), HasSubstr("coral.ai/edgetpu.interface=pcie\n"));
+  // A TPU unplugged: the label follows.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1));
+  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu.count=1"));
+  std::ifstream again(nfd + "/edgeaccel");
+  std::stringstream after;
+  after << again.rdbuf();
+  EXPECT_THAT(after.str(), HasSubstr("coral.ai/edgetpu.count=1\n"));
+}
+
+TEST_F(E2eTest, MetricsPortTakenIsLoggedAndDevicesAreStillServed) {
+  kubelet_.Start();
+  auto first = StartDaemon();
+  const int port = MetricsPort(*first);
+  ASSERT_TRUE(Advertised(2, 2)) << first->Log();
+  first->Signal(SIGTERM);
+  first->Wait(absl::Seconds(5));
+  // Hold the port with a listener of our own.
+  httplib::Server blocker;
+  blocker.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  ASSERT_TRUE(blocker.bind_to_port("127.0.0.1", port));
+  auto second = StartDaemon({"--metrics-address=127.0.0.1:" + std::to_string(port)});
+  ASSERT_TRUE(second->WaitForLog("cannot listen on 127.0.0.1:")) << second->Log();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; })) << second->Log();
+  EXPECT_TRUE(second->Running());
+}
+
 TEST(CliTest, HelpListsEveryFlagWithDefaults) {
   CommandResult result = RunCommand(kDaemon, {"--help"});
   EXPECT_EQ(result.exit_code, 1);  // absl's --help exit code
   const std::string help = result.out + result.err;
   for (const char* flag :
        {"--host_root", "--kubelet_root", "--registration", "--probe_interval",
+        "--metrics_address", "--nfd_features_dir", "--seed_labels",
         "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
         "--verbosity"}) {
     EXPECT_THAT(help, HasSubstr(flag));
@@ -295,6 +365,7 @@ TEST(CliTest, DiscoverPrintsWhatWouldBeAdvertised) {
   EXPECT_THAT(result.out, HasSubstr("device node: /dev/apex_0 -> /dev/apex_0 (rw)"));
   EXPECT_THAT(result.out, HasSubstr("temperature: 45.05 °C"));
   EXPECT_THAT(result.out, Not(HasSubstr(host.root())));
+  EXPECT_THAT(result.out, HasSubstr("node labels:\n  coral.ai/edgetpu.count=2\n"));
 
   FixtureHost empty;
   result = RunCommand(kDaemon, {"--host-root=" + empty.root(), "--discover"});

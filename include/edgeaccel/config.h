@@ -33,6 +33,12 @@ struct DaemonConfig {
   // Answer CDI device names and keep CDI specs in cdi_dir (as this process sees it).
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
+  // host:port for /metrics and /healthz; empty: off.
+  std::string metrics_address = ":9405";
+  // Node Feature Discovery's features.d directory for our labels; empty: off.
+  std::string nfd_features_dir;
+  // Also the seed system's plain gpu.* labels.
+  bool seed_labels = false;
 };
 
 // Every family the daemon knows, with the resource it serves.

@@ -16,6 +16,8 @@
 #include "edgeaccel/health.h"
 #include "edgeaccel/host.h"
 #include "edgeaccel/inventory.h"
+#include "edgeaccel/labels.h"
+#include "edgeaccel/metrics.h"
 #include "edgeaccel/registration.h"
 
 namespace edgeaccel {
@@ -31,8 +33,12 @@ class Daemon {
   // Ends streams, stops serving, removes our sockets.
   void Stop();
 
-  // What --discover prints: every resource, its devices, their health, nodes and facts.
+  // What --discover prints: every resource, its devices, their health, nodes and facts, and
+  // the node labels they give.
   std::string Describe() const;
+
+  // The node labels the current devices give.
+  LabelSet Labels() const;
 
   // One scan of everything, without watching or serving (for --discover).
   void ScanOnce();
@@ -42,6 +48,7 @@ class Daemon {
 
  private:
   struct Resource {
+    uint64_t labels_listener = 0;
     std::unique_ptr<DeviceSet> set;
     std::vector<std::unique_ptr<Discoverer>> discoverers;
     std::unique_ptr<ResourceRegistrar> registrar;
@@ -51,6 +58,10 @@ class Daemon {
   };
 
   Resource* ResourceFor(const std::string& name);
+  // Recomputes the node labels; logs and writes them (NFD) when they changed.
+  void RefreshLabels();
+  std::string RenderMetrics() const;
+  bool Healthy(std::string* why) const;
   void StartRegistrar(Resource* resource);
   void WriteCdi(Resource* resource, const Snapshot& snapshot);
 
@@ -60,6 +71,10 @@ class Daemon {
   std::vector<std::unique_ptr<Resource>> resources_;
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex labels_mu_;
+  LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
+  bool labels_written_ ABSL_GUARDED_BY(labels_mu_) = false;
+  std::unique_ptr<MetricsServer> metrics_;
 };
 
 }  // namespace edgeaccel
