@@ -89,6 +89,13 @@ absl::Status Daemon::Start() {
       if (!snapshot->devices.empty()) StartRegistrar(r);
     });
   }
+  if (config_.label_node) {
+    absl::StatusOr<ApiServerConfig> api = InClusterConfig(
+        config_.node_name, config_.api_server, config_.api_token_file, config_.api_ca_file);
+    if (!api.ok()) return api.status();
+    node_labeler_ = std::make_unique<NodeLabeler>(*api);
+    node_labeler_->Start();
+  }
   for (auto& resource : resources_) {
     resource->labels_listener =
         resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
@@ -122,6 +129,7 @@ LabelSet Daemon::Labels() const {
 
 void Daemon::RefreshLabels() {
   LabelSet labels = Labels();
+  if (node_labeler_ != nullptr) node_labeler_->Set(labels);  // patches only on change
   absl::MutexLock lock(&labels_mu_);
   if (labels == labels_ && labels_written_) return;
   labels_ = labels;
@@ -190,6 +198,7 @@ void Daemon::Stop() {
   }
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
+  if (node_labeler_ != nullptr) node_labeler_->Stop();
   for (auto& resource : resources_) {
     resource->registrar->Stop();
     if (resource->cdi != nullptr) resource->cdi->Remove();

@@ -73,6 +73,17 @@ ABSL_FLAG(std::string, nfd_features_dir, "",
           "(e.g. /etc/kubernetes/node-feature-discovery/features.d); empty: off.");
 ABSL_FLAG(bool, seed_labels, false,
           "Also the plain labels gpu.model, gpu.driver, gpu.resource, gpu.vendor.id, gpu.product.id.");
+ABSL_FLAG(bool, label_node, false,
+          "Keep the node labels on this node's Node object through the Kubernetes API (merge "
+          "patch, only on change; needs get/patch on nodes).");
+ABSL_FLAG(std::string, node_name, "", "This node's name; default: the NODE_NAME environment variable.");
+ABSL_FLAG(std::string, api_server, "",
+          "Kubernetes API server as https://host:port; default: in-cluster "
+          "(KUBERNETES_SERVICE_HOST/PORT).");
+ABSL_FLAG(std::string, api_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token",
+          "Bearer token for the API server (re-read for every request).");
+ABSL_FLAG(std::string, api_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+          "CA bundle that signed the API server's certificate.");
 ABSL_FLAG(bool, discover, false,
           "Print what would be advertised on this host (resources, device ids, health, device "
           "nodes, facts) and exit.");
@@ -112,6 +123,12 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.nfd_features_dir = absl::GetFlag(FLAGS_nfd_features_dir);
   config.seed_labels = absl::GetFlag(FLAGS_seed_labels);
+  config.label_node = absl::GetFlag(FLAGS_label_node);
+  config.node_name = absl::GetFlag(FLAGS_node_name);
+  if (config.node_name.empty() && getenv("NODE_NAME") != nullptr) config.node_name = getenv("NODE_NAME");
+  config.api_server = absl::GetFlag(FLAGS_api_server);
+  config.api_token_file = absl::GetFlag(FLAGS_api_token_file);
+  config.api_ca_file = absl::GetFlag(FLAGS_api_ca_file);
   config.host_root = absl::GetFlag(FLAGS_host_root);
   config.kubelet_root = absl::GetFlag(FLAGS_kubelet_root);
   config.registration = absl::GetFlag(FLAGS_registration);

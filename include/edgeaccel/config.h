@@ -39,6 +39,12 @@ struct DaemonConfig {
   std::string nfd_features_dir;
   // Also the seed system's plain gpu.* labels.
   bool seed_labels = false;
+  // Patch our own Node's labels through the Kubernetes API.
+  bool label_node = false;
+  std::string node_name;   // NODE_NAME
+  std::string api_server;  // https://host:port; empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)
+  std::string api_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string api_ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 };
 
 // Every family the daemon knows, with the resource it serves.

@@ -18,6 +18,7 @@
 #include "edgeaccel/inventory.h"
 #include "edgeaccel/labels.h"
 #include "edgeaccel/metrics.h"
+#include "edgeaccel/node_labeler.h"
 #include "edgeaccel/registration.h"
 
 namespace edgeaccel {
@@ -75,6 +76,7 @@ class Daemon {
   LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
   bool labels_written_ ABSL_GUARDED_BY(labels_mu_) = false;
   std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<NodeLabeler> node_labeler_;
 };
 
 }  // namespace edgeaccel
