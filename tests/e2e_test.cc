@@ -22,6 +22,7 @@ namespace {
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
@@ -270,15 +271,6 @@ TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
   EXPECT_EQ(kubelet_.Registrations(kTpu), 0) << "a node without TPUs must not show coral.ai/edgetpu";
   host_.AddCoralPcie({.index = 0});
   ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
-}
-
-// The port the daemon picked for --metrics-address=127.0.0.1:0, from its log.
-int MetricsPort(const DaemonProcess& daemon) {
-  EXPECT_TRUE(daemon.WaitForLog("serving /metrics and /healthz on 127.0.0.1:"));
-  const std::string log = daemon.Log();
-  const std::string marker = "serving /metrics and /healthz on 127.0.0.1:";
-  size_t at = log.find(marker);
-  return at == std::string::npos ? 0 : std::atoi(log.c_str() + at + marker.size());
 }
 
 TEST_F(E2eTest, MetricsHealthAndNodeLabels) {

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -142,6 +143,13 @@ bool DaemonProcess::WaitForLog(absl::string_view needle, absl::Duration timeout)
   }
   close(fd);
   return found;
+}
+
+int MetricsPort(const DaemonProcess& daemon) {
+  const std::string marker = "serving /metrics and /healthz on 127.0.0.1:";
+  if (!daemon.WaitForLog(marker)) return 0;
+  const std::string log = daemon.Log();
+  return std::atoi(log.c_str() + log.find(marker) + marker.size());
 }
 
 }  // namespace edgeaccel::testing

@@ -51,6 +51,10 @@ class DaemonProcess {
   std::optional<int> exit_code_;
 };
 
+// The port a daemon started with --metrics-address=127.0.0.1:0 picked, read from its log
+// (0 if it did not say within 10 s).
+int MetricsPort(const DaemonProcess& daemon);
+
 }  // namespace edgeaccel::testing
 
 #endif  // EDGEACCEL_TESTS_SUPPORT_DAEMON_PROCESS_H_
