@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake g++ make pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
           libgrpc++-dev libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
-          libcpp-httplib-dev libssl-dev nlohmann-json3-dev openssl prometheus "$@")
+          libcpp-httplib-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev openssl prometheus "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

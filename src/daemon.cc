@@ -90,8 +90,11 @@ absl::Status Daemon::Start() {
     });
   }
   if (config_.label_node) {
-    absl::StatusOr<ApiServerConfig> api = InClusterConfig(
-        config_.node_name, config_.api_server, config_.api_token_file, config_.api_ca_file);
+    absl::StatusOr<ApiServerConfig> api =
+        config_.kubeconfig.empty()
+            ? InClusterConfig(config_.node_name, config_.api_server, config_.api_token_file,
+                              config_.api_ca_file)
+            : KubeconfigConfig(config_.node_name, config_.kubeconfig);
     if (!api.ok()) return api.status();
     node_labeler_ = std::make_unique<NodeLabeler>(*api);
     node_labeler_->Start();

@@ -77,6 +77,9 @@ ABSL_FLAG(bool, label_node, false,
           "Keep the node labels on this node's Node object through the Kubernetes API (merge "
           "patch, only on change; needs get/patch on nodes).");
 ABSL_FLAG(std::string, node_name, "", "This node's name; default: the NODE_NAME environment variable.");
+ABSL_FLAG(std::string, kubeconfig, "",
+          "With --label-node outside a pod: the kubeconfig whose current context to use (server, "
+          "CA, token or client certificate).");
 ABSL_FLAG(std::string, api_server, "",
           "Kubernetes API server as https://host:port; default: in-cluster "
           "(KUBERNETES_SERVICE_HOST/PORT).");
@@ -126,6 +129,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.label_node = absl::GetFlag(FLAGS_label_node);
   config.node_name = absl::GetFlag(FLAGS_node_name);
   if (config.node_name.empty() && getenv("NODE_NAME") != nullptr) config.node_name = getenv("NODE_NAME");
+  config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);
   config.api_server = absl::GetFlag(FLAGS_api_server);
   config.api_token_file = absl::GetFlag(FLAGS_api_token_file);
   config.api_ca_file = absl::GetFlag(FLAGS_api_ca_file);

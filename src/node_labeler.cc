@@ -1,6 +1,9 @@
 #include "edgeaccel/node_labeler.h"
 
 #include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <yaml-cpp/yaml.h>
 #include <pthread.h>
 
 #include <cstdlib>
@@ -10,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,7 +34,98 @@ std::string ReadWhole(const std::string& path) {
 
 std::string NodePath(const std::string& node) { return "/api/v1/nodes/" + node; }
 
+absl::Status ParseServer(const std::string& server, ApiServerConfig* config) {
+  absl::string_view rest = server;
+  if (!absl::ConsumePrefix(&rest, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat("the API server must be https://host:port, got ", server));
+  }
+  rest = absl::StripSuffix(rest, "/");
+  const size_t colon = rest.rfind(':');
+  config->port = 443;
+  if (colon != absl::string_view::npos && rest.back() != ']') {
+    if (!absl::SimpleAtoi(rest.substr(colon + 1), &config->port)) {
+      return absl::InvalidArgumentError(absl::StrCat("the API server has a bad port: ", server));
+    }
+    rest = rest.substr(0, colon);
+  }
+  config->host = std::string(absl::StripPrefix(absl::StripSuffix(rest, "]"), "["));
+  return absl::OkStatus();
+}
+
+// A file named in a kubeconfig, or its inline base64 "-data" twin.
+absl::StatusOr<std::string> KubeconfigBlob(const YAML::Node& node, const std::string& key,
+                                           const std::string& base_dir) {
+  if (node[key + "-data"]) {
+    std::string decoded;
+    if (!absl::Base64Unescape(node[key + "-data"].as<std::string>(), &decoded)) {
+      return absl::InvalidArgumentError(absl::StrCat("kubeconfig: ", key, "-data is not base64"));
+    }
+    return decoded;
+  }
+  if (node[key]) {
+    std::string path = node[key].as<std::string>();
+    if (!path.empty() && path[0] != '/') path = base_dir + "/" + path;
+    std::string content = ReadWhole(path);
+    if (content.empty()) return absl::InvalidArgumentError(absl::StrCat("kubeconfig: cannot read ", path));
+    return content;
+  }
+  return std::string();
+}
+
 }  // namespace
+
+absl::StatusOr<ApiServerConfig> KubeconfigConfig(const std::string& node_name,
+                                                 const std::string& kubeconfig_path) {
+  if (node_name.empty()) {
+    return absl::InvalidArgumentError(
+        "--label-node needs the node's name: set NODE_NAME (downward API: spec.nodeName) or "
+        "--node-name");
+  }
+  ApiServerConfig config;
+  config.node_name = node_name;
+  const std::string base_dir = kubeconfig_path.substr(0, kubeconfig_path.find_last_of('/') + 1);
+  try {
+    YAML::Node doc = YAML::LoadFile(kubeconfig_path);
+    const std::string current = doc["current-context"].as<std::string>("");
+    auto find = [&](const char* list, const std::string& name) -> YAML::Node {
+      for (const YAML::Node& entry : doc[list]) {
+        if (entry["name"].as<std::string>("") == name) return entry;
+      }
+      return YAML::Node();
+    };
+    YAML::Node context = find("contexts", current)["context"];
+    if (!context) {
+      return absl::InvalidArgumentError(absl::StrCat("kubeconfig ", kubeconfig_path,
+                                                     ": no context named \"", current, "\""));
+    }
+    YAML::Node cluster = find("clusters", context["cluster"].as<std::string>(""))["cluster"];
+    YAML::Node user = find("users", context["user"].as<std::string>(""))["user"];
+    if (!cluster) {
+      return absl::InvalidArgumentError(absl::StrCat("kubeconfig ", kubeconfig_path,
+                                                     ": the current context's cluster is missing"));
+    }
+    if (absl::Status status = ParseServer(cluster["server"].as<std::string>(""), &config); !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<std::string> ca = KubeconfigBlob(cluster, "certificate-authority", base_dir);
+    if (!ca.ok()) return ca.status();
+    config.ca_pem = *ca;
+    if (user) {
+      config.token = user["token"].as<std::string>("");
+      if (user["tokenFile"]) config.token_file = user["tokenFile"].as<std::string>();
+      absl::StatusOr<std::string> cert = KubeconfigBlob(user, "client-certificate", base_dir);
+      absl::StatusOr<std::string> key = KubeconfigBlob(user, "client-key", base_dir);
+      if (!cert.ok()) return cert.status();
+      if (!key.ok()) return key.status();
+      config.client_cert_pem = *cert;
+      config.client_key_pem = *key;
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("kubeconfig ", kubeconfig_path, ": ", e.what()));
+  }
+  return config;
+}
+
 
 absl::StatusOr<ApiServerConfig> InClusterConfig(const std::string& node_name,
                                                 const std::string& api_server,
@@ -51,24 +146,12 @@ absl::StatusOr<ApiServerConfig> InClusterConfig(const std::string& node_name,
     const char* port = getenv("KUBERNETES_SERVICE_PORT");
     if (host == nullptr || port == nullptr) {
       return absl::InvalidArgumentError(
-          "--label-node outside a pod needs --api-server=https://host:port (and "
+          "--label-node outside a pod needs --kubeconfig, or --api-server=https://host:port (with "
           "--api-token-file, --api-ca-file)");
     }
     server = absl::StrCat("https://", host, ":", port);
   }
-  absl::string_view rest = server;
-  if (!absl::ConsumePrefix(&rest, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("--api-server must be https://host:port, got ", server));
-  }
-  rest = absl::StripSuffix(rest, "/");
-  const size_t colon = rest.rfind(':');
-  if (colon != absl::string_view::npos && rest.back() != ']') {
-    if (!absl::SimpleAtoi(rest.substr(colon + 1), &config.port)) {
-      return absl::InvalidArgumentError(absl::StrCat("--api-server has a bad port: ", server));
-    }
-    rest = rest.substr(0, colon);
-  }
-  config.host = std::string(absl::StripPrefix(absl::StripSuffix(rest, "]"), "["));
+  if (absl::Status status = ParseServer(server, &config); !status.ok()) return status;
   return config;
 }
 
@@ -114,15 +197,54 @@ void NodeLabeler::Set(const LabelSet& labels) {
   desired_version_++;
 }
 
-absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
-  httplib::SSLClient client(config_.host, config_.port);
-  client.set_ca_cert_path(config_.ca_file.c_str());
-  client.enable_server_certificate_verification(true);
+absl::StatusOr<std::unique_ptr<httplib::SSLClient>> NodeLabeler::Client() const {
+  std::unique_ptr<httplib::SSLClient> client;
+  if (!config_.client_cert_pem.empty()) {
+    BIO* cert_bio = BIO_new_mem_buf(config_.client_cert_pem.data(), static_cast<int>(config_.client_cert_pem.size()));
+    BIO* key_bio = BIO_new_mem_buf(config_.client_key_pem.data(), static_cast<int>(config_.client_key_pem.size()));
+    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    BIO_free(cert_bio);
+    BIO_free(key_bio);
+    if (cert == nullptr || key == nullptr) {
+      X509_free(cert);
+      EVP_PKEY_free(key);
+      return absl::InvalidArgumentError("the client certificate or key is not PEM");
+    }
+    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
+    X509_free(cert);  // the client's SSL context holds its own references
+    EVP_PKEY_free(key);
+  } else {
+    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
+  }
+  if (!config_.ca_pem.empty()) {
+    X509_STORE* store = X509_STORE_new();  // owned by the client's SSL context from here
+    BIO* bio = BIO_new_mem_buf(config_.ca_pem.data(), static_cast<int>(config_.ca_pem.size()));
+    while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      X509_STORE_add_cert(store, ca);
+      X509_free(ca);
+    }
+    BIO_free(bio);
+    client->set_ca_cert_store(store);
+  } else {
+    client->set_ca_cert_path(config_.ca_file.c_str());
+  }
+  client->enable_server_certificate_verification(true);
   const int64_t ms = absl::ToInt64Milliseconds(config_.timeout);
-  client.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-  client.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-  client.set_bearer_token_auth(std::string(absl::StripAsciiWhitespace(ReadWhole(config_.token_file))));
-  auto response = client.Get(NodePath(config_.node_name));
+  client->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
+  client->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
+  std::string token = config_.token;
+  if (token.empty() && !config_.token_file.empty()) {
+    token = std::string(absl::StripAsciiWhitespace(ReadWhole(config_.token_file)));
+  }
+  if (!token.empty()) client->set_bearer_token_auth(token);
+  return client;
+}
+
+absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
+  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
+  if (!client.ok()) return client.status();
+  auto response = (*client)->Get(NodePath(config_.node_name));
   if (!response) {
     return absl::UnavailableError(absl::StrCat("GET node ", config_.node_name, ": ",
                                                httplib::to_string(response.error())));
@@ -148,14 +270,9 @@ absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
 }
 
 absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::string>& managed) {
-  httplib::SSLClient client(config_.host, config_.port);
-  client.set_ca_cert_path(config_.ca_file.c_str());
-  client.enable_server_certificate_verification(true);
-  const int64_t ms = absl::ToInt64Milliseconds(config_.timeout);
-  client.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-  client.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-  client.set_bearer_token_auth(std::string(absl::StripAsciiWhitespace(ReadWhole(config_.token_file))));
-  auto response = client.Patch(NodePath(config_.node_name), NodeLabelPatch(labels, managed),
+  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
+  if (!client.ok()) return client.status();
+  auto response = (*client)->Patch(NodePath(config_.node_name), NodeLabelPatch(labels, managed),
                                "application/merge-patch+json");
   if (!response) {
     return absl::UnavailableError(absl::StrCat("PATCH node ", config_.node_name, ": ",

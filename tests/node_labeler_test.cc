@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -136,17 +140,17 @@ TEST_F(NodeLabelerTest, PatchesOnceWithTheRightRequest) {
   labeler.Stop();
 }
 
-TEST_F(NodeLabelerTest, ForbiddenAndServerErrorsAreRetriedWithBackoff) {
+TEST_F(NodeLabelerTest, ForbiddenConflictAndServerErrorsAreRetriedWithBackoff) {
   {
     absl::MutexLock lock(&mu_);
-    statuses_ = {403, 500, 503};
+    statuses_ = {403, 409, 500, 503};
   }
   NodeLabeler labeler(Config());
   labeler.Start();
   labeler.Set({{"nvidia.com/gpu.present", "true"}});
   ASSERT_TRUE(Eventually([&] { return labeler.patches() == 1; }));
-  EXPECT_EQ(labeler.failures(), 3u);
-  EXPECT_EQ(Patches(), 4u);
+  EXPECT_EQ(labeler.failures(), 4u);
+  EXPECT_EQ(Patches(), 5u);
 }
 
 TEST_F(NodeLabelerTest, TimeoutsAreRetried) {
@@ -198,6 +202,95 @@ TEST(NodeLabelerCliTest, LabelNodeWithoutANodeNameIsRefused) {
       EDGEACCEL_DAEMON_PATH, {"--host-root=" + host.root(), "--label-node", "--metrics-address="});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_THAT(result.err, HasSubstr("needs the node's name: set NODE_NAME"));
+}
+
+std::string Base64File(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return absl::Base64Escape(content.str());
+}
+
+TEST_F(NodeLabelerTest, KubeconfigWithInlineCaAndToken) {
+  std::ofstream(dir_.path() + "/kubeconfig")
+      << "apiVersion: v1\nkind: Config\ncurrent-context: edge\nclusters:\n- name: lab\n  cluster:\n"
+      << "    server: https://127.0.0.1:" << port_ << "\n"
+      << "    certificate-authority-data: " << Base64File(dir_.path() + "/server.crt") << "\n"
+      << "contexts:\n- name: other\n  context: {cluster: nowhere, user: nobody}\n"
+      << "- name: edge\n  context:\n    cluster: lab\n    user: robot\n"
+      << "users:\n- name: robot\n  user:\n    token: kube-token\n";
+  absl::StatusOr<ApiServerConfig> config = KubeconfigConfig("node-1", dir_.path() + "/kubeconfig");
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->initial_backoff = absl::Milliseconds(20);
+  NodeLabeler labeler(*config);
+  labeler.Start();
+  labeler.Set({{"coral.ai/edgetpu.present", "true"}});
+  ASSERT_TRUE(Eventually([&] { return labeler.patches() == 1; }));
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(auth_, "Bearer kube-token");
+}
+
+TEST(KubeconfigTest, ClientCertificateAgainstAServerThatRequiresOne) {
+  TempDir dir;
+  MakeCertificate(dir.path(), "server");
+  MakeCertificate(dir.path(), "client");
+  httplib::SSLServer server((dir.path() + "/server.crt").c_str(), (dir.path() + "/server.key").c_str(),
+                            (dir.path() + "/client.crt").c_str());  // verifies client certificates
+  std::atomic<int> patches{0};
+  server.Get("/api/v1/nodes/node-1", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"metadata\":{}}", "application/json");
+  });
+  server.Patch("/api/v1/nodes/node-1", [&](const httplib::Request&, httplib::Response& res) {
+    patches++;
+    res.set_content("{}", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  // Paths relative to the kubeconfig's directory, as kubectl reads them.
+  std::ofstream(dir.path() + "/kubeconfig")
+      << "current-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:" << port
+      << "\n    certificate-authority: server.crt\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+      << "users:\n- name: u\n  user:\n    client-certificate-data: " << Base64File(dir.path() + "/client.crt")
+      << "\n    client-key: client.key\n";
+  absl::StatusOr<ApiServerConfig> config = KubeconfigConfig("node-1", dir.path() + "/kubeconfig");
+  ASSERT_TRUE(config.ok()) << config.status();
+  {
+    NodeLabeler labeler(*config);
+    labeler.Start();
+    labeler.Set({{"coral.ai/edgetpu.present", "true"}});
+    EXPECT_TRUE(Eventually([&] { return labeler.patches() == 1; }));
+  }
+  // Without the client certificate the server refuses the connection.
+  config->client_cert_pem.clear();
+  config->client_key_pem.clear();
+  config->initial_backoff = absl::Milliseconds(20);
+  {
+    NodeLabeler labeler(*config);
+    labeler.Start();
+    labeler.Set({{"coral.ai/edgetpu.present", "true"}});
+    EXPECT_TRUE(Eventually([&] { return labeler.failures() >= 1; }));
+    EXPECT_EQ(labeler.patches(), 0u);
+  }
+  EXPECT_EQ(patches.load(), 1);
+  server.stop();
+  thread.join();
+}
+
+TEST(KubeconfigTest, BadFilesAreClearErrors) {
+  TempDir dir;
+  const std::string path = dir.path() + "/kubeconfig";
+  std::ofstream(path) << "current-context: missing\ncontexts: []\n";
+  EXPECT_THAT(std::string(KubeconfigConfig("n", path).status().message()), HasSubstr("no context named \"missing\""));
+  std::ofstream(path) << "{ this is: [not yaml";
+  EXPECT_THAT(std::string(KubeconfigConfig("n", path).status().message()), HasSubstr("kubeconfig"));
+  std::ofstream(path) << "current-context: c\nclusters:\n- name: k\n  cluster: {server: 'http://plain:80'}\n"
+                      << "contexts:\n- name: c\n  context: {cluster: k, user: u}\n";
+  EXPECT_THAT(std::string(KubeconfigConfig("n", path).status().message()), HasSubstr("https://"));
+  std::ofstream(path) << "current-context: c\nclusters:\n- name: k\n  cluster: {server: 'https://a:1', "
+                      << "certificate-authority-data: '!!!'}\ncontexts:\n- name: c\n  context: {cluster: k}\n";
+  EXPECT_THAT(std::string(KubeconfigConfig("n", path).status().message()), HasSubstr("not base64"));
+  EXPECT_FALSE(KubeconfigConfig("n", dir.path() + "/absent").ok());
+  EXPECT_THAT(std::string(KubeconfigConfig("", path).status().message()), HasSubstr("NODE_NAME"));
 }
 
 TEST(InClusterConfigTest, FromEnvironmentOrFlags) {

@@ -42,6 +42,7 @@ struct DaemonConfig {
   // Patch our own Node's labels through the Kubernetes API.
   bool label_node = false;
   std::string node_name;   // NODE_NAME
+  std::string kubeconfig;  // outside a pod: the kubeconfig to use
   std::string api_server;  // https://host:port; empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)
   std::string api_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
   std::string api_ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";

@@ -11,6 +11,7 @@
 #define EDGEACCEL_NODE_LABELER_H_
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -22,6 +23,10 @@
 #include "absl/time/time.h"
 #include "edgeaccel/labels.h"
 
+namespace httplib {
+class SSLClient;
+}
+
 namespace edgeaccel {
 
 inline constexpr absl::string_view kManagedLabelsAnnotation = "edgeaccel.io/managed-labels";
@@ -29,8 +34,12 @@ inline constexpr absl::string_view kManagedLabelsAnnotation = "edgeaccel.io/mana
 struct ApiServerConfig {
   std::string host;        // API server host or IP
   int port = 443;
-  std::string ca_file;     // CA bundle that signed the API server's certificate
-  std::string token_file;  // bearer token, re-read for every request (tokens are rotated)
+  std::string ca_file;     // CA bundle that signed the API server's certificate...
+  std::string ca_pem;      // ...or the bundle itself (kubeconfig certificate-authority-data)
+  std::string token_file;  // bearer token, re-read for every request (tokens are rotated)...
+  std::string token;       // ...or the token itself (kubeconfig)
+  std::string client_cert_pem;  // client certificate authentication (kubeconfig)
+  std::string client_key_pem;
   std::string node_name;
   absl::Duration timeout = absl::Seconds(10);
   absl::Duration initial_backoff = absl::Seconds(1);
@@ -43,6 +52,12 @@ absl::StatusOr<ApiServerConfig> InClusterConfig(const std::string& node_name,
                                                 const std::string& api_server,
                                                 const std::string& token_file,
                                                 const std::string& ca_file);
+
+// From a kubeconfig (the file kubectl uses), for running outside a pod: the current context's
+// cluster (server, certificate-authority or -data) and user (token, tokenFile, or
+// client-certificate/-key or their -data). Relative paths are relative to the file's directory.
+absl::StatusOr<ApiServerConfig> KubeconfigConfig(const std::string& node_name,
+                                                 const std::string& kubeconfig_path);
 
 // The merge patch taking a node from `managed` (our keys now on it) to `labels`.
 std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& managed);
@@ -62,6 +77,8 @@ class NodeLabeler {
 
  private:
   void Run();
+  // An HTTPS client for the API server: CA-verified, with our credentials and timeouts.
+  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> Client() const;
   // GET the node: which keys did we manage before?
   absl::StatusOr<std::set<std::string>> ReadManagedKeys();
   absl::Status Patch(const LabelSet& labels, const std::set<std::string>& managed);
