@@ -136,10 +136,8 @@ void Daemon::RefreshLabels() {
   absl::MutexLock lock(&labels_mu_);
   if (labels == labels_ && labels_written_) return;
   labels_ = labels;
-  std::vector<std::string> pairs;
-  for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
-  LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
   labels_written_ = true;
+  // Write first, then say so: the log line means the file holds these labels.
   if (!config_.nfd_features_dir.empty()) {
     absl::Status status = WriteNfdFeatureFile(config_.nfd_features_dir, labels);
     if (!status.ok()) {
@@ -148,6 +146,9 @@ void Daemon::RefreshLabels() {
                  << "; Node Feature Discovery will not show these labels";
     }
   }
+  std::vector<std::string> pairs;
+  for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
+  LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
 }
 
 std::string Daemon::RenderMetrics() const {
