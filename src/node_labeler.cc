@@ -7,10 +7,8 @@
 #include <pthread.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -20,16 +18,17 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "edgeaccel/host.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
 namespace {
 
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+// Credentials and kubeconfig files live in this process's own filesystem, not under
+// --host-root; Host("/") reads them with the same care (regular files only, bounded size).
+std::string ReadLocalFile(const std::string& path) {
+  absl::StatusOr<std::string> content = Host("/").ReadFile(path);
+  return content.ok() ? *content : std::string();
 }
 
 std::string NodePath(const std::string& node) { return "/api/v1/nodes/" + node; }
@@ -65,7 +64,7 @@ absl::StatusOr<std::string> KubeconfigBlob(const YAML::Node& node, const std::st
   if (node[key]) {
     std::string path = node[key].as<std::string>();
     if (!path.empty() && path[0] != '/') path = base_dir + "/" + path;
-    std::string content = ReadWhole(path);
+    std::string content = ReadLocalFile(path);
     if (content.empty()) return absl::InvalidArgumentError(absl::StrCat("kubeconfig: cannot read ", path));
     return content;
   }
@@ -235,7 +234,7 @@ absl::StatusOr<std::unique_ptr<httplib::SSLClient>> NodeLabeler::Client() const 
   client->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
   std::string token = config_.token;
   if (token.empty() && !config_.token_file.empty()) {
-    token = std::string(absl::StripAsciiWhitespace(ReadWhole(config_.token_file)));
+    token = std::string(absl::StripAsciiWhitespace(ReadLocalFile(config_.token_file)));
   }
   if (!token.empty()) client->set_bearer_token_auth(token);
   return client;
