@@ -273,6 +273,14 @@ void ResourceRegistrar::FinishRegisterCall() {
     // Our socket vanished, or a newer kubelet appeared: the loop starts over at once.
     return;
   }
+  if (KubeletSocketId() != std::optional<SocketId>(call->kubelet)) {
+    // The kubelet we called is gone (restarted under the call): its failure says nothing about
+    // the new one, so no backoff. If there is no kubelet.sock yet, the loop waits for it.
+    need_register_ = true;
+    retry_at_ = absl::InfinitePast();
+    VLOG(1) << resource << ": Register failed on a kubelet that has since restarted; retrying";
+    return;
+  }
   std::string message = status.error_message();
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     message = absl::StrCat("no answer from ", KubeletSocket(), " within ",
