@@ -266,6 +266,29 @@ class Watcher {
   std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader_;
 };
 
+// Times `samples` round trips of one device: make_bad() until the stream says Unhealthy, then
+// make_good() until Healthy, in milliseconds. With `max_offset`, each change starts at a random
+// point within it (for changes seen on a timer, whose phase would otherwise lock to the stream).
+std::vector<double> TimeHealthFlips(Watcher& watcher, const std::string& id,
+                                    const std::function<void()>& make_bad,
+                                    const std::function<void()>& make_good, int samples,
+                                    absl::Duration max_offset = absl::ZeroDuration()) {
+  std::vector<double> ms;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> offset_us(0, absl::ToInt64Microseconds(max_offset));
+  for (int i = 0; i < samples; ++i) {
+    for (const auto& [change, health] : {std::make_pair(&make_bad, "Unhealthy"),
+                                         std::make_pair(&make_good, "Healthy")}) {
+      absl::SleepFor(absl::Microseconds(offset_us(rng)));
+      const absl::Time t0 = absl::Now();
+      (*change)();
+      if (!watcher.WaitFor(id, health)) exit(1);
+      ms.push_back(Micros(absl::Now() - t0) / 1000);
+    }
+  }
+  return ms;
+}
+
 struct ProcessSample {
   double rss_kib = 0;
   double pss_kib = 0;
@@ -381,17 +404,9 @@ void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
     Watcher watcher(kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu));
     watcher.WaitFor("0000:04:00.0", "Healthy");
     const std::string node = host.Path("/dev/apex_1");
-    std::vector<double> samples;
-    for (int i = 0; i < health_samples; ++i) {
-      absl::Time t0 = absl::Now();
-      unlink(node.c_str());
-      if (!watcher.WaitFor("0000:04:00.0", "Unhealthy")) exit(1);
-      samples.push_back(Micros(absl::Now() - t0) / 1000);
-      t0 = absl::Now();
-      mknod(node.c_str(), S_IFCHR | 0660, makedev(120, 1));
-      if (!watcher.WaitFor("0000:04:00.0", "Healthy")) exit(1);
-      samples.push_back(Micros(absl::Now() - t0) / 1000);
-    }
+    std::vector<double> samples = TimeHealthFlips(
+        watcher, "0000:04:00.0", [&] { unlink(node.c_str()); },
+        [&] { mknod(node.c_str(), S_IFCHR | 0660, makedev(120, 1)); }, health_samples);
     Percentiles p = Summarize(samples);
     printf("health_change samples=%zu (node removed/restored -> ListAndWatch message): p50 %.3f ms "
            "p99 %.3f ms max %.3f ms (target p99 <= 10 ms)\n",
@@ -430,23 +445,11 @@ void BenchTemperatureCrossing(int samples) {
   RunningDaemon running("100ms", {"--temperature-threshold=85"});
   Watcher watcher(running.kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu));
   watcher.WaitFor("0000:03:00.0", "Healthy");
-  std::vector<double> samples_ms;
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> offset_us(0, 100000);
-  for (int i = 0; i < samples; ++i) {
-    // Each change follows a message, which follows a probe tick: start at a random point of the
-    // interval, or every sample would see the same phase.
-    absl::SleepFor(absl::Microseconds(offset_us(rng)));
-    absl::Time t0 = absl::Now();
-    running.host.SetApexAttribute(0, "temp", "90050\n");
-    if (!watcher.WaitFor("0000:03:00.0", "Unhealthy")) exit(1);
-    samples_ms.push_back(Micros(absl::Now() - t0) / 1000);
-    absl::SleepFor(absl::Microseconds(offset_us(rng)));
-    t0 = absl::Now();
-    running.host.SetApexAttribute(0, "temp", "45050\n");
-    if (!watcher.WaitFor("0000:03:00.0", "Healthy")) exit(1);
-    samples_ms.push_back(Micros(absl::Now() - t0) / 1000);
-  }
+  // Each change follows a message, which follows a probe tick: start at a random point of the
+  // interval, or every sample would see the same phase.
+  std::vector<double> samples_ms = TimeHealthFlips(
+      watcher, "0000:03:00.0", [&] { running.host.SetApexAttribute(0, "temp", "90050\n"); },
+      [&] { running.host.SetApexAttribute(0, "temp", "45050\n"); }, samples, absl::Milliseconds(100));
   Percentiles p = Summarize(samples_ms);
   printf("temperature_crossing samples=%zu probe=100ms (threshold crossed -> ListAndWatch message): "
          "p50 %.1f ms p99 %.1f ms max %.1f ms (bounded by the probe interval)\n",

@@ -33,6 +33,13 @@ std::string ReadLocalFile(const std::string& path) {
 
 std::string NodePath(const std::string& node) { return "/api/v1/nodes/" + node; }
 
+absl::Status RequireNodeName(const std::string& node_name) {
+  if (!node_name.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--label-node needs the node's name: set NODE_NAME (downward API: spec.nodeName) or "
+      "--node-name");
+}
+
 absl::Status ParseServer(const std::string& server, ApiServerConfig* config) {
   absl::string_view rest = server;
   if (!absl::ConsumePrefix(&rest, "https://")) {
@@ -75,11 +82,7 @@ absl::StatusOr<std::string> KubeconfigBlob(const YAML::Node& node, const std::st
 
 absl::StatusOr<ApiServerConfig> KubeconfigConfig(const std::string& node_name,
                                                  const std::string& kubeconfig_path) {
-  if (node_name.empty()) {
-    return absl::InvalidArgumentError(
-        "--label-node needs the node's name: set NODE_NAME (downward API: spec.nodeName) or "
-        "--node-name");
-  }
+  if (absl::Status status = RequireNodeName(node_name); !status.ok()) return status;
   ApiServerConfig config;
   config.node_name = node_name;
   const std::string base_dir = kubeconfig_path.substr(0, kubeconfig_path.find_last_of('/') + 1);
@@ -134,11 +137,7 @@ absl::StatusOr<ApiServerConfig> InClusterConfig(const std::string& node_name,
   config.node_name = node_name;
   config.token_file = token_file;
   config.ca_file = ca_file;
-  if (node_name.empty()) {
-    return absl::InvalidArgumentError(
-        "--label-node needs the node's name: set NODE_NAME (downward API: spec.nodeName) or "
-        "--node-name");
-  }
+  if (absl::Status status = RequireNodeName(node_name); !status.ok()) return status;
   std::string server = api_server;
   if (server.empty()) {
     const char* host = getenv("KUBERNETES_SERVICE_HOST");

@@ -14,11 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_process.h"
+#include "eventually.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -28,16 +30,6 @@ void MakeCertificate(const std::string& dir, const std::string& name) {
                           "-addext subjectAltName=IP:127.0.0.1 -keyout " + dir + "/" + name +
                           ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
   ASSERT_EQ(system(cmd.c_str()), 0) << "openssl failed";
-}
-
-// For state no callback reports: look until it holds (test side only).
-bool Eventually(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
 }
 
 class NodeLabelerTest : public ::testing::Test {

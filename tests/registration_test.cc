@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "edgeaccel/constants.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
 
@@ -18,21 +19,12 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::IsExtendedResourceName;
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
 using ::testing::ElementsAre;
 
 const std::string kTpu(kResourceEdgeTpu);
-
-// For state no kubelet reports: look until it holds (test side only).
-bool Eventually(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
 
 Device Tpu(const std::string& id) {
   Device d;
