@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "daemon_process.h"
+#include "daemon_test.h"
 #include "edgeaccel/constants.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
@@ -48,21 +49,11 @@ std::vector<std::string> HostPaths(const v1beta1::ContainerAllocateResponse& r) 
   return out;
 }
 
-class GpuE2eTest : public ::testing::Test {
+class GpuE2eTest : public ::edgeaccel::testing::DaemonTest {
  protected:
-  void StartKubeletAndDaemon(std::vector<std::string> extra = {}) {
+  void StartKubeletAndDaemon(const std::vector<std::string>& extra = {}) {
     kubelet_.Start();
-    std::vector<std::string> args = {"--host-root=" + host_.root(),
-                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
-                                     "--metrics-address=127.0.0.1:0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    daemon_ = std::make_unique<DaemonProcess>(kDaemon, args);
-  }
-  bool Advertised(const std::string& resource, int capacity, int allocatable) {
-    return kubelet_.WaitFor([&] {
-      return kubelet_.StreamOpen(resource) && kubelet_.Capacity(resource) == capacity &&
-             kubelet_.Allocatable(resource) == allocatable;
-    });
+    daemon_ = StartDaemon(extra);
   }
   v1beta1::ContainerAllocateResponse Allocate(const std::string& resource,
                                               const std::vector<std::string>& ids) {
@@ -71,9 +62,6 @@ class GpuE2eTest : public ::testing::Test {
     return r.ok() ? r->container_responses(0) : v1beta1::ContainerAllocateResponse();
   }
 
-  FixtureHost host_;
-  TempDir dir_;
-  TestKubelet kubelet_{dir_.path() + "/kubelet"};
   std::unique_ptr<DaemonProcess> daemon_;
 };
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "daemon_process.h"
+#include "daemon_test.h"
 #include "edgeaccel/constants.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
@@ -32,29 +33,15 @@ using ::testing::Not;
 const std::string kTpu(kResourceEdgeTpu);
 const char kDaemon[] = EDGEACCEL_DAEMON_PATH;
 
-class E2eTest : public ::testing::Test {
+// Two PCIe Edge TPUs on NUMA node 0.
+class E2eTest : public ::edgeaccel::testing::DaemonTest {
  protected:
   void SetUp() override {
     host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
     host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
   }
-  std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--host-root=" + host_.root(),
-                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
-                                     "--metrics-address=127.0.0.1:0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<DaemonProcess>(kDaemon, args);
-  }
-  bool Advertised(int capacity, int allocatable) {
-    return kubelet_.WaitFor([&] {
-      return kubelet_.StreamOpen(kTpu) && kubelet_.Capacity(kTpu) == capacity &&
-             kubelet_.Allocatable(kTpu) == allocatable;
-    });
-  }
-
-  FixtureHost host_;
-  TempDir dir_;
-  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+  using DaemonTest::Advertised;
+  bool Advertised(int capacity, int allocatable) { return Advertised(kTpu, capacity, allocatable); }
 };
 
 TEST_F(E2eTest, NodeShowsTwoEdgeTpusAndAPodGetsExactlyOne) {

@@ -1,0 +1,46 @@
+// A GoogleTest fixture for end-to-end tests: a fixture host, a test kubelet under a temporary
+// kubelet root, and the real daemon binary started against both.
+#ifndef EDGEACCEL_TESTS_SUPPORT_DAEMON_TEST_H_
+#define EDGEACCEL_TESTS_SUPPORT_DAEMON_TEST_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon_process.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel::testing {
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  // The daemon on this test's host and kubelet root, probing every 100 ms, metrics on a free
+  // loopback port; `extra` flags come last (and so win).
+  std::unique_ptr<DaemonProcess> StartDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--host-root=" + host_.root(),
+                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
+                                     "--metrics-address=127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<DaemonProcess>(EDGEACCEL_DAEMON_PATH, args);
+  }
+
+  // Waits until the kubelet shows `resource` with this capacity and allocatable, on an open
+  // ListAndWatch stream.
+  bool Advertised(const std::string& resource, int capacity, int allocatable) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(resource) && kubelet_.Capacity(resource) == capacity &&
+             kubelet_.Allocatable(resource) == allocatable;
+    });
+  }
+
+  FixtureHost host_;
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+};
+
+}  // namespace edgeaccel::testing
+
+#endif  // EDGEACCEL_TESTS_SUPPORT_DAEMON_TEST_H_
