@@ -211,20 +211,6 @@ void Daemon::Stop() {
 
 void Daemon::ScanOnce() { watcher_.ScanAll(); }
 
-DeviceSet* Daemon::device_set(absl::string_view name) const {
-  for (const auto& resource : resources_) {
-    if (resource->set->resource_name() == name) return resource->set.get();
-  }
-  return nullptr;
-}
-
-ResourceRegistrar* Daemon::registrar(absl::string_view name) const {
-  for (const auto& resource : resources_) {
-    if (resource->set->resource_name() == name) return resource->registrar.get();
-  }
-  return nullptr;
-}
-
 std::string Daemon::Describe() const {
   std::string out;
   LabelSet labels = Labels();

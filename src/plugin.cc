@@ -316,11 +316,6 @@ void DevicePluginService::EndStreams() {
   for (const auto& stream : open) stream->End();
 }
 
-int DevicePluginService::OpenStreams() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(streams_.size());
-}
-
 void DevicePluginService::Forget(Stream* stream) {
   std::shared_ptr<Stream> last;  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);

@@ -184,11 +184,6 @@ std::string ResourceRegistrar::socket_path() const {
   return server_ == nullptr ? std::string() : server_->socket_path();
 }
 
-int ResourceRegistrar::OpenStreams() const {
-  absl::MutexLock lock(&mu_);
-  return server_ == nullptr ? 0 : server_->service()->OpenStreams();
-}
-
 void ResourceRegistrar::Complain(const std::string& message) {
   if (message == last_complaint_) return;
   last_complaint_ = message;

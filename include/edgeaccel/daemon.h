@@ -44,8 +44,6 @@ class Daemon {
   // One scan of everything, without watching or serving (for --discover).
   void ScanOnce();
 
-  DeviceSet* device_set(absl::string_view resource) const;
-  ResourceRegistrar* registrar(absl::string_view resource) const;
 
  private:
   struct Resource {

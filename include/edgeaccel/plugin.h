@@ -61,7 +61,6 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
   void EndStreams();
-  int OpenStreams() const;
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
                                                    const v1beta1::Empty* request,

@@ -91,7 +91,6 @@ class ResourceRegistrar {
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
-  int OpenStreams() const;
 
  private:
   // Identifies one incarnation of kubelet.sock: a re-created socket may reuse the inode number,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_split.h"
+#include "edgeaccel/constants.h"
 #include "edgeaccel/registration.h"
 #include "glog/logging.h"
 
@@ -87,12 +88,12 @@ void TestKubelet::Start() {
   if (DIR* dir = opendir(DevicePluginsDir().c_str())) {
     while (struct dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
-      if (name == "." || name == ".." || name == "kubelet_internal_checkpoint") continue;
+      if (name == "." || name == ".." || name == kKubeletCheckpointName) continue;
       unlink((DevicePluginsDir() + "/" + name).c_str());
     }
     closedir(dir);
   }
-  const std::string checkpoint = DevicePluginsDir() + "/kubelet_internal_checkpoint";
+  const std::string checkpoint = absl::StrCat(DevicePluginsDir(), "/", kKubeletCheckpointName);
   if (access(checkpoint.c_str(), F_OK) != 0) {
     FILE* f = fopen(checkpoint.c_str(), "w");
     if (f != nullptr) {
@@ -235,7 +236,6 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
     state.ever_registered = true;
     state.registrations++;
     state.via = via;
-    state.last_registration = absl::Now();
     state.generation = raw->generation;
     endpoints_[resource] = std::move(endpoint);
     Changed();
@@ -436,11 +436,6 @@ bool TestKubelet::StreamOpen(const std::string& resource) {
 bool TestKubelet::HasEndpoint(const std::string& resource) {
   absl::MutexLock lock(&mu_);
   return endpoints_.count(resource) > 0;
-}
-
-absl::Time TestKubelet::LastRegistration(const std::string& resource) {
-  absl::MutexLock lock(&mu_);
-  return resources_[resource].last_registration;
 }
 
 absl::Time TestKubelet::LastRegisterReceived(const std::string& resource) {

@@ -71,7 +71,6 @@ class TestKubelet {
   bool StreamOpen(const std::string& resource);
   // The kubelet has a live endpoint for the resource (Allocate can reach the plugin).
   bool HasEndpoint(const std::string& resource);
-  absl::Time LastRegistration(const std::string& resource);
   // When the last Register call for the resource arrived, and when kubelet.sock was last
   // created (for measuring re-registration after a restart).
   absl::Time LastRegisterReceived(const std::string& resource);
@@ -115,7 +114,6 @@ class TestKubelet {
     int registrations = 0;
     int updates = 0;
     std::string via;
-    absl::Time last_registration;
     absl::Time last_register_received;
     uint64_t generation = 0;  // of the endpoint that owns the state now
   };
