@@ -369,6 +369,7 @@ struct RunningDaemon {
     kubelet.Start();
     std::vector<std::string> args = {"--host-root=" + host.root(),
                                      "--kubelet-root=" + kubelet.root(),
+                                     "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                                      "--probe-interval=" + probe_interval,
                                      "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());

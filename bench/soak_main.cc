@@ -79,6 +79,7 @@ int Run(absl::Duration duration) {
   kubelet.Start();
   DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
                        {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                        "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                         "--probe-interval=100ms", "--temperature-threshold=85",
                         "--metrics-address=127.0.0.1:0"});
   auto all_back = [&] {

@@ -77,17 +77,31 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--host-root ", config.host_root, " is not a directory"));
   }
-  if (config.kubelet_root.empty() || config.kubelet_root[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kubelet-root must be an absolute path, got \"", config.kubelet_root, "\""));
+  // Both are absolute, and the longest socket path we bind in each must fit a sockaddr_un.
+  auto check_socket_dir = [](absl::string_view flag, const std::string& value,
+                             const std::string& dir) -> absl::Status {
+    if (value.empty() || value[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be an absolute path, got \"", value, "\""));
+    }
+    const size_t longest = dir.size() + 1 + SocketFileName(kResourceEdgeTpu).size() + 8;
+    if (longest >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", value, " is too long: socket paths under it would exceed ",
+          sizeof(sockaddr_un::sun_path) - 1, " bytes, the Unix socket limit"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check_socket_dir(
+          "--kubelet-root", config.kubelet_root,
+          absl::StrCat(config.kubelet_root, "/", kPluginsRegistryDir));
+      !s.ok()) {
+    return s;
   }
-  // The longest socket path we bind must fit a sockaddr_un.
-  const size_t longest = config.kubelet_root.size() + 1 + kPluginsRegistryDir.size() + 1 +
-                         SocketFileName(kResourceEdgeTpu).size() + 8;
-  if (longest >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kubelet-root ", config.kubelet_root, " is too long: socket paths under it would exceed ",
-        sizeof(sockaddr_un::sun_path) - 1, " bytes, the Unix socket limit"));
+  if (absl::Status s = check_socket_dir("--device-plugin-dir", config.device_plugin_dir,
+                                        config.device_plugin_dir);
+      !s.ok()) {
+    return s;
   }
   if (config.probe_interval < absl::ZeroDuration() ||
       (config.probe_interval > absl::ZeroDuration() &&

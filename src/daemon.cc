@@ -54,6 +54,7 @@ Daemon::Daemon(DaemonConfig config)
     if (replicas != config_.replicas.end()) watcher_.SetReplicas(set, replicas->second);
     ResourceRegistrar::Options options;
     options.kubelet_root = config_.kubelet_root;
+    options.device_plugin_dir = config_.device_plugin_dir;
     options.mode = config_.registration;
     options.register_timeout = config_.register_timeout;
     options.plugin.cdi_devices = config_.cdi;

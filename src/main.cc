@@ -35,9 +35,12 @@ std::string AbslUnparseFlag(RegistrationMode mode) {
 ABSL_FLAG(std::string, host_root, "/",
           "Where the host's / is visible to the daemon (e.g. /host in a container). Devices, "
           "sysfs and /proc are read under it; paths handed to the kubelet are host paths.");
+ABSL_FLAG(std::string, device_plugin_dir, "/var/lib/kubelet/device-plugins",
+          "Where the kubelet's kubelet.sock is and our device plugin sockets go. The kubelet "
+          "fixes this path; it does not follow its --root-dir.");
 ABSL_FLAG(std::string, kubelet_root, "/var/lib/kubelet",
-          "The kubelet's root directory, holding device-plugins/ and plugins_registry/ "
-          "(k3s: /var/lib/rancher/k3s/agent/kubelet, microk8s: "
+          "The kubelet's --root-dir, holding plugins_registry/ (the plugin watcher) "
+          "(microk8s: "
           "/var/snap/microk8s/common/var/lib/kubelet).");
 ABSL_FLAG(edgeaccel::RegistrationMode, registration, edgeaccel::RegistrationMode::kAuto,
           "How to register with the kubelet: kubelet (Register on device-plugins/kubelet.sock), "
@@ -136,6 +139,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.api_ca_file = absl::GetFlag(FLAGS_api_ca_file);
   config.host_root = absl::GetFlag(FLAGS_host_root);
   config.kubelet_root = absl::GetFlag(FLAGS_kubelet_root);
+  config.device_plugin_dir = absl::GetFlag(FLAGS_device_plugin_dir);
   config.registration = absl::GetFlag(FLAGS_registration);
   config.probe_interval = absl::GetFlag(FLAGS_probe_interval);
   if (double t = absl::GetFlag(FLAGS_temperature_threshold); t != 0) {

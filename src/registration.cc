@@ -110,9 +110,10 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
 ResourceRegistrar::~ResourceRegistrar() { Stop(); }
 
 std::string ResourceRegistrar::DirectoryFor(RegistrationMode mode) const {
-  return absl::StrCat(options_.kubelet_root, "/",
-                      mode == RegistrationMode::kPluginWatcher ? kPluginsRegistryDir
-                                                               : kDevicePluginsDir);
+  if (mode == RegistrationMode::kPluginWatcher) {
+    return absl::StrCat(options_.kubelet_root, "/", kPluginsRegistryDir);
+  }
+  return options_.device_plugin_dir;
 }
 
 std::string ResourceRegistrar::KubeletSocket() const {

@@ -18,6 +18,10 @@ namespace edgeaccel {
 namespace {
 
 constexpr absl::string_view kDevfreqDir = "/sys/class/devfreq";
+// /proc/device-tree is a link to the kernel's /sys/firmware/devicetree/base; a container that
+// mounts only the host's /sys (the DaemonSet does) sees the device tree at the second place.
+constexpr absl::string_view kDeviceTreeDirs[] = {"/proc/device-tree",
+                                                 "/sys/firmware/devicetree/base"};
 constexpr absl::string_view kGpuNames[] = {"gk20a", "gm20b", "gp10b", "gv11b", "ga10b", "gb10b"};
 
 // Names in /dev that belong to the integrated GPU and its engines.
@@ -83,6 +87,18 @@ std::vector<WatchSpec> TegraGpuDiscoverer::WatchPaths() const {
     for (const std::string& gpu : *gpus) specs.push_back({absl::StrCat("/dev/nvgpu/", gpu), ""});
   }
   return specs;
+}
+
+// The device tree property `name` and the path it was read from.
+std::optional<std::pair<std::string, std::string>> TegraGpuDiscoverer::ReadDeviceTree(
+    absl::string_view name) const {
+  for (absl::string_view dir : kDeviceTreeDirs) {
+    std::string path = absl::StrCat(dir, "/", name);
+    if (absl::StatusOr<std::string> value = host_->ReadFile(path); value.ok()) {
+      return std::make_pair(std::move(path), *std::move(value));
+    }
+  }
+  return std::nullopt;
 }
 
 std::string TegraGpuDiscoverer::NothingFoundHint() const {
@@ -153,13 +169,13 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     }
   }
   std::optional<std::string> soc;
-  if (absl::StatusOr<std::string> compatible = host_->ReadFile("/proc/device-tree/compatible");
-      compatible.ok()) {
-    if (compatible->find('\0') == std::string::npos) {
-      log_.Warn("/proc/device-tree/compatible has no NUL separators (is it a copy?); reading it "
-                "as one string");
+  if (auto compatible = ReadDeviceTree("compatible")) {
+    const auto& [path, value] = *compatible;
+    if (value.find('\0') == std::string::npos) {
+      log_.Warn(absl::StrCat(path, " has no NUL separators (is it a copy?); reading it as one "
+                             "string"));
     }
-    soc = TegraSocFromCompatible(*compatible);
+    soc = TegraSocFromCompatible(value);
   }
   std::string family;
   if (absl::StatusOr<std::string> f = host_->ReadAttribute("/sys/devices/soc0/family"); f.ok()) {
@@ -181,9 +197,13 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     device.facts["l4t_revision"] = release->revision;
     device.facts["l4t_board"] = release->board;
   }
-  if (absl::StatusOr<std::string> model = host_->ReadAttribute("/proc/device-tree/model");
-      model.ok() && !model->empty()) {
-    device.facts["model"] = absl::CHexEscape(model->substr(0, 120));
+  if (auto model = ReadDeviceTree("model")) {
+    // A device-tree string ends in NUL.
+    absl::string_view value = absl::StripLeadingAsciiWhitespace(model->second);
+    while (!value.empty() && (value.back() == '\0' || absl::ascii_isspace(value.back()))) {
+      value.remove_suffix(1);
+    }
+    if (!value.empty()) device.facts["model"] = absl::CHexEscape(value.substr(0, 120));
   }
   if (std::optional<TegraGpuModel> gpu = soc.has_value() ? TegraGpuForSoc(*soc) : std::nullopt) {
     device.facts["gpu"] = gpu->name;

@@ -89,6 +89,7 @@ TEST_F(GpuE2eTest, XavierNxAndAgxOrin) {
     TestKubelet kubelet(dir.path() + "/kubelet");
     kubelet.Start();
     DaemonProcess daemon(kDaemon, {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                        "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                                    "--nvidia-runtime-envs=false", "--metrics-address="});
     ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.Allocatable(kGpu) == 1; })) << daemon.Log();
     const std::string id = kubelet.Devices(kGpu)[0].id();

@@ -321,7 +321,7 @@ TEST(CliTest, HelpListsEveryFlagWithDefaults) {
   EXPECT_EQ(result.exit_code, 1);  // absl's --help exit code
   const std::string help = result.out + result.err;
   for (const char* flag :
-       {"--host_root", "--kubelet_root", "--registration", "--probe_interval",
+       {"--host_root", "--kubelet_root", "--device_plugin_dir", "--registration", "--probe_interval",
         "--metrics_address", "--nfd_features_dir", "--seed_labels",
         "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
         "--verbosity"}) {

@@ -176,6 +176,7 @@ TEST_F(NodeLabelerTest, TheDaemonLabelsItsNode) {
   edgeaccel::testing::DaemonProcess daemon(
       EDGEACCEL_DAEMON_PATH,
       {"--host-root=" + host.root(), "--kubelet-root=" + dir_.path() + "/kubelet",
+       "--device-plugin-dir=" + dir_.path() + "/kubelet/device-plugins",
        "--metrics-address=", "--label-node", "--node-name=node-1",
        "--api-server=https://127.0.0.1:" + std::to_string(port_),
        "--api-token-file=" + dir_.path() + "/token", "--api-ca-file=" + dir_.path() + "/server.crt"});

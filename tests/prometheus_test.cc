@@ -47,6 +47,7 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   kubelet.Start();
   DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
                        {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                        "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                         "--metrics-address=127.0.0.1:0"});
   const int port = MetricsPort(daemon);
   ASSERT_GT(port, 0) << daemon.Log();

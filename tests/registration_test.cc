@@ -39,6 +39,7 @@ class RegistrationTest : public ::testing::Test {
   std::unique_ptr<ResourceRegistrar> StartRegistrar(RegistrationMode mode) {
     ResourceRegistrar::Options options;
     options.kubelet_root = kubelet_.root();
+    options.device_plugin_dir = kubelet_.DevicePluginsDir();
     options.mode = mode;
     options.max_backoff = absl::Milliseconds(400);
     auto registrar = std::make_unique<ResourceRegistrar>(options, &set_);
@@ -138,6 +139,24 @@ TEST_F(RegistrationTest, RefusedRegistrationIsRetriedWithBackoff) {
   EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
 }
 
+// The kubelet keeps kubelet.sock in /var/lib/kubelet/device-plugins whatever its --root-dir
+// (microk8s: /var/snap/microk8s/common/var/lib/kubelet), so the two are configured apart.
+TEST_F(RegistrationTest, DevicePluginDirIsNotUnderTheKubeletRoot) {
+  kubelet_.Start();
+  TempDir other_root;  // a --root-dir elsewhere, with its own (empty) plugins_registry/
+  ASSERT_EQ(mkdir((other_root.path() + "/plugins_registry").c_str(), 0755), 0);
+  ResourceRegistrar::Options options;
+  options.kubelet_root = other_root.path();
+  options.device_plugin_dir = kubelet_.DevicePluginsDir();
+  options.mode = RegistrationMode::kAuto;
+  ResourceRegistrar registrar(options, &set_);
+  ASSERT_TRUE(registrar.Start().ok());
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+  EXPECT_EQ(registrar.socket_path(),
+            kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
 TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
   // A kubelet.sock left by a dead kubelet: it exists, nobody accepts on it.
   ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
@@ -147,6 +166,7 @@ TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
 
   ResourceRegistrar::Options options;
   options.kubelet_root = kubelet_.root();
+  options.device_plugin_dir = kubelet_.DevicePluginsDir();
   options.mode = RegistrationMode::kKubelet;
   options.register_timeout = absl::Milliseconds(150);
   options.max_backoff = absl::Milliseconds(200);

@@ -119,6 +119,27 @@ TEST(TegraTest, AgxOrinR36WithRenderNodeAndNoStrangers) {
   EXPECT_EQ(d.nodes.size(), 29u);
 }
 
+// What the DaemonSet's container sees: the host's /sys and /dev, no /proc/device-tree and no
+// /etc/nv_tegra_release (that mount is the optional jetson-l4t component).
+TEST(TegraTest, FoundFromSysfsAloneAsInTheContainer) {
+  using namespace std::string_literals;
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  fixture.Remove("/proc/device-tree");
+  fixture.Remove("/etc/nv_tegra_release");
+  fixture.Remove("/sys/devices/soc0/family");
+  fixture.WriteFile("/sys/firmware/devicetree/base/compatible",
+                    "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0"s);
+  fixture.WriteFile("/sys/firmware/devicetree/base/model",
+                    "NVIDIA Jetson AGX Orin Developer Kit\0"s);
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.id, "tegra234-igpu0");
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(d.facts["model"], "NVIDIA Jetson AGX Orin Developer Kit");
+  EXPECT_EQ(d.facts["compute_capability"], "8.7");
+  EXPECT_EQ(d.facts.count("l4t_release"), 0u);
+}
+
 TEST(TegraTest, NotATegraHostHasNoGpu) {
   FixtureHost fixture;
   fixture.WriteFile("/proc/device-tree/compatible", std::string("raspberrypi,4-model-b\0", 22));

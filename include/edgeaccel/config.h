@@ -18,6 +18,7 @@ namespace edgeaccel {
 struct DaemonConfig {
   std::string host_root = "/";
   std::string kubelet_root = std::string(kDefaultKubeletRoot);
+  std::string device_plugin_dir = std::string(kDefaultDevicePluginDir);
   RegistrationMode registration = RegistrationMode::kAuto;
   absl::Duration probe_interval = absl::Seconds(5);
   // Celsius; unset: each Edge TPU's own hw_temp_warn2.

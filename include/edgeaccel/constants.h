@@ -17,9 +17,12 @@ inline constexpr absl::string_view kDevicePluginApiVersion = "v1beta1";
 inline constexpr absl::string_view kHealthy = "Healthy";
 inline constexpr absl::string_view kUnhealthy = "Unhealthy";
 
-// Layout under the kubelet root (default /var/lib/kubelet).
+// The kubelet's directories. plugins_registry/ lives under its --root-dir (default
+// /var/lib/kubelet; microk8s: /var/snap/microk8s/common/var/lib/kubelet). device-plugins/ does
+// not: the kubelet hard-codes /var/lib/kubelet/device-plugins/ (deviceplugin v1beta1
+// DevicePluginPath), whatever its --root-dir.
 inline constexpr absl::string_view kDefaultKubeletRoot = "/var/lib/kubelet";
-inline constexpr absl::string_view kDevicePluginsDir = "device-plugins";
+inline constexpr absl::string_view kDefaultDevicePluginDir = "/var/lib/kubelet/device-plugins";
 inline constexpr absl::string_view kPluginsRegistryDir = "plugins_registry";
 inline constexpr absl::string_view kKubeletSocketName = "kubelet.sock";
 inline constexpr absl::string_view kKubeletCheckpointName = "kubelet_internal_checkpoint";

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/constants.h"
 #include "edgeaccel/inventory.h"
 #include "edgeaccel/inotify.h"
 #include "edgeaccel/plugin.h"
@@ -65,7 +66,10 @@ class PluginWatcherService final : public pluginregistration::Registration::Call
 class ResourceRegistrar {
  public:
   struct Options {
-    std::string kubelet_root = "/var/lib/kubelet";  // as this process sees it
+    // As this process sees them: plugins_registry/ is under kubelet_root; device-plugins/ is
+    // the kubelet's fixed directory.
+    std::string kubelet_root = std::string(kDefaultKubeletRoot);
+    std::string device_plugin_dir = std::string(kDefaultDevicePluginDir);
     RegistrationMode mode = RegistrationMode::kAuto;
     absl::Duration register_timeout = absl::Seconds(10);
     absl::Duration max_backoff = absl::Seconds(30);

@@ -10,6 +10,7 @@
 #define EDGEACCEL_TEGRA_H_
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,8 @@ class TegraGpuDiscoverer : public Discoverer {
   std::vector<DeviceNode> GpuNodes() const;
   // /sys/class/devfreq entry of the GPU ("57000000.gpu"), if any.
   std::optional<std::string> FindDevfreq() const;
+  // A device-tree property (compatible, model) and the path it was read from.
+  std::optional<std::pair<std::string, std::string>> ReadDeviceTree(absl::string_view name) const;
 
   const Host* host_;
   NvidiaOptions options_;

@@ -21,7 +21,8 @@ class DaemonTest : public ::testing::Test {
   // loopback port; `extra` flags come last (and so win).
   std::unique_ptr<DaemonProcess> StartDaemon(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--host-root=" + host_.root(),
-                                     "--kubelet-root=" + kubelet_.root(), "--probe-interval=100ms",
+                                     "--kubelet-root=" + kubelet_.root(),
+                                     "--device-plugin-dir=" + kubelet_.DevicePluginsDir(), "--probe-interval=100ms",
                                      "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<DaemonProcess>(EDGEACCEL_DAEMON_PATH, args);

@@ -71,7 +71,9 @@ TempDir::TempDir(absl::string_view prefix) {
   path_ = made;
 }
 
-TempDir::~TempDir() { RemoveTree(path_); }
+TempDir::~TempDir() {
+  if (!keep_) RemoveTree(path_);
+}
 
 FixtureHost::FixtureHost() : dir_("edgeaccel-host") {}
 

@@ -22,9 +22,12 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  // Leaves the directory in place when this object goes (for a fixture a tool hands on).
+  void Keep() { keep_ = true; }
 
  private:
   std::string path_;
+  bool keep_ = false;
 };
 
 // Leaves a socket file at `path` that nobody accepts on, as a crashed process does.
@@ -35,6 +38,8 @@ class FixtureHost {
   FixtureHost();
 
   const std::string& root() const { return dir_.path(); }
+  // The tree outlives this object (edgeaccel-fixture); the caller removes it.
+  void Keep() { dir_.Keep(); }
   // Where a host path lives in the fixture.
   std::string Path(absl::string_view host_path) const;
 

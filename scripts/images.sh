@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds both container images for real and smoke-tests them, with nothing but Debian's mirror:
+#   1. installs podman, buildah, debootstrap and qemu-user-static (arm64 emulation);
+#   2. makes debian:bookworm-slim-like base images for amd64 and arm64 (make-base-image.sh);
+#   3. builds Dockerfile.amd64 and Dockerfile.arm64 (the arm64 one cross-compiles);
+#   4. runs each image's binary: --help, and --discover against fixture host trees mounted at
+#      /host (the arm64 binary under qemu-user-static), and checks what it found.
+# Rootful podman; this script's own containers.conf sets what this kind of machine needs.
+# Needs build/edgeaccel-fixture (scripts/build.sh edgeaccel-fixture) for the fixture trees.
+#   IMAGES_TIMEOUT (seconds, default 2400) bounds the whole run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${EDGEACCEL_IMAGES_TIMED:-}" ]; then
+  export EDGEACCEL_IMAGES_TIMED=1
+  exec timeout --kill-after=30 "${IMAGES_TIMEOUT:-2400}" "$0" "$@"
+fi
+
+scripts/deps.sh podman buildah debootstrap qemu-user-static binfmt-support runc uidmap \
+  ca-certificates
+[ -x build/edgeaccel-fixture ] || scripts/build.sh edgeaccel-fixture
+
+conf_dir=$(mktemp -d /tmp/edgeaccel-images.XXXXXX)
+fixtures=()
+cleanup() {
+  rm -rf "$conf_dir"
+  for f in "${fixtures[@]}"; do rm -rf "$f"; done
+}
+trap cleanup EXIT
+cat > "$conf_dir/containers.conf" <<'CONF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+CONF
+export CONTAINERS_CONF="$conf_dir/containers.conf"
+
+# arm64 binaries run through binfmt_misc and qemu-aarch64-static.
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  update-binfmts --enable qemu-aarch64 2>/dev/null || update-binfmts --import qemu-aarch64
+fi
+
+step() { echo "--- $*"; }
+for arch in amd64 arm64; do
+  step "base image $arch"
+  start=$SECONDS
+  scripts/make-base-image.sh "$arch"
+  echo "    $((SECONDS - start)) s"
+done
+
+version=$(sed -n 's/^project(edgeaccel VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+for arch in amd64 arm64; do
+  step "build Dockerfile.$arch"
+  start=$SECONDS
+  podman build --pull=never --network=host --platform "linux/$arch" \
+    --build-arg BUILD_IMAGE=localhost/debian-bookworm-slim:amd64 \
+    --build-arg RUNTIME_IMAGE="localhost/debian-bookworm-slim:$arch" \
+    -f "Dockerfile.$arch" -t "localhost/edgeaccel-device-plugin:$version-$arch" . \
+    > "$conf_dir/build-$arch.log" 2>&1 || { tail -60 "$conf_dir/build-$arch.log"; exit 1; }
+  image="localhost/edgeaccel-device-plugin:$version-$arch"
+  got=$(podman image inspect --format '{{.Os}}/{{.Architecture}}' "$image")
+  [ "$got" = "linux/$arch" ] || { echo "$image is $got, not linux/$arch"; exit 1; }
+  size=$(podman image inspect --format '{{.Size}}' "$image")
+  echo "    $image: $(numfmt --to=iec "$size") ($size bytes), built in $((SECONDS - start)) s"
+done
+
+# --discover with a fixture tree as /host; prints the report, then checks the lines that must be
+# there. The container gets no network and a read-only root, as in the DaemonSet.
+discover() {
+  local image=$1; shift
+  local tree
+  tree=$(build/edgeaccel-fixture "$@")
+  fixtures+=("$tree")
+  podman run --rm --network=none --read-only --cap-drop=ALL --security-opt=no-new-privileges \
+    -v "$tree:/host:ro" "$image" --discover --host-root=/host
+}
+expect() {  # expect REPORT LINE...
+  local report=$1; shift
+  for line in "$@"; do
+    grep -q -F -- "$line" <<< "$report" || { echo "missing from --discover: $line"; echo "$report"; exit 1; }
+  done
+}
+for arch in amd64 arm64; do
+  image="localhost/edgeaccel-device-plugin:$version-$arch"
+  step "run $image"
+  start=$SECONDS
+  help=$(podman run --rm --network=none "$image" --help 2>&1 || true)
+  expect "$help" "--host-root" "--kubelet-root" "--device-plugin-dir" "--metrics-address"
+  report=$(discover "$image" coral-pcie coral-usb)
+  expect "$report" "coral.ai/edgetpu: 3 device(s), 3 healthy" "0000:03:00.0  Healthy" \
+    "device node: /dev/apex_1 -> /dev/apex_1 (rw)" "2-1  Healthy"
+  report=$(discover "$image" jetson-agx-orin)
+  expect "$report" "nvidia.com/gpu: 1 device(s), 1 healthy" "tegra234-igpu0  Healthy" \
+    "nvidia.com/jetson.l4t.release=36.4.7"
+  report=$(discover "$image" nvidia)
+  expect "$report" "nvidia.com/gpu: 1 device(s), 1 healthy" \
+    "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689  Healthy" "device node: /dev/nvidia0 -> /dev/nvidia0 (rw)"
+  echo "    --help and --discover (Edge TPU, Jetson, discrete GPU) as expected, $((SECONDS - start)) s"
+done

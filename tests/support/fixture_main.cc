@@ -1,0 +1,43 @@
+// edgeaccel-fixture: builds a fake host tree (the same one the tests use) and prints where it
+// is, so that something outside the tests can point the daemon at it, e.g. scripts/images.sh
+// running a container image with the tree mounted as /host. The caller removes the tree.
+//   edgeaccel-fixture HOST...   HOST: coral-pcie coral-usb jetson-nano jetson-xavier-nx
+//                                     jetson-agx-orin nvidia
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "fixture_host.h"
+
+int main(int argc, char** argv) {
+  using edgeaccel::testing::FixtureHost;
+  if (argc < 2) {
+    std::cerr << "usage: edgeaccel-fixture HOST...  (coral-pcie coral-usb jetson-nano "
+                 "jetson-xavier-nx jetson-agx-orin nvidia)\n";
+    return 2;
+  }
+  FixtureHost host;
+  for (int i = 1; i < argc; ++i) {
+    const std::string kind = argv[i];
+    if (kind == "coral-pcie") {
+      host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+      host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+    } else if (kind == "coral-usb") {
+      host.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+    } else if (kind == "jetson-nano") {
+      host.AddJetson(FixtureHost::Jetson::kNanoR32);
+    } else if (kind == "jetson-xavier-nx") {
+      host.AddJetson(FixtureHost::Jetson::kXavierNxR35);
+    } else if (kind == "jetson-agx-orin") {
+      host.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+    } else if (kind == "nvidia") {
+      host.AddNvidiaGpu({});
+    } else {
+      std::cerr << "edgeaccel-fixture: unknown host \"" << kind << "\"\n";
+      return 2;
+    }
+  }
+  host.Keep();
+  std::printf("%s\n", host.root().c_str());
+  return 0;
+}
