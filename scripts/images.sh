@@ -4,9 +4,10 @@
 #   2. makes debian:bookworm-slim-like base images for amd64 and arm64 (make-base-image.sh);
 #   3. builds Dockerfile.amd64 and Dockerfile.arm64 (the arm64 one cross-compiles);
 #   4. runs each image's binary: --help, and --discover against fixture host trees mounted at
-#      /host (the arm64 binary under qemu-user-static), and checks what it found.
+#      /host (the arm64 binary under qemu-user-static), and checks what it found;
+#   5. runs each image as the DaemonSet does, against fixture trees and the tests' kubelet.
 # Rootful podman; this script's own containers.conf sets what this kind of machine needs.
-# Needs build/edgeaccel-fixture (scripts/build.sh edgeaccel-fixture) for the fixture trees.
+# Builds build/edgeaccel-fixture and build/edgeaccel-test-kubelet if they are missing.
 #   IMAGES_TIMEOUT (seconds, default 2400) bounds the whole run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,8 @@ fi
 
 scripts/deps.sh podman buildah debootstrap qemu-user-static binfmt-support runc uidmap \
   ca-certificates
-[ -x build/edgeaccel-fixture ] || scripts/build.sh edgeaccel-fixture
+[ -x build/edgeaccel-fixture ] && [ -x build/edgeaccel-test-kubelet ] ||
+  scripts/build.sh edgeaccel-fixture edgeaccel-test-kubelet
 
 conf_dir=$(mktemp -d /tmp/edgeaccel-images.XXXXXX)
 fixtures=()
@@ -55,6 +57,7 @@ for arch in amd64 arm64; do
   step "build Dockerfile.$arch"
   start=$SECONDS
   podman build --pull=never --network=host --platform "linux/$arch" \
+    --build-arg BUILDPLATFORM="linux/$(dpkg --print-architecture)" \
     --build-arg BUILD_IMAGE=localhost/debian-bookworm-slim:amd64 \
     --build-arg RUNTIME_IMAGE="localhost/debian-bookworm-slim:$arch" \
     -f "Dockerfile.$arch" -t "localhost/edgeaccel-device-plugin:$version-$arch" . \
@@ -82,12 +85,57 @@ expect() {  # expect REPORT LINE...
     grep -q -F -- "$line" <<< "$report" || { echo "missing from --discover: $line"; echo "$report"; exit 1; }
   done
 }
+# The daemon as the DaemonSet runs it (manifests/base plus components/jetson-l4t): unprivileged,
+# read-only root, the kubelet's two directories at their default places and the host's /dev,
+# /sys, /proc/meminfo and /etc/nv_tegra_release read-only under /host, here from a fixture tree
+# (Edge TPUs on PCIe and USB, and a Jetson AGX Orin). The kubelet is the tests' stand-in
+# (edgeaccel-test-kubelet): it must see both resources registered with every device healthy,
+# and get the right device node from Allocate. SIGTERM must stop the daemon with status 0 and
+# take its sockets away.
+run_as_daemonset() {
+  local image=$1 tree kubelet
+  tree=$(build/edgeaccel-fixture coral-pcie coral-usb jetson-agx-orin)
+  kubelet=$(mktemp -d /tmp/edgeaccel-kubelet.XXXXXX)
+  fixtures+=("$tree" "$kubelet")
+  build/edgeaccel-test-kubelet "$kubelet" 120 coral.ai/edgetpu=3 nvidia.com/gpu=1 \
+    > "$kubelet.out" 2>&1 &
+  local kubelet_pid=$!
+  fixtures+=("$kubelet.out")
+  for _ in $(seq 100); do [ -S "$kubelet/device-plugins/kubelet.sock" ] && break; sleep 0.1; done
+  local container
+  container=$(podman run -d --network=none --read-only --cap-drop=ALL \
+    --security-opt=no-new-privileges --user=0:0 \
+    -v "$kubelet/device-plugins:/var/lib/kubelet/device-plugins" \
+    -v "$kubelet/plugins_registry:/var/lib/kubelet/plugins_registry" \
+    -v "$tree/dev:/host/dev:ro" -v "$tree/sys:/host/sys:ro" \
+    -v "$tree/proc/meminfo:/host/proc/meminfo:ro" \
+    -v "$tree/etc/nv_tegra_release:/host/etc/nv_tegra_release:ro" \
+    -e NODE_NAME=node-1 "$image" --host-root=/host --metrics-address=)
+  local ok=0
+  wait "$kubelet_pid" || ok=$?
+  podman stop -t 10 "$container" > /dev/null
+  local status
+  status=$(podman inspect --format '{{.State.ExitCode}}' "$container")
+  local log
+  log=$(podman logs "$container" 2>&1)
+  podman rm "$container" > /dev/null
+  sed 's/^/    /' "$kubelet.out"
+  if [ "$ok" -ne 0 ] || [ "$status" -ne 0 ] || ls "$kubelet"/device-plugins/edgeaccel-* > /dev/null 2>&1; then
+    echo "    the DaemonSet-like run failed: kubelet check $ok, daemon exit status $status"
+    ls -l "$kubelet/device-plugins"
+    echo "$log" | tail -30
+    exit 1
+  fi
+  expect "$(cat "$kubelet.out")" "coral.ai/edgetpu: 3 healthy, registered via kubelet; Allocate 0000:03:00.0 -> /dev/apex_0" \
+    "nvidia.com/gpu: 1 healthy, registered via kubelet; Allocate tegra234-igpu0 -> /dev/"
+}
+
 for arch in amd64 arm64; do
   image="localhost/edgeaccel-device-plugin:$version-$arch"
   step "run $image"
   start=$SECONDS
   help=$(podman run --rm --network=none "$image" --help 2>&1 || true)
-  expect "$help" "--host-root" "--kubelet-root" "--device-plugin-dir" "--metrics-address"
+  expect "$help" "--host_root" "--kubelet_root" "--device_plugin_dir" "--metrics_address"
   report=$(discover "$image" coral-pcie coral-usb)
   expect "$report" "coral.ai/edgetpu: 3 device(s), 3 healthy" "0000:03:00.0  Healthy" \
     "device node: /dev/apex_1 -> /dev/apex_1 (rw)" "2-1  Healthy"
@@ -98,4 +146,10 @@ for arch in amd64 arm64; do
   expect "$report" "nvidia.com/gpu: 1 device(s), 1 healthy" \
     "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689  Healthy" "device node: /dev/nvidia0 -> /dev/nvidia0 (rw)"
   echo "    --help and --discover (Edge TPU, Jetson, discrete GPU) as expected, $((SECONDS - start)) s"
+
+  start=$SECONDS
+  run_as_daemonset "$image"
+  echo "    as the DaemonSet runs it: registered, served, stopped cleanly, $((SECONDS - start)) s"
 done
+# The build stages' layers are not needed once the images exist.
+podman image prune -f > /dev/null

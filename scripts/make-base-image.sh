@@ -27,7 +27,7 @@ path-exclude /usr/share/linda/*
 path-exclude /usr/share/locale/*
 CFG
 start=$SECONDS
-debootstrap --variant=minbase --arch="$arch" --include=ca-certificates bookworm "$root" "$mirror" \
+debootstrap --variant=minbase --arch="$arch" bookworm "$root" "$mirror" \
   > "$root.log" 2>&1 || { tail -30 "$root.log"; rm -f "$root.log"; exit 1; }
 rm -f "$root.log"
 cat > "$root/etc/apt/apt.conf.d/docker-clean" <<'CFG'

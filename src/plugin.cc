@@ -430,7 +430,7 @@ absl::Status PluginServer::Start() {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot serve on ", socket_path_, ": the path is taken by ",
           S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "a non-socket file",
-          "; remove it, or point --kubelet-root elsewhere"));
+          "; remove it, or point --device-plugin-dir (or --kubelet-root) elsewhere"));
     }
     if (SocketIsLive(socket_path_)) {
       return absl::AlreadyExistsError(absl::StrCat(

@@ -281,7 +281,7 @@ void ResourceRegistrar::FinishRegisterCall() {
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     message = absl::StrCat("no answer from ", KubeletSocket(), " within ",
                            absl::FormatDuration(options_.register_timeout),
-                           " (is the kubelet running? is --kubelet-root right?)");
+                           " (is the kubelet running? is --device-plugin-dir right?)");
   }
   retry_at_ = absl::Now() + NextBackoff();
   Complain(absl::StrCat("the kubelet did not accept our registration: ", message,
@@ -345,8 +345,8 @@ void ResourceRegistrar::Run() {
       Complain(absl::StrCat("waiting for the kubelet: neither ",
                             DirectoryFor(RegistrationMode::kKubelet), " nor ",
                             DirectoryFor(RegistrationMode::kPluginWatcher),
-                            " exists yet (is --kubelet-root right? k3s uses "
-                            "/var/lib/rancher/k3s/agent/kubelet, microk8s "
+                            " exists yet (is the kubelet running on this node? is "
+                            "--kubelet-root its --root-dir? microk8s uses "
                             "/var/snap/microk8s/common/var/lib/kubelet)"));
       Wait(kUntilEvent);
       continue;

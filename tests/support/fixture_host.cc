@@ -242,8 +242,11 @@ void FixtureHost::AddJetson(Jetson board) const {
       break;
   }
   WriteFile("/etc/nv_tegra_release", spec.release);
-  WriteFile("/proc/device-tree/model", spec.model);
-  WriteFile("/proc/device-tree/compatible", spec.compatible);
+  // The kernel's device tree, and /proc/device-tree linking to it (relative here, so that it
+  // stays inside the fixture; the real link is absolute).
+  WriteFile("/sys/firmware/devicetree/base/model", spec.model);
+  WriteFile("/sys/firmware/devicetree/base/compatible", spec.compatible);
+  Symlink("../sys/firmware/devicetree/base", "/proc/device-tree");
   WriteFile("/sys/devices/soc0/family", spec.family + "\n");
   WriteFile("/proc/meminfo", "MemTotal:        3964656 kB\nMemFree:          123456 kB\n");
   // The GPU platform device with its load, and its devfreq entry (class link, device link).

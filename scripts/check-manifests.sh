@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Checks manifests/ offline: every overlay (and the base with every component) renders with
+# `kubectl kustomize`, and every rendered object and example validates against the Kubernetes
+# API schemas (scripts/manifest-check, npm kubernetes-models) and the DaemonSet stays
+# unprivileged. A deliberately privileged copy must be refused, so the check itself is checked.
+# Needs kubectl (with its built-in kustomize v4+) and Node.js with npm.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v node > /dev/null && command -v npm > /dev/null || scripts/deps.sh nodejs npm
+if ! command -v kubectl > /dev/null; then
+  echo "check-manifests.sh: kubectl is needed (Debian 12 has none new enough for kustomize" \
+       "components; install it from https://kubernetes.io/docs/tasks/tools/)" >&2
+  exit 1
+fi
+out=build/manifest-check
+rm -rf "$out"
+mkdir -p "$out/all"
+(cd scripts/manifest-check && npm ci --no-audit --no-fund --loglevel=error > /dev/null)
+
+# Every component at once, on top of the base.
+cat > "$out/all/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../manifests/base
+components:
+  - ../../../manifests/components/node-labels
+  - ../../../manifests/components/nfd
+  - ../../../manifests/components/jetson-l4t
+  - ../../../manifests/components/nvidia-discrete
+YAML
+rendered=()
+for dir in manifests/base manifests/overlays/* "$out/all"; do
+  name=$(basename "$dir")
+  kubectl kustomize "$dir" > "$out/$name.yaml"
+  echo "rendered $dir: $(grep -c '^kind:' "$out/$name.yaml") objects"
+  rendered+=("$out/$name.yaml")
+done
+node scripts/manifest-check/check.mjs "${rendered[@]}" manifests/examples/*.yaml
+
+# The check must refuse a privileged DaemonSet with a host root mount.
+sed -e 's/privileged: false/privileged: true/' \
+    -e 's|path: /sys$|path: /|' "$out/kubeadm.yaml" > "$out/tampered.yaml"
+if node scripts/manifest-check/check.mjs "$out/tampered.yaml" > "$out/tampered.log" 2>&1; then
+  echo "check-manifests.sh: a privileged DaemonSet passed the check" >&2
+  exit 1
+fi
+grep -q "must not be privileged" "$out/tampered.log"
+grep -q "hostPath / is not one the plugin needs" "$out/tampered.log"
+echo "a privileged copy is refused, as it must be"

@@ -1,0 +1,73 @@
+// edgeaccel-test-kubelet: the tests' kubelet stand-in as a program, for checks of a daemon that
+// runs elsewhere (scripts/images.sh runs the image as the DaemonSet would and points it here).
+// Serves kubelet.sock under ROOT/device-plugins (and watches ROOT/plugins_registry), waits until
+// each RESOURCE is advertised with COUNT healthy devices over an open ListAndWatch, then
+// allocates one device of each and prints the device nodes it was given. Exit 0 on success,
+// 1 with the reason after --timeout.
+//   edgeaccel-test-kubelet ROOT TIMEOUT_SECONDS RESOURCE=COUNT...
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "test_kubelet.h"
+
+int main(int argc, char** argv) {
+  int timeout_seconds = 0;
+  if (argc < 4 || !absl::SimpleAtoi(argv[2], &timeout_seconds)) {
+    std::cerr << "usage: edgeaccel-test-kubelet ROOT TIMEOUT_SECONDS RESOURCE=COUNT...\n";
+    return 2;
+  }
+  std::vector<std::pair<std::string, int>> expected;
+  for (int i = 3; i < argc; ++i) {
+    std::vector<std::string> parts = absl::StrSplit(argv[i], '=');
+    int count;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &count)) {
+      std::cerr << "edgeaccel-test-kubelet: expected RESOURCE=COUNT, got " << argv[i] << "\n";
+      return 2;
+    }
+    expected.emplace_back(parts[0], count);
+  }
+  edgeaccel::testing::TestKubelet kubelet(argv[1]);
+  kubelet.Start();
+  std::printf("kubelet.sock ready\n");
+  std::fflush(stdout);
+  const bool advertised = kubelet.WaitFor(
+      [&] {
+        for (const auto& [resource, count] : expected) {
+          if (!kubelet.StreamOpen(resource) || kubelet.Allocatable(resource) != count) return false;
+        }
+        return true;
+      },
+      absl::Seconds(timeout_seconds));
+  if (!advertised) {
+    for (const auto& [resource, count] : expected) {
+      std::printf("%s: want %d healthy, have %d (stream %s, registered via \"%s\")\n",
+                  resource.c_str(), count, kubelet.Allocatable(resource),
+                  kubelet.StreamOpen(resource) ? "open" : "closed",
+                  kubelet.RegisteredVia(resource).c_str());
+    }
+    for (const std::string& error : kubelet.Errors()) std::printf("kubelet error: %s\n", error.c_str());
+    return 1;
+  }
+  for (const auto& [resource, count] : expected) {
+    const std::vector<v1beta1::Device> devices = kubelet.Devices(resource);
+    const std::string id = devices.front().id();
+    absl::StatusOr<v1beta1::AllocateResponse> response = kubelet.Allocate(resource, {id});
+    if (!response.ok()) {
+      std::printf("%s: Allocate %s failed: %s\n", resource.c_str(), id.c_str(),
+                  std::string(response.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s: %d healthy, registered via %s; Allocate %s ->", resource.c_str(), count,
+                kubelet.RegisteredVia(resource).c_str(), id.c_str());
+    for (const auto& spec : response->container_responses(0).devices()) {
+      std::printf(" %s", spec.host_path().c_str());
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
