@@ -76,7 +76,7 @@ discover() {
   local tree
   tree=$(build/edgeaccel-fixture "$@")
   fixtures+=("$tree")
-  podman run --rm --network=none --read-only --cap-drop=ALL --security-opt=no-new-privileges \
+  podman run --rm --arch="$arch" --network=none --read-only --cap-drop=ALL --security-opt=no-new-privileges \
     -v "$tree:/host:ro" "$image" --discover --host-root=/host
 }
 expect() {  # expect REPORT LINE...
@@ -103,7 +103,7 @@ run_as_daemonset() {
   fixtures+=("$kubelet.out")
   for _ in $(seq 100); do [ -S "$kubelet/device-plugins/kubelet.sock" ] && break; sleep 0.1; done
   local container
-  container=$(podman run -d --network=none --read-only --cap-drop=ALL \
+  container=$(podman run -d --arch="$arch" --network=none --read-only --cap-drop=ALL \
     --security-opt=no-new-privileges --user=0:0 \
     -v "$kubelet/device-plugins:/var/lib/kubelet/device-plugins" \
     -v "$kubelet/plugins_registry:/var/lib/kubelet/plugins_registry" \
@@ -126,15 +126,16 @@ run_as_daemonset() {
     echo "$log" | tail -30
     exit 1
   fi
-  expect "$(cat "$kubelet.out")" "coral.ai/edgetpu: 3 healthy, registered via kubelet; Allocate 0000:03:00.0 -> /dev/apex_0" \
-    "nvidia.com/gpu: 1 healthy, registered via kubelet; Allocate tegra234-igpu0 -> /dev/"
+  expect "$(cat "$kubelet.out")" \
+    "coral.ai/edgetpu: 3 healthy, registered via kubelet; Allocate 0000:03:00.0 -> 1 node: /dev/apex_0" \
+    "nvidia.com/gpu: 1 healthy, registered via kubelet; Allocate tegra234-igpu0 -> 29 nodes: "
 }
 
 for arch in amd64 arm64; do
   image="localhost/edgeaccel-device-plugin:$version-$arch"
   step "run $image"
   start=$SECONDS
-  help=$(podman run --rm --network=none "$image" --help 2>&1 || true)
+  help=$(podman run --rm --arch="$arch" --network=none "$image" --help 2>&1 || true)
   expect "$help" "--host_root" "--kubelet_root" "--device_plugin_dir" "--metrics_address"
   report=$(discover "$image" coral-pcie coral-usb)
   expect "$report" "coral.ai/edgetpu: 3 device(s), 3 healthy" "0000:03:00.0  Healthy" \

@@ -62,10 +62,16 @@ int main(int argc, char** argv) {
                   std::string(response.status().message()).c_str());
       return 1;
     }
-    std::printf("%s: %d healthy, registered via %s; Allocate %s ->", resource.c_str(), count,
-                kubelet.RegisteredVia(resource).c_str(), id.c_str());
-    for (const auto& spec : response->container_responses(0).devices()) {
-      std::printf(" %s", spec.host_path().c_str());
+    const auto& specs = response->container_responses(0).devices();
+    std::printf("%s: %d healthy, registered via %s; Allocate %s -> %d node%s:", resource.c_str(),
+                count, kubelet.RegisteredVia(resource).c_str(), id.c_str(), specs.size(),
+                specs.size() == 1 ? "" : "s");
+    for (int i = 0; i < specs.size(); ++i) {
+      if (specs.size() > 4 && i == 2) {  // the first two, the last
+        std::printf(" …");
+        i = specs.size() - 1;
+      }
+      std::printf(" %s", specs[i].host_path().c_str());
     }
     std::printf("\n");
   }
