@@ -7,7 +7,10 @@
 // the requested device's node; every kubelet restart is followed by a registration; at the end
 // all devices are back, and the daemon's open fds and RSS are where they were.
 //
-// Usage: edgeaccel-soak [--seconds=60]   (root: fixture device nodes are made with mknod)
+// Usage: edgeaccel-soak [--seconds=60] [--max-rss-growth-mib=1]
+//        (root: fixture device nodes are made with mknod)
+// scripts/tsan.sh runs it against the TSan-built daemon with a larger RSS allowance: TSan's own
+// shadow memory and per-thread history grow with every access, which is not the daemon's.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -69,7 +72,7 @@ double RssMiB(pid_t pid) {
   return 0;
 }
 
-int Run(absl::Duration duration) {
+int Run(absl::Duration duration, double max_rss_growth_mib) {
   FixtureHost host;
   for (int i = 0; i < kDevices; ++i) {
     host.AddCoralPcie({.index = static_cast<unsigned>(i), .pci_address = PciAddress(i)});
@@ -215,7 +218,7 @@ int Run(absl::Duration duration) {
   check(recovered, "devices not all back and advertised at the end");
   check(kubelet.Registrations(kTpu) == restarts + 1, "a kubelet restart was not followed by exactly one registration");
   check(fds_after == fds_before, "open fds changed");
-  check(rss_after < rss_before + 1.0, "RSS grew by 1 MiB or more after warm-up");
+  check(rss_after < rss_before + max_rss_growth_mib, "RSS grew by --max-rss-growth-mib or more after warm-up");
   if (!pass) fprintf(stderr, "%s\n", daemon.Log().substr(0, 20000).c_str());
   printf("%d passed, %d failed\n", pass ? 1 : 0, pass ? 0 : 1);
   return pass ? 0 : 1;
@@ -226,10 +229,15 @@ int Run(absl::Duration duration) {
 
 int main(int argc, char** argv) {
   int seconds = 60;
+  double max_rss_growth_mib = 1.0;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (absl::ConsumePrefix(&arg, "--seconds=") && absl::SimpleAtoi(arg, &seconds) && seconds > 0) continue;
-    fprintf(stderr, "usage: edgeaccel-soak [--seconds=N]\n");
+    if (absl::ConsumePrefix(&arg, "--max-rss-growth-mib=") &&
+        absl::SimpleAtod(arg, &max_rss_growth_mib) && max_rss_growth_mib > 0) {
+      continue;
+    }
+    fprintf(stderr, "usage: edgeaccel-soak [--seconds=N] [--max-rss-growth-mib=M]\n");
     return 2;
   }
   if (geteuid() != 0) {
@@ -237,5 +245,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   FLAGS_minloglevel = 2;
-  return edgeaccel::Run(absl::Seconds(seconds));
+  return edgeaccel::Run(absl::Seconds(seconds), max_rss_growth_mib);
 }

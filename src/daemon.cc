@@ -100,14 +100,18 @@ absl::Status Daemon::Start() {
     node_labeler_ = std::make_unique<NodeLabeler>(*api);
     node_labeler_->Start();
   }
-  for (auto& resource : resources_) {
-    resource->labels_listener =
-        resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
-  }
-  absl::Status status = watcher_.Start();
+  absl::Status status = watcher_.Start();  // the first scan of every family happens in here
   if (!status.ok()) return status;
   for (auto& resource : resources_) {
     if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
+  }
+  // Labels follow the devices only once every family has been scanned: subscribing earlier
+  // would hand the node labeller (and the NFD file) the half-scanned sets in between, and on a
+  // daemon restart the node would briefly lose the labels of the families not yet scanned.
+  // RefreshLabels after subscribing covers any change that came between the scan and here.
+  for (auto& resource : resources_) {
+    resource->labels_listener =
+        resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
   }
   RefreshLabels();
   if (!config_.metrics_address.empty()) {
