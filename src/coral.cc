@@ -86,8 +86,10 @@ std::vector<Device> CoralPcieDiscoverer::Scan() {
               << ": not an apex_N device";
       continue;
     }
-    devices.push_back(ScanOne(name));
-    still_present.insert(devices.back().id);
+    std::optional<Device> device = ScanOne(name);
+    if (!device.has_value()) continue;
+    still_present.insert(device->id);
+    devices.push_back(*std::move(device));
   }
   // Forget overheat state of devices that are gone.
   for (auto it = overheated_.begin(); it != overheated_.end();) {
@@ -100,7 +102,7 @@ std::vector<Device> CoralPcieDiscoverer::Scan() {
   return devices;
 }
 
-Device CoralPcieDiscoverer::ScanOne(const std::string& name) {
+std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   const std::string sys = absl::StrCat(kApexClassDir, "/", name);
   const std::string node_path = absl::StrCat("/dev/", name);
   Device device;
@@ -109,6 +111,13 @@ Device CoralPcieDiscoverer::ScanOne(const std::string& name) {
   device.facts["device"] = name;
   device.facts["interface"] = "pcie";
   absl::StatusOr<std::string> pci = host_->ReadAttribute(sys + "/pci_address");
+  if (absl::IsNotFound(pci.status())) {
+    // Every gasket device has pci_address, so its absence means the kernel is tearing this
+    // device down (the class entry outlives its tree for a moment). Reporting it now would
+    // advertise a made-up id ("apex_1") for a device that is leaving.
+    VLOG(1) << sys << ": vanished while being read (device being removed); skipped";
+    return std::nullopt;
+  }
   if (pci.ok() && IsPciAddress(*pci)) {
     device.id = *pci;
     device.facts["pci_address"] = *pci;

@@ -142,7 +142,8 @@ void Daemon::RefreshLabels() {
   if (labels == labels_ && labels_written_) return;
   labels_ = labels;
   labels_written_ = true;
-  // Write first, then say so: the log line means the file holds these labels.
+  // Write first, then say so: with an NFD sink, the line below comes after the file holds these
+  // labels, or after the error line that says it could not be written.
   if (!config_.nfd_features_dir.empty()) {
     absl::Status status = WriteNfdFeatureFile(config_.nfd_features_dir, labels);
     if (!status.ok()) {

@@ -3,17 +3,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <httplib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "daemon_process.h"
 #include "daemon_test.h"
 #include "edgeaccel/constants.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
 
@@ -22,6 +26,7 @@ namespace {
 
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
@@ -294,6 +299,49 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
   std::stringstream after;
   after << again.rdbuf();
   EXPECT_THAT(after.str(), HasSubstr("coral.ai/edgetpu.count=1\n"));
+}
+
+// NFD's features.d on a full disk: one clear error line, the devices are served all the same,
+// and the file is written on the next label change once there is room again.
+TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndWrittenOnceThereIsRoom) {
+  const std::string nfd = dir_.path() + "/features.d";
+  mkdir(nfd.c_str(), 0755);
+  // Two pages: once the filler is gone there is room for the file and its replacement (the
+  // atomic rename needs both at once).
+  if (mount("tmpfs", nfd.c_str(), "tmpfs", 0, "size=8k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << "): needs CAP_SYS_ADMIN";
+  }
+  const std::string filler = nfd + "/filler";
+  {
+    FILE* f = fopen(filler.c_str(), "w");
+    std::string block(1024, 'x');
+    while (f != nullptr && fwrite(block.data(), 1, block.size(), f) == block.size() && fflush(f) == 0) {
+    }
+    if (f != nullptr) fclose(f);
+  }
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(daemon->WaitForLog("cannot write the NFD feature file")) << daemon->Log();
+  EXPECT_THAT(daemon->Log(), HasSubstr("No space left on device"));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
+  EXPECT_NE(access((nfd + "/edgeaccel").c_str(), F_OK), 0) << "no half-written file is left";
+
+  unlink(filler.c_str());
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+  auto content = [&] {
+    std::ifstream file(nfd + "/edgeaccel");
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  };
+  EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=1\n") != std::string::npos; }))
+      << content() << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  daemon->Signal(SIGTERM);
+  daemon->Wait(absl::Seconds(5));
+  umount(nfd.c_str());
 }
 
 TEST_F(E2eTest, MetricsPortTakenIsLoggedAndDevicesAreStillServed) {

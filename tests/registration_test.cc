@@ -8,7 +8,12 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <string>
 #include <unistd.h>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "glog/logging.h"
 
 #include "edgeaccel/constants.h"
 #include "eventually.h"
@@ -25,6 +30,30 @@ using ::edgeaccel::testing::TestKubelet;
 using ::testing::ElementsAre;
 
 const std::string kTpu(kResourceEdgeTpu);
+
+// The daemon's log lines, as an operator reading `kubectl logs` would see them.
+class CapturedLog : public google::LogSink {
+ public:
+  CapturedLog() { google::AddLogSink(this); }
+  ~CapturedLog() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity severity, const char*, const char*, int,
+            const google::LogMessageTime&, const char* message, size_t length) override {
+    absl::MutexLock lock(&mu_);
+    lines_.push_back(std::string(google::GetLogSeverityName(severity)) + ": " +
+                     std::string(message, length));
+  }
+  bool Contains(const std::string& text) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+};
 
 Device Tpu(const std::string& id) {
   Device d;
@@ -116,6 +145,28 @@ TEST_F(RegistrationTest, PluginWatcherWay) {
   kubelet_.Restart();
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
   ASSERT_TRUE(Advertised(2));
+}
+
+// The plugin watcher's NotifyRegistrationStatus(plugin_registered: false): a clear error line
+// with the kubelet's reason; the socket stays up so the kubelet's own retry (its reconciler,
+// with backoff) finds it, and that retry registers once the kubelet accepts.
+TEST_F(RegistrationTest, PluginWatcherRefusalIsLoggedAndTheKubeletsRetryIsAnswered) {
+  CapturedLog log;
+  kubelet_.RefuseRegistrations("the node is cordoned for testing");
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Errors().size() >= 2; }));
+  EXPECT_FALSE(registrar->registered());
+  EXPECT_TRUE(Eventually([&] {
+    return log.Contains("ERROR: " + kTpu + ": the kubelet's plugin watcher refused the "
+                        "registration: the node is cordoned for testing");
+  }));
+  EXPECT_EQ(kubelet_.StreamOpen(kTpu), false);
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+  EXPECT_TRUE(log.Contains("INFO: " + kTpu + ": registered with the kubelet through its plugin watcher"));
 }
 
 TEST_F(RegistrationTest, AutoPicksThePluginWatcherWhenOnlyItExists) {

@@ -37,7 +37,9 @@ class CoralPcieDiscoverer : public Discoverer {
   std::string NothingFoundHint() const override;
 
  private:
-  Device ScanOne(const std::string& name);
+  // nullopt when the entry's sysfs tree vanished while it was being read (a removal in
+  // progress; the removal's own inotify event brings the next scan).
+  std::optional<Device> ScanOne(const std::string& name);
 
   const Host* host_;
   CoralHealthPolicy policy_;
