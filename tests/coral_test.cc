@@ -308,5 +308,45 @@ TEST_F(CoralUsbTest, StaleNodeIsUnhealthy) {
   EXPECT_THAT(devices[0].unhealthy_reason, HasSubstr("is not the character device 189:130"));
 }
 
+// Scans race a second accelerator being unplugged and replugged. A scan may catch its sysfs
+// directory half gone or half made: then the device is skipped, or listed under its own port
+// and Unhealthy until busnum/devnum and its node are there. It is never given another id or a
+// node that is not its own, and the accelerator that stays plugged is never disturbed.
+TEST_F(CoralUsbTest, ScansWhileAnAcceleratorIsUnpluggedAndReplugged) {
+  const FixtureHost::CoralUsb stays{.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true};
+  const FixtureHost::CoralUsb churns{.port = "2-2", .bus = 2, .dev = 5, .firmware_loaded = true};
+  fixture_.AddCoralUsb(stays);
+  fixture_.AddCoralUsb(churns);
+  std::atomic<bool> stop{false};
+  std::atomic<int> replugs{0};
+  std::thread churn([&] {
+    while (!stop.load()) {
+      fixture_.UnplugCoralUsb(churns);
+      fixture_.AddCoralUsb(churns);
+      replugs.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<Device> devices = Scan();
+    ASSERT_GE(devices.size(), 1u);
+    ASSERT_LE(devices.size(), 2u);
+    EXPECT_EQ(devices[0].id, "2-1");
+    EXPECT_EQ(devices[0].health, Health::kHealthy) << devices[0].unhealthy_reason;
+    if (devices.size() == 2) {
+      const Device& leaving = devices[1];
+      EXPECT_EQ(leaving.id, "2-2");
+      for (const DeviceNode& node : leaving.nodes) {
+        EXPECT_EQ(node.host_path, "/dev/bus/usb/002/005");
+      }
+      if (leaving.health == Health::kHealthy) {
+        ASSERT_EQ(leaving.nodes.size(), 1u);
+      }
+    }
+  }
+  stop.store(true);
+  churn.join();
+  EXPECT_GT(replugs.load(), 0);
+}
+
 }  // namespace
 }  // namespace edgeaccel

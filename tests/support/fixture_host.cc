@@ -183,6 +183,12 @@ void FixtureHost::ReenumerateCoralUsb(const CoralUsb& before, const CoralUsb& af
   AddCoralUsb(after);
 }
 
+void FixtureHost::UnplugCoralUsb(const CoralUsb& usb) const {
+  Remove(absl::StrFormat("/dev/bus/usb/%03d/%03d", usb.bus, usb.dev));
+  Remove(absl::StrCat("/sys/bus/usb/devices/", usb.port, ":1.0"));
+  Remove(absl::StrCat("/sys/bus/usb/devices/", usb.port));
+}
+
 void FixtureHost::AddJetson(Jetson board) const {
   struct Spec {
     std::string release, model, compatible, family, devfreq, thermal_type;

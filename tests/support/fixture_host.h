@@ -81,6 +81,8 @@ class FixtureHost {
   // The firmware loads (or the device is replugged): it re-enumerates with new ids and devnum;
   // the old node goes, a new one appears, the port stays.
   void ReenumerateCoralUsb(const CoralUsb& before, const CoralUsb& after) const;
+  // Unplugged: the node goes (devtmpfs), then the interface and device directories in sysfs.
+  void UnplugCoralUsb(const CoralUsb& usb) const;
 
   // Jetson boards as their L4T release exposes them (FACTS.md 3-4).
   enum class Jetson { kNanoR32, kXavierNxR35, kAgxOrinR36 };
