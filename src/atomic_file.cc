@@ -6,7 +6,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace edgeaccel {
 
@@ -31,6 +35,86 @@ absl::Status WriteFileAtomically(const std::string& directory, const std::string
     return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path, ": ", strerror(err)));
   }
   return absl::OkStatus();
+}
+
+RetryingFileWriter::RetryingFileWriter(std::string what, Options options)
+    : what_(std::move(what)), options_(options) {}
+
+RetryingFileWriter::~RetryingFileWriter() { Stop(); }
+
+absl::Status RetryingFileWriter::Write(WriteFn write) {
+  absl::MutexLock lock(&mu_);
+  ++generation_;
+  pending_ = nullptr;
+  absl::Status status = write();
+  if (status.ok()) {
+    last_error_.clear();
+    return status;
+  }
+  if (stopping_) return status;
+  pending_ = std::move(write);
+  backoff_ = options_.first_retry;
+  attempts_ = 0;
+  next_retry_ = absl::Now() + backoff_;
+  last_error_ = std::string(status.message());
+  if (!thread_.joinable()) thread_ = std::thread([this] { RetryLoop(); });
+  return status;
+}
+
+void RetryingFileWriter::RetryLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    auto stopping_or_pending = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || pending_ != nullptr;
+    };
+    if (pending_ == nullptr) {
+      mu_.Await(absl::Condition(&stopping_or_pending));
+      continue;
+    }
+    // Wait for the retry time, waking early only if stopped or a newer Write() came.
+    const uint64_t generation = generation_;
+    auto stopping_or_superseded = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || generation_ != generation;
+    };
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_or_superseded), next_retry_)) continue;
+    ++retries_;
+    ++attempts_;
+    absl::Status status = pending_();
+    if (status.ok()) {
+      LOG(INFO) << "wrote " << what_ << " on retry " << attempts_ << " (it had failed: "
+                << last_error_ << ")";
+      pending_ = nullptr;
+      last_error_.clear();
+      continue;
+    }
+    // One line per new reason, not one per retry: a disk stays full for a while.
+    if (status.message() != last_error_) {
+      LOG(ERROR) << "still cannot write " << what_ << ": " << status.message()
+                 << "; retrying with backoff up to " << options_.max_retry;
+      last_error_ = std::string(status.message());
+    }
+    backoff_ = std::min(backoff_ * 2, options_.max_retry);
+    next_retry_ = absl::Now() + backoff_;
+  }
+}
+
+void RetryingFileWriter::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    pending_ = nullptr;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t RetryingFileWriter::retries() const {
+  absl::MutexLock lock(&mu_);
+  return retries_;
+}
+
+bool RetryingFileWriter::pending() const {
+  absl::MutexLock lock(&mu_);
+  return pending_ != nullptr;
 }
 
 }  // namespace edgeaccel

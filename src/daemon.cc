@@ -61,7 +61,13 @@ Daemon::Daemon(DaemonConfig config)
     resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
     if (config_.cdi) {
       resource->cdi = std::make_unique<CdiSpecFile>(config_.cdi_dir, set->resource_name());
+      resource->cdi_writer = std::make_unique<RetryingFileWriter>(
+          absl::StrCat("the CDI spec ", resource->cdi->path()));
     }
+  }
+  if (!config_.nfd_features_dir.empty()) {
+    nfd_writer_ = std::make_unique<RetryingFileWriter>(
+        absl::StrCat("the NFD feature file in ", config_.nfd_features_dir));
   }
 }
 
@@ -83,7 +89,7 @@ absl::Status Daemon::Start() {
     // The CDI spec is rewritten whenever the devices change, before anyone can be told of them.
     if (r->cdi != nullptr) {
       r->cdi_listener = r->set->Subscribe(
-          [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, *snapshot); });
+          [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, std::move(snapshot)); });
     }
     // Registrars start when a resource first has devices, from whichever thread sees that.
     r->listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
@@ -139,17 +145,17 @@ void Daemon::RefreshLabels() {
   LabelSet labels = Labels();
   if (node_labeler_ != nullptr) node_labeler_->Set(labels);  // patches only on change
   absl::MutexLock lock(&labels_mu_);
-  if (labels == labels_ && labels_written_) return;
+  if (labels == labels_ && labels_logged_) return;
   labels_ = labels;
-  labels_written_ = true;
+  labels_logged_ = true;
   // Write first, then say so: with an NFD sink, the line below comes after the file holds these
   // labels, or after the error line that says it could not be written.
-  if (!config_.nfd_features_dir.empty()) {
-    absl::Status status = WriteNfdFeatureFile(config_.nfd_features_dir, labels);
+  if (nfd_writer_ != nullptr) {
+    absl::Status status = nfd_writer_->Write(
+        [dir = config_.nfd_features_dir, labels] { return WriteNfdFeatureFile(dir, labels); });
     if (!status.ok()) {
-      labels_written_ = false;  // try again on the next change
       LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
-                 << "; Node Feature Discovery will not show these labels";
+                 << "; Node Feature Discovery will not show these labels until a retry succeeds";
     }
   }
   std::vector<std::string> pairs;
@@ -181,11 +187,14 @@ bool Daemon::Healthy(std::string* why) const {
   return problems.empty();
 }
 
-void Daemon::WriteCdi(Resource* resource, const Snapshot& snapshot) {
-  absl::Status status = resource->cdi->Write(snapshot);
+void Daemon::WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot) {
+  const CdiSpecFile* cdi = resource->cdi.get();
+  absl::Status status =
+      resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
   if (!status.ok()) {
     LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
-               << status.message() << "; CDI-aware runtimes will not find these devices";
+               << status.message()
+               << "; CDI-aware runtimes will not find these devices until a retry succeeds";
   }
 }
 
@@ -209,8 +218,11 @@ void Daemon::Stop() {
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
+  if (nfd_writer_ != nullptr) nfd_writer_->Stop();
   for (auto& resource : resources_) {
     resource->registrar->Stop();
+    // No retry may put the spec back after it is removed.
+    if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
     if (resource->cdi != nullptr) resource->cdi->Remove();
   }
 }

@@ -16,6 +16,7 @@
 #include "daemon_process.h"
 #include "daemon_test.h"
 #include "edgeaccel/constants.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
 
@@ -24,6 +25,7 @@ namespace {
 
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
@@ -239,11 +241,13 @@ TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice)
   }
 }
 
-TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAndAllocateStillServes) {
+TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried) {
   host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
   const std::string cdi_dir = dir_.path() + "/full";
   mkdir(cdi_dir.c_str(), 0755);
-  if (mount("tmpfs", cdi_dir.c_str(), "tmpfs", 0, "size=4k") != 0) {
+  // Four pages: once the filler is gone there is room for both resources' specs and a
+  // temporary file each.
+  if (mount("tmpfs", cdi_dir.c_str(), "tmpfs", 0, "size=16k") != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << "): needs CAP_SYS_ADMIN";
   }
   {
@@ -260,8 +264,15 @@ TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAndAllocateStillServes) {
   EXPECT_THAT(daemon_->Log(), HasSubstr("No space left on device"));
   EXPECT_TRUE(daemon_->Running());
   EXPECT_TRUE(kubelet_.Allocate(kGpu, {kUuid0}).ok());
+  // Room again, and no device changes: the daemon's retry (first after 1 s) writes the spec,
+  // so a CDI-aware runtime finds the device Allocate named.
+  unlink((cdi_dir + "/filler").c_str());
+  const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
+  EXPECT_TRUE(Eventually([&] { return access(spec.c_str(), F_OK) == 0; })) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("on retry")) << daemon_->Log();
   daemon_->Signal(SIGTERM);
   daemon_->Wait(absl::Seconds(5));
+  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "the spec is removed on exit";
   umount(cdi_dir.c_str());
 }
 

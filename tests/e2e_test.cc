@@ -303,7 +303,7 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
 
 // NFD's features.d on a full disk: one clear error line, the devices are served all the same,
 // and the file is written on the next label change once there is room again.
-TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndWrittenOnceThereIsRoom) {
+TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {
   const std::string nfd = dir_.path() + "/features.d";
   mkdir(nfd.c_str(), 0755);
   // Two pages: once the filler is gone there is room for the file and its replacement (the
@@ -327,15 +327,20 @@ TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndWrittenOnceThereIsRoom) {
   EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
   EXPECT_NE(access((nfd + "/edgeaccel").c_str(), F_OK), 0) << "no half-written file is left";
 
-  unlink(filler.c_str());
-  host_.UnplugCoralPcie(1, "0000:04:00.0");
-  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
   auto content = [&] {
     std::ifstream file(nfd + "/edgeaccel");
     std::stringstream text;
     text << file.rdbuf();
     return text.str();
   };
+  // Room again, and no device changes: the daemon's retry (first after 1 s) writes the file.
+  unlink(filler.c_str());
+  EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=2\n") != std::string::npos; }))
+      << content() << daemon->Log();
+  EXPECT_TRUE(daemon->WaitForLog("wrote the NFD feature file in " + nfd + " on retry")) << daemon->Log();
+  // And it follows the devices from then on.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
   EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=1\n") != std::string::npos; }))
       << content() << daemon->Log();
   EXPECT_TRUE(daemon->Running());

@@ -12,9 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "glog/logging.h"
-
+#include "captured_log.h"
 #include "edgeaccel/constants.h"
 #include "eventually.h"
 #include "fixture_host.h"
@@ -23,6 +21,7 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::IsExtendedResourceName;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::TempDir;
@@ -30,30 +29,6 @@ using ::edgeaccel::testing::TestKubelet;
 using ::testing::ElementsAre;
 
 const std::string kTpu(kResourceEdgeTpu);
-
-// The daemon's log lines, as an operator reading `kubectl logs` would see them.
-class CapturedLog : public google::LogSink {
- public:
-  CapturedLog() { google::AddLogSink(this); }
-  ~CapturedLog() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity severity, const char*, const char*, int,
-            const google::LogMessageTime&, const char* message, size_t length) override {
-    absl::MutexLock lock(&mu_);
-    lines_.push_back(std::string(google::GetLogSeverityName(severity)) + ": " +
-                     std::string(message, length));
-  }
-  bool Contains(const std::string& text) {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& line : lines_) {
-      if (line.find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-};
 
 Device Tpu(const std::string& id) {
   Device d;

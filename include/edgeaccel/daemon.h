@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "edgeaccel/atomic_file.h"
 #include "edgeaccel/cdi.h"
 #include "edgeaccel/config.h"
 #include "edgeaccel/discovery.h"
@@ -52,6 +53,7 @@ class Daemon {
     std::vector<std::unique_ptr<Discoverer>> discoverers;
     std::unique_ptr<ResourceRegistrar> registrar;
     std::unique_ptr<CdiSpecFile> cdi;  // with --cdi
+    std::unique_ptr<RetryingFileWriter> cdi_writer;
     uint64_t listener = 0;
     uint64_t cdi_listener = 0;
   };
@@ -62,7 +64,7 @@ class Daemon {
   std::string RenderMetrics() const;
   bool Healthy(std::string* why) const;
   void StartRegistrar(Resource* resource);
-  void WriteCdi(Resource* resource, const Snapshot& snapshot);
+  void WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot);
 
   const DaemonConfig config_;
   Host host_;
@@ -72,7 +74,8 @@ class Daemon {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex labels_mu_;
   LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
-  bool labels_written_ ABSL_GUARDED_BY(labels_mu_) = false;
+  bool labels_logged_ ABSL_GUARDED_BY(labels_mu_) = false;
+  std::unique_ptr<RetryingFileWriter> nfd_writer_;  // with --nfd-features-dir
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<NodeLabeler> node_labeler_;
 };
