@@ -84,7 +84,7 @@ if [ ! -e "$grpc_dir/lib/.built-$grpc_version" ]; then
   touch "$grpc_dir/lib/.built-$grpc_version"
 fi
 
-tests=(host atomic_file coral tegra nvidia cdi labels metrics config inventory inotify health plugin
+tests=(host atomic_file backoff coral tegra nvidia cdi labels metrics config inventory inotify health plugin
        registration prometheus node_labeler e2e e2e_gpu)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGEACCEL_BUILD_BENCH=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" > /dev/null

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,7 +37,10 @@ absl::Status WriteFileAtomically(const std::string& directory, const std::string
 }
 
 RetryingFileWriter::RetryingFileWriter(std::string what, Options options)
-    : what_(std::move(what)), options_(options) {}
+    : what_(std::move(what)),
+      options_(options),
+      // No jitter: one writer per file, nobody to fall in step with.
+      backoff_(options.first_retry, options.max_retry, /*jitter=*/0) {}
 
 RetryingFileWriter::~RetryingFileWriter() { Stop(); }
 
@@ -53,9 +55,9 @@ absl::Status RetryingFileWriter::Write(WriteFn write) {
   }
   if (stopping_) return status;
   pending_ = std::move(write);
-  backoff_ = options_.first_retry;
+  backoff_.Reset();
   attempts_ = 0;
-  next_retry_ = absl::Now() + backoff_;
+  next_retry_ = absl::Now() + backoff_.Next();
   last_error_ = std::string(status.message());
   if (!thread_.joinable()) thread_ = std::thread([this] { RetryLoop(); });
   return status;
@@ -93,8 +95,7 @@ void RetryingFileWriter::RetryLoop() {
                  << "; retrying with backoff up to " << options_.max_retry;
       last_error_ = std::string(status.message());
     }
-    backoff_ = std::min(backoff_ * 2, options_.max_retry);
-    next_retry_ = absl::Now() + backoff_;
+    next_retry_ = absl::Now() + backoff_.Next();
   }
 }
 

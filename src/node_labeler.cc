@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -18,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "edgeaccel/backoff.h"
 #include "edgeaccel/host.h"
 #include "glog/logging.h"
 
@@ -296,8 +296,7 @@ absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::stri
 }
 
 void NodeLabeler::Run() {
-  std::mt19937 jitter(std::random_device{}());
-  absl::Duration backoff = config_.initial_backoff;
+  Backoff backoff(config_.initial_backoff, config_.max_backoff, /*jitter=*/0.5);
   std::optional<std::set<std::string>> managed;  // our keys on the node, once known
   std::optional<LabelSet> applied;
   uint64_t applied_version = 0;
@@ -343,17 +342,14 @@ void NodeLabeler::Run() {
       applied_version = version;
       managed = std::set<std::string>();
       for (const auto& [key, value] : want) managed->insert(key);
-      backoff = config_.initial_backoff;
+      backoff.Reset();
       retry_at = absl::InfinitePast();
       last_error.clear();
       LOG(INFO) << "node " << config_.node_name << " labelled (" << want.size() << " labels)";
       continue;
     }
     failures_.fetch_add(1);
-    std::uniform_real_distribution<double> spread(0.5, 1.5);
-    const absl::Duration wait = backoff * spread(jitter);
-    backoff = std::min(backoff * 2, config_.max_backoff);
-    retry_at = absl::Now() + wait;
+    retry_at = absl::Now() + backoff.Next();
     if (std::string(status.message()) != last_error) {
       last_error = std::string(status.message());
       LOG(ERROR) << "cannot label node " << config_.node_name << ": " << status.message()

@@ -9,7 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/constants.h"
@@ -105,7 +105,7 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
     : options_(std::move(options)),
       set_(set),
       watcher_service_(set->resource_name()),
-      backoff_(kInitialBackoff) {}
+      backoff_(kInitialBackoff, options_.max_backoff, /*jitter=*/0.2) {}
 
 ResourceRegistrar::~ResourceRegistrar() { Stop(); }
 
@@ -191,14 +191,6 @@ void ResourceRegistrar::Complain(const std::string& message) {
   LOG(WARNING) << set_->resource_name() << ": " << message;
 }
 
-absl::Duration ResourceRegistrar::NextBackoff() {
-  static thread_local std::mt19937 jitter(std::random_device{}());
-  std::uniform_real_distribution<double> spread(0.8, 1.2);
-  absl::Duration wait = backoff_ * spread(jitter);
-  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
-  return wait;
-}
-
 void ResourceRegistrar::StartRegisterCall(const SocketId& kubelet) {
   const std::string resource = set_->resource_name();
   if (registered_kubelet_id_.inode != 0 && kubelet != registered_kubelet_id_ &&
@@ -257,7 +249,7 @@ void ResourceRegistrar::FinishRegisterCall() {
     registered_kubelet_id_ = call->kubelet;
     registered_kubelet_.store(true);
     registrations_.fetch_add(1);
-    backoff_ = kInitialBackoff;
+    backoff_.Reset();
     last_complaint_.clear();
     // A kubelet that restarted while we were registering needs us again.
     need_register_ = KubeletSocketId() != std::optional<SocketId>(call->kubelet);
@@ -283,7 +275,7 @@ void ResourceRegistrar::FinishRegisterCall() {
                            absl::FormatDuration(options_.register_timeout),
                            " (is the kubelet running? is --device-plugin-dir right?)");
   }
-  retry_at_ = absl::Now() + NextBackoff();
+  retry_at_ = absl::Now() + backoff_.Next();
   Complain(absl::StrCat("the kubelet did not accept our registration: ", message,
                         "; retrying with backoff"));
 }
@@ -322,7 +314,7 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
       if (!now.has_value() || *now == registered_kubelet_id_) continue;
       need_register_ = true;
       retry_at_ = absl::InfinitePast();  // a new kubelet: try at once, whatever the backoff
-      backoff_ = kInitialBackoff;
+      backoff_.Reset();
       absl::MutexLock lock(&mu_);
       if (call_ != nullptr && call_->kubelet != *now) {
         call_->cancelled_by_us = true;
@@ -382,7 +374,7 @@ void ResourceRegistrar::Run() {
           options_.plugin);
       absl::Status status = server->Start();
       if (!status.ok()) {
-        retry_at_ = absl::Now() + NextBackoff();
+        retry_at_ = absl::Now() + backoff_.Next();
         Complain(absl::StrCat(status.message(), "; will try again (waiting up to ",
                               absl::FormatDuration(options_.max_backoff), " between tries)"));
         Wait(retry_at_ - absl::Now());
@@ -394,7 +386,7 @@ void ResourceRegistrar::Run() {
         active_mode_ = mode;
       }
       last_complaint_.clear();
-      backoff_ = kInitialBackoff;
+      backoff_.Reset();
       retry_at_ = absl::InfinitePast();
       need_register_ = mode == RegistrationMode::kKubelet;
       LOG(INFO) << resource << ": serving on " << path << " ("

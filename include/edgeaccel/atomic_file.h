@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/backoff.h"
 
 namespace edgeaccel {
 
@@ -61,7 +62,7 @@ class RetryingFileWriter {
   mutable absl::Mutex mu_;  // held across every write, so writes never overlap
   WriteFn pending_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by every Write()
-  absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
+  Backoff backoff_ ABSL_GUARDED_BY(mu_);
   absl::Time next_retry_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;  // retries of the write now pending

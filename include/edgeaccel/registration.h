@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/backoff.h"
 #include "edgeaccel/constants.h"
 #include "edgeaccel/inventory.h"
 #include "edgeaccel/inotify.h"
@@ -132,7 +133,6 @@ class ResourceRegistrar {
   void Wait(absl::Duration timeout);
   // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
   void Complain(const std::string& message);
-  absl::Duration NextBackoff();
 
   const Options options_;
   DeviceSet* const set_;
@@ -153,7 +153,7 @@ class ResourceRegistrar {
   SocketId registered_kubelet_id_;
   SocketId restart_counted_for_;
   absl::Time retry_at_ = absl::InfinitePast();
-  absl::Duration backoff_;
+  Backoff backoff_;
   std::string last_complaint_;
 
   mutable absl::Mutex mu_;
