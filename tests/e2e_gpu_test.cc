@@ -3,12 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -27,6 +24,7 @@ using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::FullDisk;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
@@ -244,20 +242,10 @@ TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice)
 TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried) {
   host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
   const std::string cdi_dir = dir_.path() + "/full";
-  mkdir(cdi_dir.c_str(), 0755);
   // Four pages: once the filler is gone there is room for both resources' specs and a
   // temporary file each.
-  if (mount("tmpfs", cdi_dir.c_str(), "tmpfs", 0, "size=16k") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << "): needs CAP_SYS_ADMIN";
-  }
-  {
-    // Fill it.
-    FILE* f = fopen((cdi_dir + "/filler").c_str(), "w");
-    std::string block(1024, 'x');
-    while (f != nullptr && fwrite(block.data(), 1, block.size(), f) == block.size() && fflush(f) == 0) {
-    }
-    if (f != nullptr) fclose(f);
-  }
+  FullDisk disk(cdi_dir, "16k");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
   StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
   ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
   EXPECT_TRUE(daemon_->WaitForLog("cannot write the CDI spec")) << daemon_->Log();
@@ -266,14 +254,13 @@ TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried)
   EXPECT_TRUE(kubelet_.Allocate(kGpu, {kUuid0}).ok());
   // Room again, and no device changes: the daemon's retry (first after 1 s) writes the spec,
   // so a CDI-aware runtime finds the device Allocate named.
-  unlink((cdi_dir + "/filler").c_str());
+  disk.MakeRoom();
   const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
   EXPECT_TRUE(Eventually([&] { return access(spec.c_str(), F_OK) == 0; })) << daemon_->Log();
   EXPECT_TRUE(daemon_->WaitForLog("on retry")) << daemon_->Log();
   daemon_->Signal(SIGTERM);
   daemon_->Wait(absl::Seconds(5));
   EXPECT_NE(access(spec.c_str(), F_OK), 0) << "the spec is removed on exit";
-  umount(cdi_dir.c_str());
 }
 
 TEST(GpuCliTest, DiscoverShowsEveryFamily) {

@@ -3,14 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <httplib.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -28,6 +25,7 @@ using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::FullDisk;
 using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
@@ -302,23 +300,13 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
 }
 
 // NFD's features.d on a full disk: one clear error line, the devices are served all the same,
-// and the file is written on the next label change once there is room again.
+// and the write is retried until there is room again, with no device change needed.
 TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {
   const std::string nfd = dir_.path() + "/features.d";
-  mkdir(nfd.c_str(), 0755);
   // Two pages: once the filler is gone there is room for the file and its replacement (the
   // atomic rename needs both at once).
-  if (mount("tmpfs", nfd.c_str(), "tmpfs", 0, "size=8k") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << strerror(errno) << "): needs CAP_SYS_ADMIN";
-  }
-  const std::string filler = nfd + "/filler";
-  {
-    FILE* f = fopen(filler.c_str(), "w");
-    std::string block(1024, 'x');
-    while (f != nullptr && fwrite(block.data(), 1, block.size(), f) == block.size() && fflush(f) == 0) {
-    }
-    if (f != nullptr) fclose(f);
-  }
+  FullDisk disk(nfd, "8k");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
   kubelet_.Start();
   auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});
   ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
@@ -334,7 +322,7 @@ TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {
     return text.str();
   };
   // Room again, and no device changes: the daemon's retry (first after 1 s) writes the file.
-  unlink(filler.c_str());
+  disk.MakeRoom();
   EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=2\n") != std::string::npos; }))
       << content() << daemon->Log();
   EXPECT_TRUE(daemon->WaitForLog("wrote the NFD feature file in " + nfd + " on retry")) << daemon->Log();
@@ -346,7 +334,6 @@ TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {
   EXPECT_TRUE(daemon->Running());
   daemon->Signal(SIGTERM);
   daemon->Wait(absl::Seconds(5));
-  umount(nfd.c_str());
 }
 
 TEST_F(E2eTest, MetricsPortTakenIsLoggedAndDevicesAreStillServed) {

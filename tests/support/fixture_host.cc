@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -53,6 +54,28 @@ void RemoveTree(const std::string& path) {
 }
 
 }  // namespace
+
+FullDisk::FullDisk(std::string directory, const std::string& size)
+    : directory_(std::move(directory)) {
+  mkdir(directory_.c_str(), 0755);
+  if (mount("tmpfs", directory_.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+    why_ = absl::StrCat("cannot mount a tmpfs here (", strerror(errno), "): needs CAP_SYS_ADMIN");
+    return;
+  }
+  mounted_ = true;
+  FILE* filler = fopen((directory_ + "/filler").c_str(), "w");
+  const std::string block(1024, 'x');
+  while (filler != nullptr && fwrite(block.data(), 1, block.size(), filler) == block.size() &&
+         fflush(filler) == 0) {
+  }
+  if (filler != nullptr) fclose(filler);
+}
+
+FullDisk::~FullDisk() {
+  if (mounted_) umount2(directory_.c_str(), MNT_DETACH);
+}
+
+void FullDisk::MakeRoom() const { unlink((directory_ + "/filler").c_str()); }
 
 void MakeStaleSocket(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

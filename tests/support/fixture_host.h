@@ -33,6 +33,27 @@ class TempDir {
 // Leaves a socket file at `path` that nobody accepts on, as a crashed process does.
 void MakeStaleSocket(const std::string& path);
 
+// A full disk: a tmpfs of `size` ("8k") mounted at `directory` (made if missing) and filled to
+// the last byte by a file "filler". Unmounted when this object goes, even after a failed
+// assertion. Mounting needs CAP_SYS_ADMIN: where that is missing, mounted() is false and why()
+// says so (for GTEST_SKIP).
+class FullDisk {
+ public:
+  FullDisk(std::string directory, const std::string& size);
+  ~FullDisk();
+  FullDisk(const FullDisk&) = delete;
+  FullDisk& operator=(const FullDisk&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  // Deletes the filler: the whole tmpfs is free again.
+  void MakeRoom() const;
+
+ private:
+  std::string directory_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
 class FixtureHost {
  public:
   FixtureHost();
