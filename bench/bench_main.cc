@@ -23,23 +23,24 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
-#include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
-#include "edgeaccel/host.h"
-#include "glog/logging.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon_process.h"
 #include "echo.grpc.pb.h"
-#include "edgeaccel/constants.h"
-#include "edgeaccel/plugin.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/host/host.h"
+#include "edgeaccel/kubelet/plugin_server.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
 #include "fixture_host.h"
+#include "glog/logging.h"
 #include "test_kubelet.h"
+#include "edgeaccel/inventory/replicas.h"
 
 namespace edgeaccel {
 namespace {

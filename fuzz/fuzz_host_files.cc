@@ -11,9 +11,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "edgeaccel/coral.h"
-#include "edgeaccel/nvidia.h"
-#include "edgeaccel/tegra.h"
+#include "edgeaccel/discovery/coral_pcie.h"
+#include "edgeaccel/discovery/coral_usb.h"
+#include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/tegra.h"
 
 namespace {
 

@@ -16,7 +16,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/string_view.h"
-#include "edgeaccel/labels.h"
+#include "edgeaccel/node/node_labels.h"
+#include "edgeaccel/node/nfd_feature_file.h"
 
 namespace {
 

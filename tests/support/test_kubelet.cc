@@ -13,10 +13,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/strings/str_split.h"
-#include "edgeaccel/constants.h"
-#include "edgeaccel/registration.h"
+#include "absl/time/clock.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
 namespace edgeaccel::testing {

@@ -1,0 +1,65 @@
+// DaemonConfig: everything the daemon is told on its command line, checked in one place.
+#ifndef EDGEACCEL_DAEMON_CONFIG_H_
+#define EDGEACCEL_DAEMON_CONFIG_H_
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/registrar.h"
+
+namespace edgeaccel {
+
+struct DaemonConfig {
+  std::string host_root = "/";
+  std::string kubelet_root = std::string(kDefaultKubeletRoot);
+  std::string device_plugin_dir = std::string(kDefaultDevicePluginDir);
+  RegistrationMode registration = RegistrationMode::kAuto;
+  absl::Duration probe_interval = absl::Seconds(5);
+  // Celsius; unset: each Edge TPU's own hw_temp_warn2.
+  std::optional<double> temperature_threshold_celsius;
+  double temperature_hysteresis_celsius = 2.0;
+  absl::Duration register_timeout = absl::Seconds(10);
+  // Device families to look for (coral-pcie, coral-usb, tegra, nvidia); empty: all of them.
+  std::set<std::string> families;
+  // Time-sliced replicas per resource ("nvidia.com/gpu" -> 4); absent: 1.
+  std::map<std::string, int> replicas;
+  // Answer NVIDIA container runtime envs for nvidia.com/gpu.
+  bool nvidia_runtime_envs = true;
+  // Answer CDI device names and keep CDI specs in cdi_dir (as this process sees it).
+  bool cdi = false;
+  std::string cdi_dir = "/var/run/cdi";
+  // host:port for /metrics and /healthz; empty: off.
+  std::string metrics_address = ":9405";
+  // Node Feature Discovery's features.d directory for our labels; empty: off.
+  std::string nfd_features_dir;
+  // Also the seed system's plain gpu.* labels.
+  bool seed_labels = false;
+  // Patch our own Node's labels through the Kubernetes API.
+  bool label_node = false;
+  std::string node_name;   // NODE_NAME
+  std::string kubeconfig;  // outside a pod: the kubeconfig to use
+  std::string api_server;  // https://host:port; empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)
+  std::string api_token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+  std::string api_ca_file = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+};
+
+// Every family the daemon knows, with the resource it serves.
+const std::map<std::string, std::string>& KnownFamilies();
+
+// "coral-pcie,tegra" or "all".
+absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
+// "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).
+absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text);
+
+// Says exactly what is wrong with a configuration, in terms of the flag to change.
+absl::Status ValidateConfig(const DaemonConfig& config);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DAEMON_CONFIG_H_

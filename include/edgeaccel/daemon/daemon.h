@@ -1,0 +1,85 @@
+// Daemon: wires discovery -> inventory -> (plugin service, registration) for every resource.
+// main.cc adds flags and signals; tests and benchmarks use it in-process.
+#ifndef EDGEACCEL_DAEMON_DAEMON_H_
+#define EDGEACCEL_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "edgeaccel/daemon/config.h"
+#include "edgeaccel/daemon/metrics.h"
+#include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/host/atomic_file.h"
+#include "edgeaccel/host/host.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/inventory/host_watcher.h"
+#include "edgeaccel/kubelet/registrar.h"
+#include "edgeaccel/node/cdi_spec.h"
+#include "edgeaccel/node/node_labeler.h"
+#include "edgeaccel/node/node_labels.h"
+
+namespace edgeaccel {
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+
+  // Scans the host, starts watching it, and registers every resource that has devices (a
+  // resource without any is registered as soon as its first device appears).
+  absl::Status Start();
+  // Ends streams, stops serving, removes our sockets.
+  void Stop();
+
+  // What --discover prints: every resource, its devices, their health, nodes and facts, and
+  // the node labels they give.
+  std::string Describe() const;
+
+  // The node labels the current devices give.
+  LabelSet Labels() const;
+
+  // One scan of everything, without watching or serving (for --discover).
+  void ScanOnce();
+
+
+ private:
+  struct Resource {
+    uint64_t labels_listener = 0;
+    std::unique_ptr<DeviceSet> set;
+    std::vector<std::unique_ptr<Discoverer>> discoverers;
+    std::unique_ptr<ResourceRegistrar> registrar;
+    std::unique_ptr<CdiSpecFile> cdi;  // with --cdi
+    std::unique_ptr<RetryingFileWriter> cdi_writer;
+    uint64_t listener = 0;
+    uint64_t cdi_listener = 0;
+  };
+
+  Resource* ResourceFor(const std::string& name);
+  // Recomputes the node labels; logs and writes them (NFD) when they changed.
+  void RefreshLabels();
+  std::string RenderMetrics() const;
+  bool Healthy(std::string* why) const;
+  void StartRegistrar(Resource* resource);
+  void WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot);
+
+  const DaemonConfig config_;
+  Host host_;
+  HostWatcher watcher_;
+  std::vector<std::unique_ptr<Resource>> resources_;
+  absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex labels_mu_;
+  LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
+  bool labels_logged_ ABSL_GUARDED_BY(labels_mu_) = false;
+  std::unique_ptr<RetryingFileWriter> nfd_writer_;  // with --nfd-features-dir
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<NodeLabeler> node_labeler_;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DAEMON_DAEMON_H_

@@ -1,0 +1,69 @@
+// Prometheus metrics and a health endpoint over HTTP (cpp-httplib, from Debian).
+//
+//   /metrics  Prometheus text format: devices per resource and health, Edge TPU temperature and
+//             thresholds, Jetson GPU load and temperature, allocations and Allocate errors,
+//             registrations, kubelet restarts seen, ListAndWatch updates sent, build info.
+//   /healthz  200 while every resource that has devices is registered and serving; 503 with
+//             the reason otherwise (a liveness/readiness probe for the DaemonSet).
+#ifndef EDGEACCEL_DAEMON_METRICS_H_
+#define EDGEACCEL_DAEMON_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/device_plugin_service.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace edgeaccel {
+
+// What one resource contributes to /metrics.
+struct ResourceMetrics {
+  std::string resource;
+  std::shared_ptr<const Snapshot> snapshot;
+  const PluginCounters* counters = nullptr;
+  bool registered = false;
+  uint64_t registrations = 0;
+  uint64_t kubelet_restarts = 0;
+};
+
+// The Prometheus text exposition for `resources`.
+std::string RenderMetrics(const std::vector<ResourceMetrics>& resources);
+
+// "host:port", ":port" (all interfaces) or "[::1]:port"; port 0 picks a free one.
+absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(absl::string_view address);
+
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+  // Returns true when healthy; otherwise fills `why`.
+  using Check = std::function<bool(std::string* why)>;
+
+  MetricsServer(std::string address, Render render, Check check);
+  ~MetricsServer();
+
+  // Binds and serves in a thread of its own. A taken port is an error that names it.
+  absl::Status Start();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  const std::string address_;
+  Render render_;
+  Check check_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DAEMON_METRICS_H_

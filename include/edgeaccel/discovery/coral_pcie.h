@@ -1,0 +1,54 @@
+// Google Coral Edge TPU on PCIe / M.2 / Mini-PCIe (gasket + apex kernel drivers).
+//
+// A device is a /sys/class/apex/apex_N entry; the container needs /dev/apex_N, a character
+// device (major 120). Health is read from the driver: the node must be there and match the
+// driver's major:minor, sysfs `status` must be ALIVE, and the die temperature must stay below
+// the threshold (default: the chip's own shutdown line, hw_temp_warn2).
+#ifndef EDGEACCEL_DISCOVERY_CORAL_PCIE_H_
+#define EDGEACCEL_DISCOVERY_CORAL_PCIE_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/host/host.h"
+
+namespace edgeaccel {
+
+struct CoralHealthPolicy {
+  // Unhealthy at or above this die temperature, in millidegrees C. Unset: each device's own
+  // hw_temp_warn2 (99800 with driver defaults).
+  std::optional<int64_t> temperature_threshold_mc;
+  // An overheated device is Healthy again only once it is this much below the threshold, so a
+  // temperature sitting on the line does not flap the device in and out of Allocatable.
+  int64_t temperature_hysteresis_mc = 2000;
+};
+
+class CoralPcieDiscoverer : public Discoverer {
+ public:
+  CoralPcieDiscoverer(const Host* host, CoralHealthPolicy policy);
+
+  std::string ResourceName() const override;
+  std::string Family() const override { return "coral-pcie"; }
+  std::vector<Device> Scan() override;
+  std::vector<WatchSpec> WatchPaths() const override;
+  std::string NothingFoundHint() const override;
+
+ private:
+  // nullopt when the entry's sysfs tree vanished while it was being read (a removal in
+  // progress; the removal's own inotify event brings the next scan).
+  std::optional<Device> ScanOne(const std::string& name);
+
+  const Host* host_;
+  CoralHealthPolicy policy_;
+  absl::flat_hash_set<std::string> overheated_;  // ids currently over the threshold
+};
+
+// Driver default for hw_temp_warn2 as read back from sysfs (100000 encodes to 99800).
+inline constexpr int64_t kApexDefaultShutdownTempMc = 99800;
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DISCOVERY_CORAL_PCIE_H_

@@ -1,0 +1,45 @@
+// Discoverer: one per device family. Reads the host (through Host) and says which devices exist
+// and how healthy they are. Knows nothing about gRPC or the kubelet.
+#ifndef EDGEACCEL_DISCOVERY_DISCOVERER_H_
+#define EDGEACCEL_DISCOVERY_DISCOVERER_H_
+
+#include <string>
+#include <vector>
+
+#include "edgeaccel/discovery/device.h"
+
+namespace edgeaccel {
+
+// A host directory whose entries matter to a discoverer. A change to an entry whose name starts
+// with `name_prefix` (empty: any) triggers a rescan.
+struct WatchSpec {
+  std::string directory;  // host path
+  std::string name_prefix;
+};
+
+class Discoverer {
+ public:
+  virtual ~Discoverer() = default;
+
+  // The extended resource these devices are advertised as.
+  virtual std::string ResourceName() const = 0;
+
+  // Short family name for logs and --discover ("coral-pcie").
+  virtual std::string Family() const = 0;
+
+  // Reads the host now. Never fails as a whole: a device whose files cannot be read is reported
+  // Unhealthy with the reason, or left out when it cannot be told apart from noise. Called from
+  // one thread at a time.
+  virtual std::vector<Device> Scan() = 0;
+
+  // Where the kernel tells us about changes (inotify). Anything else is read on the probe
+  // interval.
+  virtual std::vector<WatchSpec> WatchPaths() const = 0;
+
+  // One line for the log when nothing of this family is present, saying what was looked for.
+  virtual std::string NothingFoundHint() const = 0;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DISCOVERY_DISCOVERER_H_

@@ -1,0 +1,66 @@
+// DeviceSet: the current devices of one resource, as an immutable versioned snapshot.
+//
+// Discovery writes it; the plugin service, labels and metrics read it. Readers never block
+// writers for longer than a pointer swap, and listeners are told about every change to what the
+// kubelet sees (ids, health, topology, nodes).
+#ifndef EDGEACCEL_INVENTORY_DEVICE_SET_H_
+#define EDGEACCEL_INVENTORY_DEVICE_SET_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "edgeaccel/discovery/device.h"
+
+namespace edgeaccel {
+
+struct Snapshot {
+  // Increases whenever the kubelet-visible device list changes; starts at 1.
+  uint64_t version = 0;
+  std::vector<Device> devices;  // sorted by id
+
+  const Device* Find(absl::string_view id) const;
+  int HealthyCount() const;
+};
+
+class DeviceSet {
+ public:
+  using Listener = std::function<void(std::shared_ptr<const Snapshot>)>;
+
+  explicit DeviceSet(std::string resource_name);
+
+  const std::string& resource_name() const { return resource_name_; }
+
+  // Replaces the device list. Returns true (and tells the listeners) when what the kubelet sees
+  // changed; facts and telemetry are updated silently. Logs every device that appears,
+  // disappears or changes health, with the reason.
+  bool Update(std::vector<Device> devices);
+
+  std::shared_ptr<const Snapshot> Current() const;
+
+  // Blocks until the version is above `version` or the timeout passes; returns the snapshot.
+  std::shared_ptr<const Snapshot> WaitNewerThan(uint64_t version, absl::Duration timeout) const;
+
+  // Listeners run on the thread that called Update, without any DeviceSet lock held, so they
+  // may call back into the set. A listener may still run once shortly after Unsubscribe returns:
+  // capture weak state.
+  uint64_t Subscribe(Listener listener);
+  void Unsubscribe(uint64_t id);
+
+ private:
+  const std::string resource_name_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_listener_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Listener>> listeners_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_INVENTORY_DEVICE_SET_H_

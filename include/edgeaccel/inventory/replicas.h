@@ -1,0 +1,17 @@
+// Time-slicing (--replicas): several pods share one physical device, each holding a replica.
+#ifndef EDGEACCEL_INVENTORY_REPLICAS_H_
+#define EDGEACCEL_INVENTORY_REPLICAS_H_
+
+#include <vector>
+
+#include "edgeaccel/discovery/device.h"
+
+namespace edgeaccel {
+
+// `replicas` copies of every device, ids "<id>::0" .. "<id>::<replicas-1>", sharing the physical
+// device's nodes, envs and health. replicas <= 1 returns `devices` as is.
+std::vector<Device> ExpandReplicas(std::vector<Device> devices, int replicas);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_INVENTORY_REPLICAS_H_

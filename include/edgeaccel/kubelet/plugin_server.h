@@ -1,0 +1,56 @@
+// PluginServer: the gRPC server that carries a DevicePlugin service on one Unix socket, and
+// owns that socket file (stale ones replaced, ours removed on Stop, never someone else's).
+#ifndef EDGEACCEL_KUBELET_PLUGIN_SERVER_H_
+#define EDGEACCEL_KUBELET_PLUGIN_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/device_plugin_service.h"
+#include "edgeaccel/kubelet/plugin_options.h"
+
+namespace edgeaccel {
+
+// A gRPC server on one Unix socket. Serves the DevicePlugin service and, when given, other
+// services on the same socket (the plugin watcher's Registration service).
+class PluginServer {
+ public:
+  // `socket_path` is the path this process binds.
+  PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
+               grpc::Service* extra_service, PluginOptions options = {});
+  ~PluginServer();
+
+  // Binds and serves. A stale socket at the path is replaced; anything else there is an error
+  // that names it. The socket is made owner-only (0600).
+  absl::Status Start();
+
+  // Ends streams, stops serving within `grace`, and removes our socket file (only if it is
+  // still ours).
+  void Stop(absl::Duration grace = absl::Milliseconds(200));
+
+  // True while our socket file is still at the path (the kubelet deletes it when it restarts).
+  bool SocketPresent() const;
+
+  const std::string& socket_path() const { return socket_path_; }
+  DevicePluginService* service() { return service_.get(); }
+
+ private:
+  const std::string socket_path_;
+  DeviceSet* const set_;
+  PluginCounters* const counters_;
+  grpc::Service* const extra_service_;
+  const PluginOptions options_;
+  std::unique_ptr<DevicePluginService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  ino_t inode_ = 0;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_KUBELET_PLUGIN_SERVER_H_

@@ -1,0 +1,142 @@
+// ResourceRegistrar: puts a resource's socket in place and makes the kubelet use it, and keeps
+// it that way across kubelet restarts.
+//
+// Two ways, one binary (--registration):
+//  * kubelet: serve DevicePlugin on <device-plugin-dir>/<ours>.sock and call Register on
+//    <device-plugin-dir>/kubelet.sock. The directory is the kubelet's fixed
+//    /var/lib/kubelet/device-plugins, whatever its --root-dir (--device-plugin-dir). A restarting kubelet deletes our socket and re-creates
+//    kubelet.sock; inotify tells us both, and we serve again and register within milliseconds.
+//  * plugin-watcher: serve the pluginregistration Registration service and DevicePlugin on one
+//    socket in <kubelet-root>/plugins_registry/. The kubelet finds it (at start and by inotify),
+//    calls GetInfo and NotifyRegistrationStatus, and re-finds it after its own restarts.
+//  * auto: kubelet when device-plugins/ exists (every kubelet since 1.10, k3s and microk8s
+//    included), else plugin-watcher when only plugins_registry/ exists; with neither, wait.
+#ifndef EDGEACCEL_KUBELET_REGISTRAR_H_
+#define EDGEACCEL_KUBELET_REGISTRAR_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/host/backoff.h"
+#include "edgeaccel/host/directory_watcher.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/plugin_options.h"
+#include "edgeaccel/kubelet/plugin_server.h"
+#include "edgeaccel/kubelet/plugin_watcher_service.h"
+
+namespace edgeaccel {
+
+enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
+
+absl::string_view RegistrationModeName(RegistrationMode mode);
+bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
+
+class ResourceRegistrar {
+ public:
+  struct Options {
+    // As this process sees them: plugins_registry/ is under kubelet_root; device-plugins/ is
+    // the kubelet's fixed directory.
+    std::string kubelet_root = std::string(kDefaultKubeletRoot);
+    std::string device_plugin_dir = std::string(kDefaultDevicePluginDir);
+    RegistrationMode mode = RegistrationMode::kAuto;
+    absl::Duration register_timeout = absl::Seconds(10);
+    absl::Duration max_backoff = absl::Seconds(30);
+    PluginOptions plugin;
+  };
+
+  ResourceRegistrar(Options options, DeviceSet* set);
+  ~ResourceRegistrar();
+  ResourceRegistrar(const ResourceRegistrar&) = delete;
+  ResourceRegistrar& operator=(const ResourceRegistrar&) = delete;
+
+  // Starts the registration thread. Returns at once: a missing kubelet is waited for.
+  absl::Status Start();
+  // Ends streams, stops serving, removes our socket. Returns within a fraction of a second.
+  void Stop();
+
+  // Registered with the kubelet and serving (either way).
+  bool registered() const;
+  // Successful registrations so far (kubelet mode: Register calls; watcher: notifications).
+  uint64_t registrations() const;
+  // kubelet.sock re-creations seen after a first registration.
+  uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
+  // The socket we serve on now ("" before the first start).
+  std::string socket_path() const;
+  const PluginCounters& counters() const { return counters_; }
+
+ private:
+  // Identifies one incarnation of kubelet.sock: a re-created socket may reuse the inode number,
+  // but not the change time as well.
+  struct SocketId {
+    ino_t inode = 0;
+    int64_t ctime_ns = 0;
+    bool operator==(const SocketId& o) const { return inode == o.inode && ctime_ns == o.ctime_ns; }
+    bool operator!=(const SocketId& o) const { return !(*this == o); }
+  };
+  // One Register call in flight (gRPC callback API, so this thread keeps watching meanwhile).
+  struct RegisterCall {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1beta1::Registration::Stub> stub;
+    grpc::ClientContext context;
+    v1beta1::RegisterRequest request;
+    v1beta1::Empty response;
+    SocketId kubelet;
+    absl::Time started;
+    grpc::Status status;  // written by gRPC's thread before it signals call_done_fd_
+    bool cancelled_by_us = false;  // guarded by mu_
+  };
+
+  void Run();
+  RegistrationMode EffectiveMode() const;
+  std::string DirectoryFor(RegistrationMode mode) const;
+  std::string KubeletSocket() const;
+  // Identity of kubelet.sock now; nullopt if it is not there.
+  std::optional<SocketId> KubeletSocketId() const;
+  void StartRegisterCall(const SocketId& kubelet);
+  void FinishRegisterCall();
+  void CancelRegisterCall();
+  // Waits for inotify events, a finished Register call, Stop(), or `timeout` (negative: no
+  // timeout), and handles what arrived.
+  void Wait(absl::Duration timeout);
+  // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
+  void Complain(const std::string& message);
+
+  const Options options_;
+  DeviceSet* const set_;
+  PluginCounters counters_;
+  PluginWatcherService watcher_service_;
+  DirectoryWatcher inotify_;
+  int stop_fd_ = -1;
+  int call_done_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> registered_kubelet_{false};
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> kubelet_restarts_{0};
+
+  // Only the registration thread touches these.
+  RegistrationMode active_mode_ = RegistrationMode::kAuto;
+  bool need_register_ = false;
+  SocketId registered_kubelet_id_;
+  SocketId restart_counted_for_;
+  absl::Time retry_at_ = absl::InfinitePast();
+  Backoff backoff_;
+  std::string last_complaint_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_KUBELET_REGISTRAR_H_

@@ -1,0 +1,146 @@
+#include "edgeaccel/daemon/config.h"
+
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "edgeaccel/daemon/metrics.h"
+#include "edgeaccel/discovery/resource_names.h"
+
+namespace edgeaccel {
+
+const std::map<std::string, std::string>& KnownFamilies() {
+  static const auto* families = new std::map<std::string, std::string>{
+      {"coral-pcie", std::string(kResourceEdgeTpu)},
+      {"coral-usb", std::string(kResourceEdgeTpu)},
+      {"tegra", std::string(kResourceNvidiaGpu)},
+      {"nvidia", std::string(kResourceNvidiaGpu)},
+  };
+  return *families;
+}
+
+absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
+  std::set<std::string> families;
+  if (text == "all" || text.empty()) return families;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (!KnownFamilies().count(std::string(name))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--families: unknown family \"", absl::CHexEscape(name.substr(0, 40)),
+          "\" (known: all, coral-pcie, coral-usb, nvidia, tegra)"));
+    }
+    families.insert(std::string(name));
+  }
+  return families;
+}
+
+absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text) {
+  std::map<std::string, int> replicas;
+  if (text.empty()) return replicas;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t equals = entry.rfind('=');
+    int count = 0;
+    const std::string resource(equals == absl::string_view::npos ? entry : entry.substr(0, equals));
+    if (equals == absl::string_view::npos ||
+        !absl::SimpleAtoi(entry.substr(equals + 1), &count)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas: \"", absl::CHexEscape(entry.substr(0, 60)),
+          "\" is not <resource>=<count>, e.g. nvidia.com/gpu=4"));
+    }
+    if (resource != kResourceEdgeTpu && resource != kResourceNvidiaGpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas: unknown resource \"", absl::CHexEscape(resource.substr(0, 60)),
+          "\" (known: coral.ai/edgetpu, nvidia.com/gpu)"));
+    }
+    if (count < 1 || count > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--replicas: ", resource, " wants 1 to 64 replicas, got ", count));
+    }
+    if (!replicas.emplace(resource, count).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--replicas: ", resource, " given twice"));
+    }
+  }
+  return replicas;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& config) {
+  struct stat st;
+  if (config.host_root.empty() || config.host_root[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host-root must be an absolute path, got \"", config.host_root, "\""));
+  }
+  if (stat(config.host_root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host-root ", config.host_root, " is not a directory"));
+  }
+  // Both are absolute, and the longest socket path we bind in each must fit a sockaddr_un.
+  auto check_socket_dir = [](absl::string_view flag, const std::string& value,
+                             const std::string& dir) -> absl::Status {
+    if (value.empty() || value[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be an absolute path, got \"", value, "\""));
+    }
+    const size_t longest = dir.size() + 1 + SocketFileName(kResourceEdgeTpu).size() + 8;
+    if (longest >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", value, " is too long: socket paths under it would exceed ",
+          sizeof(sockaddr_un::sun_path) - 1, " bytes, the Unix socket limit"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check_socket_dir(
+          "--kubelet-root", config.kubelet_root,
+          absl::StrCat(config.kubelet_root, "/", kPluginsRegistryDir));
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = check_socket_dir("--device-plugin-dir", config.device_plugin_dir,
+                                        config.device_plugin_dir);
+      !s.ok()) {
+    return s;
+  }
+  if (config.probe_interval < absl::ZeroDuration() ||
+      (config.probe_interval > absl::ZeroDuration() &&
+       config.probe_interval < absl::Milliseconds(100))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--probe-interval must be 0 (off) or at least 100ms, got ",
+                     absl::FormatDuration(config.probe_interval)));
+  }
+  if (config.temperature_threshold_celsius.has_value() &&
+      !(*config.temperature_threshold_celsius > 0 && *config.temperature_threshold_celsius < 150)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature-threshold must be between 0 and 150 °C (0 means: each "
+                     "device's own shutdown threshold), got ",
+                     *config.temperature_threshold_celsius));
+  }
+  if (!(config.temperature_hysteresis_celsius >= 0 &&
+        config.temperature_hysteresis_celsius <= 50)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature-hysteresis must be between 0 and 50 °C, got ",
+                     config.temperature_hysteresis_celsius));
+  }
+  if (config.cdi && (config.cdi_dir.empty() || config.cdi_dir[0] != '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cdi-dir must be an absolute path, got \"", config.cdi_dir, "\""));
+  }
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(config.metrics_address);
+    if (!listen.ok()) return listen.status();
+  }
+  if (!config.nfd_features_dir.empty() && config.nfd_features_dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nfd-features-dir must be an absolute path, got \"", config.nfd_features_dir, "\""));
+  }
+  if (config.register_timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(absl::StrCat("--register-timeout must be at least 100ms, got ",
+                                                   absl::FormatDuration(config.register_timeout)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace edgeaccel

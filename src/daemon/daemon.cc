@@ -1,0 +1,276 @@
+#include "edgeaccel/daemon/daemon.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "edgeaccel/discovery/coral_pcie.h"
+#include "edgeaccel/discovery/coral_usb.h"
+#include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/discovery/tegra.h"
+#include "edgeaccel/node/nfd_feature_file.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+
+Daemon::Daemon(DaemonConfig config)
+    : config_(std::move(config)),
+      host_(config_.host_root),
+      watcher_(&host_, HostWatcher::Options{config_.probe_interval}) {
+  CoralHealthPolicy coral_policy;
+  if (config_.temperature_threshold_celsius.has_value()) {
+    coral_policy.temperature_threshold_mc =
+        static_cast<int64_t>(std::llround(*config_.temperature_threshold_celsius * 1000));
+  }
+  coral_policy.temperature_hysteresis_mc =
+      static_cast<int64_t>(std::llround(config_.temperature_hysteresis_celsius * 1000));
+  const NvidiaOptions nvidia_options{config_.nvidia_runtime_envs};
+
+  auto enabled = [this](const std::string& family) {
+    return config_.families.empty() || config_.families.count(family) > 0;
+  };
+  // Families in a fixed order; each feeds the resource it serves.
+  if (enabled("coral-pcie")) {
+    ResourceFor(std::string(kResourceEdgeTpu))
+        ->discoverers.push_back(std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
+  }
+  if (enabled("coral-usb")) {
+    ResourceFor(std::string(kResourceEdgeTpu))
+        ->discoverers.push_back(std::make_unique<CoralUsbDiscoverer>(&host_));
+  }
+  if (enabled("tegra")) {
+    ResourceFor(std::string(kResourceNvidiaGpu))
+        ->discoverers.push_back(std::make_unique<TegraGpuDiscoverer>(&host_, nvidia_options));
+  }
+  if (enabled("nvidia")) {
+    ResourceFor(std::string(kResourceNvidiaGpu))
+        ->discoverers.push_back(std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options));
+  }
+
+  for (auto& resource : resources_) {
+    DeviceSet* set = resource->set.get();
+    for (auto& discoverer : resource->discoverers) watcher_.Add(discoverer.get(), set);
+    auto replicas = config_.replicas.find(set->resource_name());
+    if (replicas != config_.replicas.end()) watcher_.SetReplicas(set, replicas->second);
+    ResourceRegistrar::Options options;
+    options.kubelet_root = config_.kubelet_root;
+    options.device_plugin_dir = config_.device_plugin_dir;
+    options.mode = config_.registration;
+    options.register_timeout = config_.register_timeout;
+    if (config_.cdi) {
+      options.plugin.cdi_device_name = [resource = set->resource_name()](absl::string_view id) {
+        return CdiDeviceName(resource, id);
+      };
+    }
+    resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
+    if (config_.cdi) {
+      resource->cdi = std::make_unique<CdiSpecFile>(config_.cdi_dir, set->resource_name());
+      resource->cdi_writer = std::make_unique<RetryingFileWriter>(
+          absl::StrCat("the CDI spec ", resource->cdi->path()));
+    }
+  }
+  if (!config_.nfd_features_dir.empty()) {
+    nfd_writer_ = std::make_unique<RetryingFileWriter>(
+        absl::StrCat("the NFD feature file in ", config_.nfd_features_dir));
+  }
+}
+
+Daemon::Resource* Daemon::ResourceFor(const std::string& name) {
+  for (auto& resource : resources_) {
+    if (resource->set->resource_name() == name) return resource.get();
+  }
+  auto resource = std::make_unique<Resource>();
+  resource->set = std::make_unique<DeviceSet>(name);
+  resources_.push_back(std::move(resource));
+  return resources_.back().get();
+}
+
+Daemon::~Daemon() { Stop(); }
+
+absl::Status Daemon::Start() {
+  for (auto& resource : resources_) {
+    Resource* r = resource.get();
+    // The CDI spec is rewritten whenever the devices change, before anyone can be told of them.
+    if (r->cdi != nullptr) {
+      r->cdi_listener = r->set->Subscribe(
+          [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, std::move(snapshot)); });
+    }
+    // Registrars start when a resource first has devices, from whichever thread sees that.
+    r->listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
+      if (!snapshot->devices.empty()) StartRegistrar(r);
+    });
+  }
+  if (config_.label_node) {
+    absl::StatusOr<ApiServerConfig> api =
+        config_.kubeconfig.empty()
+            ? InClusterConfig(config_.node_name, config_.api_server, config_.api_token_file,
+                              config_.api_ca_file)
+            : KubeconfigConfig(config_.node_name, config_.kubeconfig);
+    if (!api.ok()) return api.status();
+    node_labeler_ = std::make_unique<NodeLabeler>(*api);
+    node_labeler_->Start();
+  }
+  absl::Status status = watcher_.Start();  // the first scan of every family happens in here
+  if (!status.ok()) return status;
+  for (auto& resource : resources_) {
+    if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
+  }
+  // Labels follow the devices only once every family has been scanned: subscribing earlier
+  // would hand the node labeller (and the NFD file) the half-scanned sets in between, and on a
+  // daemon restart the node would briefly lose the labels of the families not yet scanned.
+  // RefreshLabels after subscribing covers any change that came between the scan and here.
+  for (auto& resource : resources_) {
+    resource->labels_listener =
+        resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
+  }
+  RefreshLabels();
+  if (!config_.metrics_address.empty()) {
+    metrics_ = std::make_unique<MetricsServer>(
+        config_.metrics_address, [this] { return RenderMetrics(); },
+        [this](std::string* why) { return Healthy(why); });
+    if (absl::Status listening = metrics_->Start(); !listening.ok()) {
+      // Devices are still served; only the metrics are missing.
+      LOG(ERROR) << listening.message();
+      metrics_.reset();
+    }
+  }
+  return absl::OkStatus();
+}
+
+LabelSet Daemon::Labels() const {
+  std::map<std::string, std::shared_ptr<const Snapshot>> snapshots;
+  for (const auto& resource : resources_) {
+    snapshots[resource->set->resource_name()] = resource->set->Current();
+  }
+  return DeriveLabels(snapshots, LabelOptions{config_.seed_labels});
+}
+
+void Daemon::RefreshLabels() {
+  LabelSet labels = Labels();
+  if (node_labeler_ != nullptr) node_labeler_->Set(labels);  // patches only on change
+  absl::MutexLock lock(&labels_mu_);
+  if (labels == labels_ && labels_logged_) return;
+  labels_ = labels;
+  labels_logged_ = true;
+  // Write first, then say so: with an NFD sink, the line below comes after the file holds these
+  // labels, or after the error line that says it could not be written.
+  if (nfd_writer_ != nullptr) {
+    absl::Status status = nfd_writer_->Write(
+        [dir = config_.nfd_features_dir, labels] { return WriteNfdFeatureFile(dir, labels); });
+    if (!status.ok()) {
+      LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
+                 << "; Node Feature Discovery will not show these labels until a retry succeeds";
+    }
+  }
+  std::vector<std::string> pairs;
+  for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
+  LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
+}
+
+std::string Daemon::RenderMetrics() const {
+  std::vector<ResourceMetrics> metrics;
+  for (const auto& resource : resources_) {
+    const ResourceRegistrar& r = *resource->registrar;
+    metrics.push_back({resource->set->resource_name(), resource->set->Current(), &r.counters(),
+                       r.registered(), r.registrations(), r.kubelet_restarts()});
+  }
+  return edgeaccel::RenderMetrics(metrics);
+}
+
+bool Daemon::Healthy(std::string* why) const {
+  std::vector<std::string> problems;
+  for (const auto& resource : resources_) {
+    // A resource without devices is not registered on purpose.
+    if (resource->set->Current()->devices.empty()) continue;
+    if (!resource->registrar->registered()) {
+      problems.push_back(absl::StrCat(resource->set->resource_name(),
+                                      " is not registered with the kubelet"));
+    }
+  }
+  *why = absl::StrJoin(problems, "; ");
+  return problems.empty();
+}
+
+void Daemon::WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot) {
+  const CdiSpecFile* cdi = resource->cdi.get();
+  absl::Status status =
+      resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
+  if (!status.ok()) {
+    LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
+               << status.message()
+               << "; CDI-aware runtimes will not find these devices until a retry succeeds";
+  }
+}
+
+void Daemon::StartRegistrar(Resource* resource) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_ || resource->listener == 0) return;
+  resource->set->Unsubscribe(resource->listener);
+  resource->listener = 0;
+  absl::Status status = resource->registrar->Start();
+  if (!status.ok()) {
+    LOG(ERROR) << resource->set->resource_name() << ": cannot start registration: " << status;
+  }
+}
+
+void Daemon::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  if (metrics_ != nullptr) metrics_->Stop();
+  watcher_.Stop();
+  if (node_labeler_ != nullptr) node_labeler_->Stop();
+  if (nfd_writer_ != nullptr) nfd_writer_->Stop();
+  for (auto& resource : resources_) {
+    resource->registrar->Stop();
+    // No retry may put the spec back after it is removed.
+    if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
+    if (resource->cdi != nullptr) resource->cdi->Remove();
+  }
+}
+
+void Daemon::ScanOnce() { watcher_.ScanAll(); }
+
+std::string Daemon::Describe() const {
+  std::string out;
+  LabelSet labels = Labels();
+  absl::StrAppend(&out, "node labels:", labels.empty() ? " (none)" : "", "\n");
+  for (const auto& [key, value] : labels) absl::StrAppend(&out, "  ", key, "=", value, "\n");
+  for (const auto& resource : resources_) {
+    std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
+    absl::StrAppendFormat(&out, "%s: %d device(s), %d healthy\n", resource->set->resource_name(),
+                          snapshot->devices.size(), snapshot->HealthyCount());
+    if (snapshot->devices.empty()) {
+      for (const auto& discoverer : resource->discoverers) {
+        absl::StrAppend(&out, "  ", discoverer->NothingFoundHint(), "\n");
+      }
+    }
+    for (const Device& device : snapshot->devices) {
+      absl::StrAppendFormat(&out, "  %s  %s", device.id, HealthName(device.health));
+      if (!device.unhealthy_reason.empty()) absl::StrAppend(&out, " (", device.unhealthy_reason, ")");
+      absl::StrAppend(&out, "\n    numa node: ",
+                      device.numa_node.has_value() ? absl::StrCat(*device.numa_node) : "unknown",
+                      "\n");
+      for (const DeviceNode& node : device.nodes) {
+        absl::StrAppendFormat(&out, "    device node: %s -> %s (%s)\n", node.host_path,
+                              node.container_path, node.permissions);
+      }
+      for (const auto& [key, value] : device.envs) {
+        absl::StrAppendFormat(&out, "    env: %s=%s\n", key, value);
+      }
+      for (const auto& [key, value] : device.facts) {
+        absl::StrAppendFormat(&out, "    %s: %s\n", key, value);
+      }
+      for (const auto& [key, value] : device.telemetry) {
+        absl::StrAppendFormat(&out, "    %s: %.2f\n", key, value);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace edgeaccel

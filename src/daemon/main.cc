@@ -1,0 +1,218 @@
+// edgeaccel-device-plugin: makes Edge TPUs and NVIDIA GPUs schedulable through the kubelet's
+// device plugin API. See README.md for how to run it.
+#include <malloc.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "edgeaccel/daemon/config.h"
+#include "edgeaccel/daemon/daemon.h"
+#include "glog/logging.h"
+
+// absl flag support for the registration mode.
+namespace edgeaccel {
+bool AbslParseFlag(absl::string_view text, RegistrationMode* mode, std::string* error) {
+  if (ParseRegistrationMode(text, mode)) return true;
+  *error = "must be one of auto, plugin-watcher, kubelet";
+  return false;
+}
+std::string AbslUnparseFlag(RegistrationMode mode) {
+  return std::string(RegistrationModeName(mode));
+}
+}  // namespace edgeaccel
+
+ABSL_FLAG(std::string, host_root, "/",
+          "Where the host's / is visible to the daemon (e.g. /host in a container). Devices, "
+          "sysfs and /proc are read under it; paths handed to the kubelet are host paths.");
+ABSL_FLAG(std::string, device_plugin_dir, "/var/lib/kubelet/device-plugins",
+          "Where the kubelet's kubelet.sock is and our device plugin sockets go. The kubelet "
+          "fixes this path; it does not follow its --root-dir.");
+ABSL_FLAG(std::string, kubelet_root, "/var/lib/kubelet",
+          "The kubelet's --root-dir, holding plugins_registry/ (the plugin watcher) "
+          "(microk8s: "
+          "/var/snap/microk8s/common/var/lib/kubelet).");
+ABSL_FLAG(edgeaccel::RegistrationMode, registration, edgeaccel::RegistrationMode::kAuto,
+          "How to register with the kubelet: kubelet (Register on device-plugins/kubelet.sock), "
+          "plugin-watcher (a socket in plugins_registry/), or auto (kubelet when "
+          "device-plugins/ exists, else plugin-watcher when plugins_registry/ exists).");
+ABSL_FLAG(absl::Duration, probe_interval, absl::Seconds(5),
+          "How often to read what the kernel does not announce (Edge TPU temperature and driver "
+          "status); device nodes appearing or vanishing are seen at once through inotify. "
+          "0 turns the probe off.");
+ABSL_FLAG(double, temperature_threshold, 0,
+          "Edge TPU die temperature in °C at which a device turns Unhealthy. 0: each device's "
+          "own hw_temp_warn2 (the chip's shutdown line, 99.8 °C with driver defaults).");
+ABSL_FLAG(double, temperature_hysteresis, 2.0,
+          "An overheated Edge TPU is Healthy again once this many °C below the threshold.");
+ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(10),
+          "How long one Register call to the kubelet may take before it is retried.");
+ABSL_FLAG(std::string, families, "all",
+          "Device families to look for, comma-separated: coral-pcie, coral-usb (coral.ai/edgetpu), "
+          "tegra, nvidia (nvidia.com/gpu), or all. A resource is registered once it has a device.");
+ABSL_FLAG(std::string, replicas, "",
+          "Time-sliced sharing: advertise each device as N replicas, e.g. nvidia.com/gpu=4. "
+          "Replica ids are <device id>::<n>; pods sharing a device are not isolated.");
+ABSL_FLAG(bool, nvidia_runtime_envs, true,
+          "Answer NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES for nvidia.com/gpu, for "
+          "the NVIDIA container runtime (on Jetson it mounts the driver libraries from them).");
+ABSL_FLAG(bool, cdi, false,
+          "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
+          "keep matching CDI specs in --cdi-dir, removed on exit.");
+ABSL_FLAG(std::string, cdi_dir, "/var/run/cdi", "Where CDI specs are written (with --cdi).");
+ABSL_FLAG(std::string, metrics_address, ":9405",
+          "host:port serving /metrics (Prometheus) and /healthz; empty turns it off.");
+ABSL_FLAG(std::string, nfd_features_dir, "",
+          "Write the node labels as a Node Feature Discovery feature file into this directory "
+          "(e.g. /etc/kubernetes/node-feature-discovery/features.d); empty: off.");
+ABSL_FLAG(bool, seed_labels, false,
+          "Also the plain labels gpu.model, gpu.driver, gpu.resource, gpu.vendor.id, gpu.product.id.");
+ABSL_FLAG(bool, label_node, false,
+          "Keep the node labels on this node's Node object through the Kubernetes API (merge "
+          "patch, only on change; needs get/patch on nodes).");
+ABSL_FLAG(std::string, node_name, "", "This node's name; default: the NODE_NAME environment variable.");
+ABSL_FLAG(std::string, kubeconfig, "",
+          "With --label-node outside a pod: the kubeconfig whose current context to use (server, "
+          "CA, token or client certificate).");
+ABSL_FLAG(std::string, api_server, "",
+          "Kubernetes API server as https://host:port; default: in-cluster "
+          "(KUBERNETES_SERVICE_HOST/PORT).");
+ABSL_FLAG(std::string, api_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token",
+          "Bearer token for the API server (re-read for every request).");
+ABSL_FLAG(std::string, api_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+          "CA bundle that signed the API server's certificate.");
+ABSL_FLAG(bool, discover, false,
+          "Print what would be advertised on this host (resources, device ids, health, device "
+          "nodes, facts) and exit.");
+ABSL_FLAG(int, verbosity, 0, "Log verbosity: 0 normal, 1 every rescan and allocation, 2 more.");
+
+namespace {
+
+// --help lists the flags defined in this file (all of the daemon's own flags).
+bool IsOurFlagFile(absl::string_view file) { return absl::StrContains(file, "src/daemon/main.cc"); }
+
+// Kubernetes tools spell flags with dashes (--host-root); absl names them with underscores.
+// Accept both by rewriting the name part of every "--flag[=value]" argument.
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* arg = argv[i];
+    if (arg[0] != '-' || arg[1] != '-') continue;
+    if (arg[2] == '\0') break;  // "--" ends the flags
+    for (char* p = arg + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
+absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
+  edgeaccel::DaemonConfig config;
+  absl::StatusOr<std::set<std::string>> families =
+      edgeaccel::ParseFamilies(absl::GetFlag(FLAGS_families));
+  if (!families.ok()) return families.status();
+  config.families = *families;
+  absl::StatusOr<std::map<std::string, int>> replicas =
+      edgeaccel::ParseReplicas(absl::GetFlag(FLAGS_replicas));
+  if (!replicas.ok()) return replicas.status();
+  config.replicas = *replicas;
+  config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
+  config.cdi = absl::GetFlag(FLAGS_cdi);
+  config.cdi_dir = absl::GetFlag(FLAGS_cdi_dir);
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.nfd_features_dir = absl::GetFlag(FLAGS_nfd_features_dir);
+  config.seed_labels = absl::GetFlag(FLAGS_seed_labels);
+  config.label_node = absl::GetFlag(FLAGS_label_node);
+  config.node_name = absl::GetFlag(FLAGS_node_name);
+  if (config.node_name.empty() && getenv("NODE_NAME") != nullptr) config.node_name = getenv("NODE_NAME");
+  config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);
+  config.api_server = absl::GetFlag(FLAGS_api_server);
+  config.api_token_file = absl::GetFlag(FLAGS_api_token_file);
+  config.api_ca_file = absl::GetFlag(FLAGS_api_ca_file);
+  config.host_root = absl::GetFlag(FLAGS_host_root);
+  config.kubelet_root = absl::GetFlag(FLAGS_kubelet_root);
+  config.device_plugin_dir = absl::GetFlag(FLAGS_device_plugin_dir);
+  config.registration = absl::GetFlag(FLAGS_registration);
+  config.probe_interval = absl::GetFlag(FLAGS_probe_interval);
+  if (double t = absl::GetFlag(FLAGS_temperature_threshold); t != 0) {
+    config.temperature_threshold_celsius = t;
+  }
+  config.temperature_hysteresis_celsius = absl::GetFlag(FLAGS_temperature_hysteresis);
+  config.register_timeout = absl::GetFlag(FLAGS_register_timeout);
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // glibc gives each thread that allocates under contention an arena of its own and keeps what
+  // is freed there; with gRPC's thread pools that lets a small, steady daemon's RSS creep up.
+  // Two arenas are plenty for this load.
+  mallopt(M_ARENA_MAX, 2);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsOurFlagFile;
+  usage_config.contains_helpshort_flags = IsOurFlagFile;
+  usage_config.version_string = [] { return std::string("edgeaccel-device-plugin 0.1.0\n"); };
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(
+      "Kubernetes device plugin for edge accelerators (Coral Edge TPU, NVIDIA Jetson and GPUs).\n"
+      "Usage: edgeaccel-device-plugin [flags]   (--host-root and --host_root are the same flag)");
+  NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+
+  // Logs go to stderr (the container log); glog's own flags are not parsed by absl.
+  FLAGS_logtostderr = true;
+  FLAGS_v = absl::GetFlag(FLAGS_verbosity);
+  google::InitGoogleLogging(argv[0]);
+
+  absl::StatusOr<edgeaccel::DaemonConfig> parsed = ConfigFromFlags();
+  absl::Status valid = parsed.ok() ? edgeaccel::ValidateConfig(*parsed) : parsed.status();
+  if (!valid.ok()) {
+    std::cerr << "edgeaccel-device-plugin: " << valid.message() << "\n";
+    return 2;
+  }
+  const edgeaccel::DaemonConfig& config = *parsed;
+
+  if (absl::GetFlag(FLAGS_discover)) {
+    FLAGS_minloglevel = google::GLOG_WARNING;  // the report on stdout is the answer
+    edgeaccel::Daemon daemon(config);
+    daemon.ScanOnce();
+    std::cout << daemon.Describe();
+    return 0;
+  }
+
+  // Sockets we create are for root (the kubelet) only.
+  umask(0077);
+  signal(SIGPIPE, SIG_IGN);
+  // Block the stop signals in every thread; the main thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  LOG(INFO) << "edgeaccel-device-plugin starting: host root " << config.host_root
+            << ", kubelet root " << config.kubelet_root << ", registration "
+            << edgeaccel::RegistrationModeName(config.registration);
+  edgeaccel::Daemon daemon(config);
+  if (absl::Status status = daemon.Start(); !status.ok()) {
+    LOG(ERROR) << "cannot start: " << status;
+    return 1;
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  const absl::Time stop_started = absl::Now();
+  LOG(INFO) << "received " << strsignal(signal_number) << "; stopping";
+  daemon.Stop();
+  LOG(INFO) << "stopped cleanly in " << absl::FormatDuration(absl::Now() - stop_started);
+  return 0;
+}

@@ -1,0 +1,202 @@
+#include "edgeaccel/daemon/metrics.h"
+
+#include <httplib.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+std::string Escape(absl::string_view value) {
+  return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+// One metric family: HELP and TYPE once, then its samples.
+class Family {
+ public:
+  Family(std::string* out, absl::string_view name, absl::string_view type, absl::string_view help)
+      : out_(out), name_(name) {
+    absl::StrAppend(out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  }
+  void Sample(const std::vector<std::pair<std::string, std::string>>& labels, double value) {
+    absl::StrAppend(out_, name_);
+    if (!labels.empty()) {
+      absl::StrAppend(out_, "{");
+      for (size_t i = 0; i < labels.size(); ++i) {
+        absl::StrAppend(out_, i ? "," : "", labels[i].first, "=\"", Escape(labels[i].second), "\"");
+      }
+      absl::StrAppend(out_, "}");
+    }
+    absl::StrAppend(out_, " ", absl::StrFormat("%.15g", value), "\n");
+  }
+
+ private:
+  std::string* out_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
+  std::string out;
+  Family(&out, "edgeaccel_build_info", "gauge", "Build of the running daemon.")
+      .Sample({{"version", kVersion}}, 1);
+
+  Family devices(&out, "edgeaccel_devices", "gauge", "Advertised devices by health (replicas count).");
+  for (const auto& r : resources) {
+    const int healthy = r.snapshot->HealthyCount();
+    devices.Sample({{"resource", r.resource}, {"health", "Healthy"}}, healthy);
+    devices.Sample({{"resource", r.resource}, {"health", "Unhealthy"}},
+                   static_cast<double>(r.snapshot->devices.size() - healthy));
+  }
+  Family device_up(&out, "edgeaccel_device_healthy", "gauge",
+                   "1 if the physical device is Healthy, 0 if not.");
+  // Telemetry per physical device, gathered first so each family is printed once.
+  std::map<std::string, std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, double>>>
+      telemetry;
+  const std::map<std::string, std::pair<std::string, double>> kTelemetry = {
+      {"temperature_celsius", {"edgeaccel_edgetpu_temperature_celsius", 1}},
+      {"temperature_threshold_celsius", {"edgeaccel_edgetpu_temperature_threshold_celsius", 1}},
+      {"trip_point0_temp_celsius", {"edgeaccel_edgetpu_throttle_temperature_celsius", 1}},
+      {"gpu_load_permille", {"edgeaccel_gpu_load_ratio", 0.001}},
+      {"gpu_temperature_celsius", {"edgeaccel_gpu_temperature_celsius", 1}},
+  };
+  for (const auto& r : resources) {
+    std::set<std::string> seen;
+    for (const Device& d : r.snapshot->devices) {
+      const std::string& id = PhysicalId(d);
+      if (!seen.insert(id).second) continue;
+      device_up.Sample({{"resource", r.resource}, {"device", id}},
+                       d.health == Health::kHealthy ? 1 : 0);
+      for (const auto& [key, value] : d.telemetry) {
+        auto metric = kTelemetry.find(key);
+        if (metric == kTelemetry.end()) continue;
+        telemetry[metric->second.first].push_back(
+            {{{"resource", r.resource}, {"device", id}}, value * metric->second.second});
+      }
+    }
+  }
+  const std::map<std::string, std::string> kTelemetryHelp = {
+      {"edgeaccel_edgetpu_temperature_celsius", "Edge TPU die temperature."},
+      {"edgeaccel_edgetpu_temperature_threshold_celsius",
+       "Temperature at which the Edge TPU is reported Unhealthy."},
+      {"edgeaccel_edgetpu_throttle_temperature_celsius",
+       "Temperature at which the apex driver starts throttling (trip point 0)."},
+      {"edgeaccel_gpu_load_ratio", "Jetson GPU load, 0 to 1."},
+      {"edgeaccel_gpu_temperature_celsius", "Jetson GPU temperature."},
+  };
+  for (const auto& [name, samples] : telemetry) {
+    Family family(&out, name, "gauge", kTelemetryHelp.at(name));
+    for (const auto& [labels, value] : samples) family.Sample(labels, value);
+  }
+
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::function<double(const ResourceMetrics&)> value;
+  };
+  const Counter counters[] = {
+      {"edgeaccel_allocations_total", "Allocate calls answered.",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.counters->allocations.load()); }},
+      {"edgeaccel_allocate_errors_total", "Allocate calls refused (unknown or unhealthy devices).",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.counters->allocate_errors.load()); }},
+      {"edgeaccel_list_and_watch_updates_total", "Device lists sent on ListAndWatch streams.",
+       [](const ResourceMetrics& r) {
+         return static_cast<double>(r.counters->list_and_watch_updates.load());
+       }},
+      {"edgeaccel_registrations_total", "Successful registrations with the kubelet.",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.registrations); }},
+      {"edgeaccel_kubelet_restarts_total", "Kubelet restarts seen (kubelet.sock re-created).",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.kubelet_restarts); }},
+  };
+  for (const Counter& c : counters) {
+    Family family(&out, c.name, "counter", c.help);
+    for (const auto& r : resources) {
+      if (r.counters != nullptr) family.Sample({{"resource", r.resource}}, c.value(r));
+    }
+  }
+  Family registered(&out, "edgeaccel_registered", "gauge",
+                    "1 while the resource is registered with the kubelet and serving.");
+  for (const auto& r : resources) registered.Sample({{"resource", r.resource}}, r.registered ? 1 : 0);
+  return out;
+}
+
+absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-address \"", address, "\" is not host:port (e.g. :9405 or 127.0.0.1:9405)"));
+  }
+  std::string host(address.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) host = "0.0.0.0";
+  return std::make_pair(host, port);
+}
+
+MetricsServer::MetricsServer(std::string address, Render render, Check check)
+    : address_(std::move(address)), render_(std::move(render)), check_(std::move(check)) {}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+absl::Status MetricsServer::Start() {
+  absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(address_);
+  if (!listen.ok()) return listen.status();
+  server_ = std::make_unique<httplib::Server>();
+  // cpp-httplib's default also sets SO_REUSEPORT, which would let a second daemon bind the same
+  // port and silently take half the scrapes. SO_REUSEADDR alone: quick restarts, no sharing.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // Scrapes and probes are rare: two workers, not cpp-httplib's default of eight or more.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+    std::string why;
+    if (check_(&why)) {
+      response.set_content("ok\n", "text/plain");
+    } else {
+      response.status = 503;
+      response.set_content(why + "\n", "text/plain");
+    }
+  });
+  const auto& [host, port] = *listen;
+  if (port == 0) {
+    port_ = server_->bind_to_any_port(host);
+  } else {
+    port_ = server_->bind_to_port(host, port) ? port : -1;
+  }
+  if (port_ < 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address_, " for /metrics and /healthz (port taken? another "
+        "edgeaccel-device-plugin?); choose another --metrics-address, or --metrics-address= to turn it off"));
+  }
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ea-metrics");
+    server_->listen_after_bind();
+  });
+  LOG(INFO) << "serving /metrics and /healthz on " << host << ":" << port_;
+  return absl::OkStatus();
+}
+
+void MetricsServer::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+}  // namespace edgeaccel

@@ -1,0 +1,224 @@
+#include "edgeaccel/discovery/coral_pcie.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr absl::string_view kApexClassDir = "/sys/class/apex";
+constexpr unsigned kApexMajor = 120;
+
+// "apex_0" .. "apex_255": exactly what gasket names its devices ("%s_%u").
+bool ParseApexName(absl::string_view name, unsigned* index) {
+  if (!absl::ConsumePrefix(&name, "apex_") || name.empty() || name.size() > 3) return false;
+  for (char c : name) {
+    if (!absl::ascii_isdigit(c)) return false;
+  }
+  return absl::SimpleAtoi(name, index) && *index <= 255;
+}
+
+// "0000:03:00.0": the kernel's dev_name() of a PCI function.
+bool IsPciAddress(absl::string_view s) {
+  if (s.size() != 12) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (i == 4 || i == 7) {
+      if (c != ':') return false;
+    } else if (i == 10) {
+      if (c != '.') return false;
+    } else if (i == 11) {
+      if (c < '0' || c > '7') return false;
+    } else if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Celsius(int64_t millidegrees) {
+  return absl::StrFormat("%.2f °C", static_cast<double>(millidegrees) / 1000.0);
+}
+
+}  // namespace
+
+CoralPcieDiscoverer::CoralPcieDiscoverer(const Host* host, CoralHealthPolicy policy)
+    : host_(host), policy_(policy) {}
+
+std::string CoralPcieDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
+
+std::vector<WatchSpec> CoralPcieDiscoverer::WatchPaths() const {
+  // devtmpfs reports node creation and removal; sysfs entries come and go with the driver's
+  // bind/unbind, and inotify on /sys/class/apex sees those when the kernel reports them.
+  return {{"/dev", "apex_"}, {std::string(kApexClassDir), "apex_"}};
+}
+
+std::string CoralPcieDiscoverer::NothingFoundHint() const {
+  return "no PCIe Edge TPU found (looked for /sys/class/apex/apex_N with /dev/apex_N); "
+         "is the gasket/apex driver loaded? (lsmod | grep apex)";
+}
+
+std::vector<Device> CoralPcieDiscoverer::Scan() {
+  std::vector<Device> devices;
+  absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(kApexClassDir);
+  if (!names.ok()) {
+    if (!absl::IsNotFound(names.status())) {
+      LOG_EVERY_N(WARNING, 100) << "cannot list Edge TPUs: " << names.status().message();
+    }
+    overheated_.clear();
+    return devices;
+  }
+  absl::flat_hash_set<std::string> still_present;
+  for (const std::string& name : *names) {
+    unsigned index;
+    if (!ParseApexName(name, &index)) {
+      VLOG(1) << "ignoring " << kApexClassDir << "/" << absl::CHexEscape(name)
+              << ": not an apex_N device";
+      continue;
+    }
+    std::optional<Device> device = ScanOne(name);
+    if (!device.has_value()) continue;
+    still_present.insert(device->id);
+    devices.push_back(*std::move(device));
+  }
+  // Forget overheat state of devices that are gone.
+  for (auto it = overheated_.begin(); it != overheated_.end();) {
+    if (!still_present.contains(*it)) {
+      overheated_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return devices;
+}
+
+std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
+  const std::string sys = absl::StrCat(kApexClassDir, "/", name);
+  const std::string node_path = absl::StrCat("/dev/", name);
+  Device device;
+  std::vector<std::string> problems;
+
+  device.facts["device"] = name;
+  device.facts["interface"] = "pcie";
+  absl::StatusOr<std::string> pci = host_->ReadAttribute(sys + "/pci_address");
+  if (absl::IsNotFound(pci.status())) {
+    // Every gasket device has pci_address, so its absence means the kernel is tearing this
+    // device down (the class entry outlives its tree for a moment). Reporting it now would
+    // advertise a made-up id ("apex_1") for a device that is leaving.
+    VLOG(1) << sys << ": vanished while being read (device being removed); skipped";
+    return std::nullopt;
+  }
+  if (pci.ok() && IsPciAddress(*pci)) {
+    device.id = *pci;
+    device.facts["pci_address"] = *pci;
+  } else {
+    // Without a PCI address the driver index is the most stable name we have.
+    device.id = name;
+  }
+  for (const char* attr : {"driver_version", "framework_version"}) {
+    absl::StatusOr<std::string> value = host_->ReadAttribute(absl::StrCat(sys, "/", attr));
+    if (value.ok() && !value->empty()) device.facts[attr] = *value;
+  }
+  for (const auto& [attr, fact] : {std::pair<const char*, const char*>{"vendor", "vendor_id"},
+                                   {"device", "product_id"}}) {
+    absl::StatusOr<std::string> value = host_->ReadAttribute(absl::StrCat(sys, "/device/", attr));
+    if (value.ok()) device.facts[fact] = std::string(absl::StripPrefix(*value, "0x"));
+  }
+  // NUMA node of the PCI function; -1 means the platform has no NUMA information.
+  absl::StatusOr<int64_t> numa = host_->ReadInteger(sys + "/device/numa_node");
+  if (numa.ok() && *numa >= 0 && *numa < 1024) device.numa_node = static_cast<int>(*numa);
+
+  device.nodes.push_back({node_path, node_path, "rw"});
+
+  // 1. The device node: present, a character device, and the one the driver registered.
+  absl::StatusOr<FileInfo> node = host_->Stat(node_path);
+  if (!node.ok()) {
+    problems.push_back(absl::IsNotFound(node.status())
+                           ? absl::StrCat("device node ", node_path, " is missing")
+                           : std::string(node.status().message()));
+  } else if (node->type != FileInfo::Type::kCharDevice) {
+    problems.push_back(absl::StrCat(node_path, " is ", FileTypeName(node->type),
+                                    ", not a character device"));
+  } else {
+    unsigned want_major = kApexMajor, want_minor = 0;
+    bool have_want = false;
+    absl::StatusOr<std::string> dev = host_->ReadAttribute(sys + "/dev");
+    if (dev.ok()) {
+      std::pair<std::string, std::string> mm = absl::StrSplit(*dev, absl::MaxSplits(':', 1));
+      have_want = absl::SimpleAtoi(mm.first, &want_major) && absl::SimpleAtoi(mm.second, &want_minor);
+    }
+    if (have_want && (node->major != want_major || node->minor != want_minor)) {
+      problems.push_back(absl::StrFormat(
+          "%s is %u:%u but the driver registered %u:%u (stale device node)", node_path,
+          node->major, node->minor, want_major, want_minor));
+    } else if (!have_want && node->major != kApexMajor) {
+      problems.push_back(absl::StrFormat("%s has major %u, not the apex driver's %u", node_path,
+                                         node->major, kApexMajor));
+    }
+  }
+
+  // 2. Driver status: ALIVE is the only usable state (DEAD, LAMED, DRIVER_EXITING are not).
+  absl::StatusOr<std::string> status = host_->ReadAttribute(sys + "/status");
+  if (!status.ok()) {
+    problems.push_back(absl::StrCat("cannot read driver status: ", status.status().message()));
+  } else {
+    device.facts["status"] = absl::CHexEscape(status->substr(0, 32));
+    if (*status != "ALIVE") {
+      problems.push_back(absl::StrCat("driver reports status ", device.facts["status"]));
+    }
+  }
+
+  // 3. Die temperature against the threshold. An unreadable temperature does not make the
+  // device unusable, but it is worth a log line: we cannot protect it from overheating.
+  absl::StatusOr<int64_t> temp = host_->ReadInteger(sys + "/temp");
+  int64_t threshold = kApexDefaultShutdownTempMc;
+  if (policy_.temperature_threshold_mc.has_value()) {
+    threshold = *policy_.temperature_threshold_mc;
+  } else if (absl::StatusOr<int64_t> own = host_->ReadInteger(sys + "/hw_temp_warn2"); own.ok()) {
+    threshold = *own;
+  }
+  device.telemetry["temperature_threshold_celsius"] = static_cast<double>(threshold) / 1000.0;
+  for (const char* attr : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
+                           "hw_temp_warn1", "hw_temp_warn2"}) {
+    absl::StatusOr<int64_t> value = host_->ReadInteger(absl::StrCat(sys, "/", attr));
+    if (value.ok()) device.telemetry[absl::StrCat(attr, "_celsius")] = *value / 1000.0;
+  }
+  if (!temp.ok()) {
+    device.facts["temperature"] = absl::StrCat("unknown (", temp.status().message(), ")");
+    // Keep what we knew: a device that was too hot stays Unhealthy until a reading says
+    // otherwise.
+    if (overheated_.contains(device.id)) {
+      problems.push_back(absl::StrCat("was over the temperature threshold, and the temperature "
+                                      "cannot be read now: ", temp.status().message()));
+    }
+  } else {
+    device.telemetry["temperature_celsius"] = static_cast<double>(*temp) / 1000.0;
+    device.facts["temperature"] = Celsius(*temp);
+    const bool was_hot = overheated_.contains(device.id);
+    const bool hot = was_hot ? *temp > threshold - policy_.temperature_hysteresis_mc
+                             : *temp >= threshold;
+    if (hot) {
+      overheated_.insert(device.id);
+      problems.push_back(absl::StrCat("temperature ", Celsius(*temp), " is at or above ",
+                                      Celsius(threshold),
+                                      was_hot ? " (less the hysteresis)" : ""));
+    } else {
+      overheated_.erase(device.id);
+    }
+  }
+
+  SetHealthFromProblems(problems, &device);
+  return device;
+}
+
+}  // namespace edgeaccel

@@ -1,0 +1,123 @@
+#include "edgeaccel/inventory/device_set.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+
+const Device* Snapshot::Find(absl::string_view id) const {
+  auto it = std::lower_bound(devices.begin(), devices.end(), id,
+                             [](const Device& d, absl::string_view key) { return d.id < key; });
+  if (it == devices.end() || it->id != id) return nullptr;
+  return &*it;
+}
+
+int Snapshot::HealthyCount() const {
+  return static_cast<int>(std::count_if(devices.begin(), devices.end(), [](const Device& d) {
+    return d.health == Health::kHealthy;
+  }));
+}
+
+DeviceSet::DeviceSet(std::string resource_name)
+    : resource_name_(std::move(resource_name)), current_(std::make_shared<Snapshot>()) {}
+
+bool DeviceSet::Update(std::vector<Device> devices) {
+  std::sort(devices.begin(), devices.end(),
+            [](const Device& a, const Device& b) { return a.id < b.id; });
+  // Two discoverers of one resource could in principle report the same id: keep the first.
+  devices.erase(std::unique(devices.begin(), devices.end(),
+                            [](const Device& a, const Device& b) { return a.id == b.id; }),
+                devices.end());
+
+  std::vector<std::shared_ptr<Listener>> to_notify;
+  std::shared_ptr<const Snapshot> published;
+  bool changed;
+  {
+    absl::MutexLock lock(&mu_);
+    const Snapshot& old = *current_;
+    changed = old.version == 0 || old.devices.size() != devices.size();
+    // Log transitions: what happened, and why. Replicas of one device change together: one
+    // line for the device ("<id> (N replicas)"), not one per replica.
+    absl::flat_hash_map<std::string, int> replicas;
+    for (const Device& d : devices) {
+      if (!d.replica_of.empty()) replicas[d.replica_of]++;
+    }
+    auto loggable = [](const Device& d) {
+      return d.replica_of.empty() || d.id == absl::StrCat(d.replica_of, "::0");
+    };
+    auto name = [&](const Device& d) {
+      return d.replica_of.empty() ? d.id
+                                  : absl::StrCat(d.replica_of, " (", replicas[d.replica_of], " replicas)");
+    };
+    absl::flat_hash_map<absl::string_view, const Device*> before;
+    for (const Device& d : old.devices) before[d.id] = &d;
+    for (const Device& d : devices) {
+      auto it = before.find(d.id);
+      if (it == before.end()) {
+        changed = true;
+        LOG_IF(INFO, loggable(d)) << resource_name_ << ": device " << name(d) << " found, "
+                                  << HealthName(d.health) << (d.unhealthy_reason.empty() ? "" : ": ")
+                                  << d.unhealthy_reason;
+        continue;
+      }
+      const Device& was = *it->second;
+      before.erase(it);
+      if (AdvertisementDiffers(was, d)) changed = true;
+      if (was.health != d.health && loggable(d)) {
+        if (d.health == Health::kUnhealthy) {
+          LOG(WARNING) << resource_name_ << ": device " << name(d)
+                       << " is now Unhealthy: " << d.unhealthy_reason;
+        } else {
+          LOG(INFO) << resource_name_ << ": device " << name(d) << " is Healthy again";
+        }
+      }
+    }
+    for (const auto& [id, d] : before) {
+      changed = true;
+      LOG_IF(WARNING, loggable(*d)) << resource_name_ << ": device "
+                                    << (d->replica_of.empty() ? d->id : d->replica_of) << " is gone";
+    }
+    auto next = std::make_shared<Snapshot>();
+    next->version = changed ? old.version + 1 : old.version;
+    next->devices = std::move(devices);
+    current_ = next;
+    published = next;
+    if (changed) {
+      for (const auto& [id, listener] : listeners_) to_notify.push_back(listener);
+    }
+  }
+  for (const auto& listener : to_notify) (*listener)(published);
+  return changed;
+}
+
+std::shared_ptr<const Snapshot> DeviceSet::Current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+std::shared_ptr<const Snapshot> DeviceSet::WaitNewerThan(uint64_t version,
+                                                         absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto newer = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return current_->version > version;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&newer), timeout);
+  return current_;
+}
+
+uint64_t DeviceSet::Subscribe(Listener listener) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_listener_id_++;
+  listeners_[id] = std::make_shared<Listener>(std::move(listener));
+  return id;
+}
+
+void DeviceSet::Unsubscribe(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  listeners_.erase(id);
+}
+
+}  // namespace edgeaccel

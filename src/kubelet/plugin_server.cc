@@ -1,0 +1,112 @@
+#include "edgeaccel/kubelet/plugin_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+// True if something accepts connections on the Unix socket at `path`.
+bool SocketIsLive(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+}  // namespace
+
+PluginServer::PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
+                           grpc::Service* extra_service, PluginOptions options)
+    : socket_path_(std::move(socket_path)),
+      set_(set),
+      counters_(counters),
+      extra_service_(extra_service),
+      options_(options) {}
+
+PluginServer::~PluginServer() { Stop(); }
+
+absl::Status PluginServer::Start() {
+  if (server_ != nullptr) return absl::OkStatus();
+  if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", socket_path_, " is longer than ",
+                                                   sizeof(sockaddr_un::sun_path) - 1,
+                                                   " bytes, the limit for a Unix socket"));
+  }
+  struct stat st;
+  if (lstat(socket_path_.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot serve on ", socket_path_, ": the path is taken by ",
+          S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "a non-socket file",
+          "; remove it, or point --device-plugin-dir (or --kubelet-root) elsewhere"));
+    }
+    if (SocketIsLive(socket_path_)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "cannot serve on ", socket_path_,
+          ": another process is serving on it (a second edgeaccel-device-plugin?)"));
+    }
+    // A stale socket from an earlier run: replace it.
+    if (unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(
+          absl::StrCat("cannot remove stale socket ", socket_path_, ": ", strerror(errno)));
+    }
+    LOG(INFO) << "replaced stale socket " << socket_path_;
+  } else if (errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot stat ", socket_path_, ": ", strerror(errno)));
+  }
+
+  service_ = std::make_unique<DevicePluginService>(set_, counters_, options_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  if (extra_service_ != nullptr) builder.RegisterService(extra_service_);
+  // Keep a kubelet's idle ListAndWatch connection alive without pings from our side.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    service_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_,
+                                               " (does the directory exist and is it writable?)"));
+  }
+  // Only root (the kubelet) may connect: device plugin sockets hand out device access.
+  chmod(socket_path_.c_str(), 0600);
+  if (stat(socket_path_.c_str(), &st) == 0) inode_ = st.st_ino;
+  VLOG(1) << "serving " << set_->resource_name() << " on " << socket_path_;
+  return absl::OkStatus();
+}
+
+void PluginServer::Stop(absl::Duration grace) {
+  if (server_ == nullptr) return;
+  service_->EndStreams();
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  server_->Wait();
+  server_.reset();
+  service_.reset();
+  struct stat st;
+  if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_ && S_ISSOCK(st.st_mode)) {
+    unlink(socket_path_.c_str());
+  }
+  inode_ = 0;
+}
+
+bool PluginServer::SocketPresent() const {
+  if (server_ == nullptr) return false;
+  struct stat st;
+  return stat(socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == inode_;
+}
+
+}  // namespace edgeaccel

@@ -1,0 +1,388 @@
+#include "edgeaccel/kubelet/registrar.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr absl::Duration kInitialBackoff = absl::Milliseconds(100);
+// Wait() with this timeout sleeps until an inotify event or Stop().
+constexpr absl::Duration kUntilEvent = -absl::InfiniteDuration();
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+absl::string_view RegistrationModeName(RegistrationMode mode) {
+  switch (mode) {
+    case RegistrationMode::kAuto:
+      return "auto";
+    case RegistrationMode::kPluginWatcher:
+      return "plugin-watcher";
+    case RegistrationMode::kKubelet:
+      return "kubelet";
+  }
+  return "auto";
+}
+
+bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode) {
+  for (RegistrationMode m :
+       {RegistrationMode::kAuto, RegistrationMode::kPluginWatcher, RegistrationMode::kKubelet}) {
+    if (text == RegistrationModeName(m)) {
+      *mode = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
+    : options_(std::move(options)),
+      set_(set),
+      watcher_service_(set->resource_name()),
+      backoff_(kInitialBackoff, options_.max_backoff, /*jitter=*/0.2) {}
+
+ResourceRegistrar::~ResourceRegistrar() { Stop(); }
+
+std::string ResourceRegistrar::DirectoryFor(RegistrationMode mode) const {
+  if (mode == RegistrationMode::kPluginWatcher) {
+    return absl::StrCat(options_.kubelet_root, "/", kPluginsRegistryDir);
+  }
+  return options_.device_plugin_dir;
+}
+
+std::string ResourceRegistrar::KubeletSocket() const {
+  return absl::StrCat(DirectoryFor(RegistrationMode::kKubelet), "/", kKubeletSocketName);
+}
+
+std::optional<ResourceRegistrar::SocketId> ResourceRegistrar::KubeletSocketId() const {
+  struct stat st;
+  if (stat(KubeletSocket().c_str(), &st) != 0) return std::nullopt;
+  return SocketId{st.st_ino, static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 +
+                                 st.st_ctim.tv_nsec};
+}
+
+RegistrationMode ResourceRegistrar::EffectiveMode() const {
+  if (options_.mode != RegistrationMode::kAuto) return options_.mode;
+  if (IsDirectory(DirectoryFor(RegistrationMode::kKubelet))) return RegistrationMode::kKubelet;
+  if (IsDirectory(DirectoryFor(RegistrationMode::kPluginWatcher))) {
+    return RegistrationMode::kPluginWatcher;
+  }
+  return RegistrationMode::kAuto;  // undecided: no kubelet yet
+}
+
+absl::Status ResourceRegistrar::Start() {
+  if (!inotify_.ok()) return absl::InternalError("cannot create an inotify instance");
+  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  call_done_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0 || call_done_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  }
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ea-register");
+    Run();
+  });
+  return absl::OkStatus();
+}
+
+void ResourceRegistrar::Stop() {
+  if (thread_.joinable()) {
+    stopping_.store(true);
+    uint64_t one = 1;
+    (void)!write(stop_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  std::unique_ptr<PluginServer> server;
+  {
+    absl::MutexLock lock(&mu_);
+    server = std::move(server_);
+  }
+  if (server != nullptr) server->Stop();
+  for (int* fd : {&stop_fd_, &call_done_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+bool ResourceRegistrar::registered() const {
+  absl::MutexLock lock(&mu_);
+  if (server_ == nullptr || !server_->SocketPresent()) return false;
+  return active_mode_ == RegistrationMode::kPluginWatcher ? watcher_service_.registered()
+                                                          : registered_kubelet_.load();
+}
+
+uint64_t ResourceRegistrar::registrations() const {
+  return registrations_.load() + watcher_service_.registrations();
+}
+
+std::string ResourceRegistrar::socket_path() const {
+  absl::MutexLock lock(&mu_);
+  return server_ == nullptr ? std::string() : server_->socket_path();
+}
+
+void ResourceRegistrar::Complain(const std::string& message) {
+  if (message == last_complaint_) return;
+  last_complaint_ = message;
+  LOG(WARNING) << set_->resource_name() << ": " << message;
+}
+
+void ResourceRegistrar::StartRegisterCall(const SocketId& kubelet) {
+  const std::string resource = set_->resource_name();
+  if (registered_kubelet_id_.inode != 0 && kubelet != registered_kubelet_id_ &&
+      kubelet != restart_counted_for_) {
+    restart_counted_for_ = kubelet;
+    kubelet_restarts_.fetch_add(1);
+    LOG(INFO) << resource << ": " << KubeletSocket()
+              << " was re-created: the kubelet restarted; registering again";
+  }
+  auto call = std::make_unique<RegisterCall>();
+  call->channel = DialUnixSocket(KubeletSocket());
+  call->stub = v1beta1::Registration::NewStub(call->channel);
+  call->request.set_version(std::string(kDevicePluginApiVersion));
+  call->request.set_endpoint(SocketFileName(resource));
+  call->request.set_resource_name(resource);
+  *call->request.mutable_options() = AdvertisedOptions(options_.plugin);
+  call->kubelet = kubelet;
+  call->started = absl::Now();
+  call->context.set_deadline(std::chrono::system_clock::now() +
+                             absl::ToChronoMilliseconds(options_.register_timeout));
+  // Wait for the kubelet to accept connections (it may be a moment behind its socket file).
+  call->context.set_wait_for_ready(true);
+  RegisterCall* raw = call.get();
+  {
+    absl::MutexLock lock(&mu_);
+    call_ = std::move(call);
+  }
+  const int done_fd = call_done_fd_;
+  raw->stub->async()->Register(&raw->context, &raw->request, &raw->response,
+                               [raw, done_fd](grpc::Status status) {
+                                 raw->status = std::move(status);
+                                 uint64_t one = 1;
+                                 (void)!write(done_fd, &one, sizeof(one));
+                               });
+}
+
+void ResourceRegistrar::CancelRegisterCall() {
+  absl::MutexLock lock(&mu_);
+  if (call_ == nullptr) return;
+  call_->cancelled_by_us = true;
+  call_->context.TryCancel();
+}
+
+void ResourceRegistrar::FinishRegisterCall() {
+  std::unique_ptr<RegisterCall> call;
+  bool cancelled_by_us = false;
+  {
+    absl::MutexLock lock(&mu_);
+    call = std::move(call_);
+    if (call != nullptr) cancelled_by_us = call->cancelled_by_us;
+  }
+  if (call == nullptr) return;
+  const std::string resource = set_->resource_name();
+  const grpc::Status& status = call->status;
+  if (status.ok()) {
+    registered_kubelet_id_ = call->kubelet;
+    registered_kubelet_.store(true);
+    registrations_.fetch_add(1);
+    backoff_.Reset();
+    last_complaint_.clear();
+    // A kubelet that restarted while we were registering needs us again.
+    need_register_ = KubeletSocketId() != std::optional<SocketId>(call->kubelet);
+    LOG(INFO) << resource << ": registered with the kubelet ("
+              << absl::FormatDuration(absl::Now() - call->started) << ")";
+    return;
+  }
+  if (cancelled_by_us) {
+    // Our socket vanished, or a newer kubelet appeared: the loop starts over at once.
+    return;
+  }
+  if (KubeletSocketId() != std::optional<SocketId>(call->kubelet)) {
+    // The kubelet we called is gone (restarted under the call): its failure says nothing about
+    // the new one, so no backoff. If there is no kubelet.sock yet, the loop waits for it.
+    need_register_ = true;
+    retry_at_ = absl::InfinitePast();
+    VLOG(1) << resource << ": Register failed on a kubelet that has since restarted; retrying";
+    return;
+  }
+  std::string message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    message = absl::StrCat("no answer from ", KubeletSocket(), " within ",
+                           absl::FormatDuration(options_.register_timeout),
+                           " (is the kubelet running? is --device-plugin-dir right?)");
+  }
+  retry_at_ = absl::Now() + backoff_.Next();
+  Complain(absl::StrCat("the kubelet did not accept our registration: ", message,
+                        "; retrying with backoff"));
+}
+
+void ResourceRegistrar::Wait(absl::Duration timeout) {
+  struct pollfd fds[3] = {
+      {inotify_.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}, {call_done_fd_, POLLIN, 0}};
+  int timeout_ms = -1;
+  if (timeout != kUntilEvent) {
+    // A deadline computed from an earlier clock reading may already have passed: poll, do not
+    // sleep forever.
+    timeout_ms = static_cast<int>(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)))));
+  }
+  if (!inotify_.complete()) {
+    // Some directory cannot be watched: look again every second rather than miss a kubelet.
+    timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
+  }
+  if (poll(fds, 3, timeout_ms) <= 0) return;
+  if (fds[2].revents & POLLIN) {
+    uint64_t count;
+    (void)!read(call_done_fd_, &count, sizeof(count));
+    FinishRegisterCall();
+  }
+  bool rearm = false;
+  std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);
+  if (rearm || !inotify_.complete()) {
+    // Events may have been lost (overflow, a directory re-created): compare with what we know.
+    std::optional<SocketId> now = KubeletSocketId();
+    if (now.has_value() && *now != registered_kubelet_id_) need_register_ = true;
+  }
+  for (const DirectoryWatcher::Event& event : events) {
+    if (event.directory != 0 || event.name != kKubeletSocketName) continue;
+    if (event.mask & (IN_CREATE | IN_MOVED_TO)) {
+      std::optional<SocketId> now = KubeletSocketId();
+      if (!now.has_value() || *now == registered_kubelet_id_) continue;
+      need_register_ = true;
+      retry_at_ = absl::InfinitePast();  // a new kubelet: try at once, whatever the backoff
+      backoff_.Reset();
+      absl::MutexLock lock(&mu_);
+      if (call_ != nullptr && call_->kubelet != *now) {
+        call_->cancelled_by_us = true;
+        call_->context.TryCancel();
+      }
+    } else if (event.mask & (IN_DELETE | IN_MOVED_FROM)) {
+      registered_kubelet_.store(false);
+    }
+  }
+  // Re-arming happens at the top of the loop in Run().
+}
+
+void ResourceRegistrar::Run() {
+  const std::string resource = set_->resource_name();
+  while (!stopping_.load()) {
+    inotify_.Arm({DirectoryFor(RegistrationMode::kKubelet),
+                  DirectoryFor(RegistrationMode::kPluginWatcher)});
+    const RegistrationMode mode = EffectiveMode();
+    if (mode == RegistrationMode::kAuto) {
+      Complain(absl::StrCat("waiting for the kubelet: neither ",
+                            DirectoryFor(RegistrationMode::kKubelet), " nor ",
+                            DirectoryFor(RegistrationMode::kPluginWatcher),
+                            " exists yet (is the kubelet running on this node? is "
+                            "--kubelet-root its --root-dir? microk8s uses "
+                            "/var/snap/microk8s/common/var/lib/kubelet)"));
+      Wait(kUntilEvent);
+      continue;
+    }
+
+    // 1. Serve on our socket; serve again whenever it vanishes (the kubelet deletes it when it
+    //    restarts) or the mode changes.
+    std::unique_ptr<PluginServer> stale;
+    bool serving;
+    {
+      absl::MutexLock lock(&mu_);
+      if (server_ != nullptr && (mode != active_mode_ || !server_->SocketPresent())) {
+        stale = std::move(server_);
+      }
+      serving = server_ != nullptr;
+    }
+    if (stale != nullptr) {
+      LOG(INFO) << resource << ": socket " << stale->socket_path()
+                << " was removed (kubelet restart?); serving again";
+      CancelRegisterCall();  // a Register naming the vanished socket cannot succeed
+      stale->Stop();
+      registered_kubelet_.store(false);
+    }
+    if (!serving) {
+      if (absl::Now() < retry_at_) {
+        Wait(retry_at_ - absl::Now());
+        continue;
+      }
+      const std::string path = absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
+      auto server = std::make_unique<PluginServer>(
+          path, set_, &counters_,
+          mode == RegistrationMode::kPluginWatcher ? &watcher_service_ : nullptr,
+          options_.plugin);
+      absl::Status status = server->Start();
+      if (!status.ok()) {
+        retry_at_ = absl::Now() + backoff_.Next();
+        Complain(absl::StrCat(status.message(), "; will try again (waiting up to ",
+                              absl::FormatDuration(options_.max_backoff), " between tries)"));
+        Wait(retry_at_ - absl::Now());
+        continue;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        server_ = std::move(server);
+        active_mode_ = mode;
+      }
+      last_complaint_.clear();
+      backoff_.Reset();
+      retry_at_ = absl::InfinitePast();
+      need_register_ = mode == RegistrationMode::kKubelet;
+      LOG(INFO) << resource << ": serving on " << path << " ("
+                << (mode == RegistrationMode::kKubelet
+                        ? "registering with kubelet.sock"
+                        : "waiting for the kubelet's plugin watcher to find it")
+                << ")";
+    }
+
+    // 2. Kubelet mode: call Register whenever the kubelet is new or our socket is.
+    bool call_in_flight;
+    {
+      absl::MutexLock lock(&mu_);
+      call_in_flight = call_ != nullptr;
+    }
+    absl::Duration wait = kUntilEvent;
+    if (mode == RegistrationMode::kKubelet && need_register_ && !call_in_flight) {
+      std::optional<SocketId> kubelet = KubeletSocketId();
+      if (!kubelet.has_value()) {
+        Complain(absl::StrCat("waiting for the kubelet: ", KubeletSocket(),
+                              " is not there yet; will register as soon as it appears"));
+      } else if (absl::Now() < retry_at_) {
+        wait = retry_at_ - absl::Now();
+      } else {
+        StartRegisterCall(*kubelet);
+      }
+    }
+    Wait(wait);
+  }
+  // Stopping: a call in flight is cancelled, and its callback must have run before the call's
+  // state is freed.
+  CancelRegisterCall();
+  bool in_flight;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight = call_ != nullptr;
+  }
+  if (in_flight) {
+    struct pollfd done = {call_done_fd_, POLLIN, 0};
+    poll(&done, 1, -1);
+    std::unique_ptr<RegisterCall> call;
+    absl::MutexLock lock(&mu_);
+    call = std::move(call_);
+  }
+}
+
+}  // namespace edgeaccel

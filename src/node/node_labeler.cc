@@ -1,0 +1,232 @@
+#include "edgeaccel/node/node_labeler.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <pthread.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "edgeaccel/host/backoff.h"
+#include "edgeaccel/host/host.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+std::string NodePath(const std::string& node) { return "/api/v1/nodes/" + node; }
+
+}  // namespace
+
+std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& managed) {
+  nlohmann::json patch;
+  nlohmann::json& out = patch["metadata"]["labels"];
+  out = nlohmann::json::object();
+  for (const std::string& key : managed) {
+    if (!labels.count(key)) out[key] = nullptr;  // ours before, not now: remove
+  }
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : labels) {
+    out[key] = value;
+    keys.push_back(key);
+  }
+  patch["metadata"]["annotations"][std::string(kManagedLabelsAnnotation)] = absl::StrJoin(keys, ",");
+  return patch.dump();
+}
+
+NodeLabeler::NodeLabeler(ApiServerConfig config) : config_(std::move(config)) {}
+
+NodeLabeler::~NodeLabeler() { Stop(); }
+
+void NodeLabeler::Start() {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ea-nodelabels");
+    Run();
+  });
+}
+
+void NodeLabeler::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void NodeLabeler::Set(const LabelSet& labels) {
+  absl::MutexLock lock(&mu_);
+  if (desired_.has_value() && *desired_ == labels) return;
+  desired_ = labels;
+  desired_version_++;
+}
+
+absl::StatusOr<std::unique_ptr<httplib::SSLClient>> NodeLabeler::Client() const {
+  std::unique_ptr<httplib::SSLClient> client;
+  if (!config_.client_cert_pem.empty()) {
+    BIO* cert_bio = BIO_new_mem_buf(config_.client_cert_pem.data(), static_cast<int>(config_.client_cert_pem.size()));
+    BIO* key_bio = BIO_new_mem_buf(config_.client_key_pem.data(), static_cast<int>(config_.client_key_pem.size()));
+    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    BIO_free(cert_bio);
+    BIO_free(key_bio);
+    if (cert == nullptr || key == nullptr) {
+      X509_free(cert);
+      EVP_PKEY_free(key);
+      return absl::InvalidArgumentError("the client certificate or key is not PEM");
+    }
+    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
+    X509_free(cert);  // the client's SSL context holds its own references
+    EVP_PKEY_free(key);
+  } else {
+    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
+  }
+  if (!config_.ca_pem.empty()) {
+    X509_STORE* store = X509_STORE_new();  // owned by the client's SSL context from here
+    BIO* bio = BIO_new_mem_buf(config_.ca_pem.data(), static_cast<int>(config_.ca_pem.size()));
+    while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      X509_STORE_add_cert(store, ca);
+      X509_free(ca);
+    }
+    BIO_free(bio);
+    client->set_ca_cert_store(store);
+  } else {
+    client->set_ca_cert_path(config_.ca_file.c_str());
+  }
+  client->enable_server_certificate_verification(true);
+  const int64_t ms = absl::ToInt64Milliseconds(config_.timeout);
+  client->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
+  client->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
+  std::string token = BearerToken(config_);
+  if (!token.empty()) client->set_bearer_token_auth(token);
+  return client;
+}
+
+absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
+  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
+  if (!client.ok()) return client.status();
+  auto response = (*client)->Get(NodePath(config_.node_name));
+  if (!response) {
+    return absl::UnavailableError(absl::StrCat("GET node ", config_.node_name, ": ",
+                                               httplib::to_string(response.error())));
+  }
+  if (response->status != 200) {
+    return absl::Status(response->status == 403 ? absl::StatusCode::kPermissionDenied
+                                                : absl::StatusCode::kUnavailable,
+                        absl::StrCat("GET node ", config_.node_name, ": HTTP ", response->status));
+  }
+  nlohmann::json node = nlohmann::json::parse(response->body, nullptr, false);
+  std::set<std::string> keys;
+  if (node.is_discarded()) return absl::UnavailableError("GET node: the answer is not JSON");
+  const auto annotations = node["metadata"]["annotations"];
+  if (annotations.is_object() && annotations.contains(std::string(kManagedLabelsAnnotation)) &&
+      annotations[std::string(kManagedLabelsAnnotation)].is_string()) {
+    for (absl::string_view key : absl::StrSplit(
+             annotations[std::string(kManagedLabelsAnnotation)].get<std::string>(), ',',
+             absl::SkipEmpty())) {
+      keys.insert(std::string(key));
+    }
+  }
+  return keys;
+}
+
+absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::string>& managed) {
+  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
+  if (!client.ok()) return client.status();
+  auto response = (*client)->Patch(NodePath(config_.node_name), NodeLabelPatch(labels, managed),
+                               "application/merge-patch+json");
+  if (!response) {
+    return absl::UnavailableError(absl::StrCat("PATCH node ", config_.node_name, ": ",
+                                               httplib::to_string(response.error())));
+  }
+  switch (response->status) {
+    case 200:
+      return absl::OkStatus();
+    case 401:
+      return absl::UnauthenticatedError("PATCH node: HTTP 401, the token was not accepted");
+    case 403:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "PATCH node ", config_.node_name, ": HTTP 403. The service account needs the RBAC rule "
+          "{apiGroups: [\"\"], resources: [\"nodes\"], verbs: [\"get\", \"patch\"]} in a "
+          "ClusterRole bound to it"));
+    case 404:
+      return absl::NotFoundError(absl::StrCat("PATCH node: no node named ", config_.node_name,
+                                              " (is NODE_NAME right?)"));
+    default:
+      return absl::UnavailableError(absl::StrCat("PATCH node ", config_.node_name, ": HTTP ",
+                                                 response->status));
+  }
+}
+
+void NodeLabeler::Run() {
+  Backoff backoff(config_.initial_backoff, config_.max_backoff, /*jitter=*/0.5);
+  std::optional<std::set<std::string>> managed;  // our keys on the node, once known
+  std::optional<LabelSet> applied;
+  uint64_t applied_version = 0;
+  std::string last_error;
+  absl::Time retry_at = absl::InfinitePast();
+  while (true) {
+    LabelSet want;
+    uint64_t version;
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep until there is something new to apply, a retry is due, or Stop().
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || (desired_.has_value() && desired_version_ != applied_version &&
+                             absl::Now() >= retry_at);
+      };
+      if (retry_at > absl::Now()) {
+        mu_.AwaitWithDeadline(absl::Condition(&ready), retry_at);
+      } else {
+        mu_.Await(absl::Condition(&ready));
+      }
+      if (stopping_) return;
+      if (!desired_.has_value() || desired_version_ == applied_version) continue;
+      want = *desired_;
+      version = desired_version_;
+    }
+    absl::Status status = absl::OkStatus();
+    if (!managed.has_value()) {
+      absl::StatusOr<std::set<std::string>> keys = ReadManagedKeys();
+      if (keys.ok()) {
+        managed = *keys;
+      } else {
+        status = keys.status();
+      }
+    }
+    if (status.ok() && applied.has_value() && *applied == want) {
+      applied_version = version;
+      continue;
+    }
+    if (status.ok()) status = Patch(want, *managed);
+    if (status.ok()) {
+      patches_.fetch_add(1);
+      applied = want;
+      applied_version = version;
+      managed = std::set<std::string>();
+      for (const auto& [key, value] : want) managed->insert(key);
+      backoff.Reset();
+      retry_at = absl::InfinitePast();
+      last_error.clear();
+      LOG(INFO) << "node " << config_.node_name << " labelled (" << want.size() << " labels)";
+      continue;
+    }
+    failures_.fetch_add(1);
+    retry_at = absl::Now() + backoff.Next();
+    if (std::string(status.message()) != last_error) {
+      last_error = std::string(status.message());
+      LOG(ERROR) << "cannot label node " << config_.node_name << ": " << status.message()
+                 << "; retrying with backoff";
+    }
+  }
+}
+
+}  // namespace edgeaccel

@@ -1,0 +1,82 @@
+#include "edgeaccel/daemon/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, DefaultsAreValid) { EXPECT_TRUE(ValidateConfig(DaemonConfig()).ok()); }
+
+TEST(ConfigTest, RegistrationModesParse) {
+  RegistrationMode mode;
+  EXPECT_TRUE(ParseRegistrationMode("auto", &mode));
+  EXPECT_EQ(mode, RegistrationMode::kAuto);
+  EXPECT_TRUE(ParseRegistrationMode("plugin-watcher", &mode));
+  EXPECT_EQ(mode, RegistrationMode::kPluginWatcher);
+  EXPECT_TRUE(ParseRegistrationMode("kubelet", &mode));
+  EXPECT_EQ(mode, RegistrationMode::kKubelet);
+  EXPECT_FALSE(ParseRegistrationMode("Kubelet", &mode));
+  EXPECT_FALSE(ParseRegistrationMode("", &mode));
+}
+
+TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
+  struct Case {
+    std::function<void(DaemonConfig&)> change;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {[](DaemonConfig& c) { c.host_root = "relative"; }, "--host-root must be an absolute path"},
+      {[](DaemonConfig& c) { c.host_root = "/no/such/dir"; }, "--host-root /no/such/dir is not a directory"},
+      {[](DaemonConfig& c) { c.kubelet_root = ""; }, "--kubelet-root must be an absolute path"},
+      {[](DaemonConfig& c) { c.kubelet_root = "/" + std::string(100, 'k'); }, "Unix socket limit"},
+      {[](DaemonConfig& c) { c.device_plugin_dir = "var/lib/kubelet/device-plugins"; },
+       "--device-plugin-dir must be an absolute path"},
+      {[](DaemonConfig& c) { c.device_plugin_dir = "/" + std::string(100, 'd'); },
+       "--device-plugin-dir /ddd"},
+      {[](DaemonConfig& c) { c.probe_interval = absl::Milliseconds(5); }, "--probe-interval"},
+      {[](DaemonConfig& c) { c.probe_interval = -absl::Seconds(1); }, "--probe-interval"},
+      {[](DaemonConfig& c) { c.temperature_threshold_celsius = 500; }, "--temperature-threshold"},
+      {[](DaemonConfig& c) { c.temperature_threshold_celsius = -3; }, "--temperature-threshold"},
+      {[](DaemonConfig& c) { c.temperature_hysteresis_celsius = -1; }, "--temperature-hysteresis"},
+      {[](DaemonConfig& c) { c.register_timeout = absl::ZeroDuration(); }, "--register-timeout"},
+  };
+  for (const Case& test : cases) {
+    DaemonConfig config;
+    test.change(config);
+    absl::Status status = ValidateConfig(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << test.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(test.message));
+  }
+  DaemonConfig off;
+  off.probe_interval = absl::ZeroDuration();
+  EXPECT_TRUE(ValidateConfig(off).ok());
+}
+
+TEST(ConfigTest, FamiliesParse) {
+  EXPECT_TRUE(ParseFamilies("all")->empty());
+  EXPECT_EQ(*ParseFamilies("coral-pcie,tegra"), (std::set<std::string>{"coral-pcie", "tegra"}));
+  absl::StatusOr<std::set<std::string>> bad = ParseFamilies("coral-pcie,cuda");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown family \"cuda\""));
+}
+
+TEST(ConfigTest, ReplicasParse) {
+  EXPECT_TRUE(ParseReplicas("")->empty());
+  EXPECT_EQ(*ParseReplicas("nvidia.com/gpu=4,coral.ai/edgetpu=2"),
+            (std::map<std::string, int>{{"nvidia.com/gpu", 4}, {"coral.ai/edgetpu", 2}}));
+  for (const char* bad : {"nvidia.com/gpu", "nvidia.com/gpu=0", "nvidia.com/gpu=65",
+                          "nvidia.com/gpu=x", "amd.com/gpu=2", "nvidia.com/gpu=2,nvidia.com/gpu=3",
+                          "=3"}) {
+    absl::StatusOr<std::map<std::string, int>> parsed = ParseReplicas(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--replicas")) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,92 @@
+#include "edgeaccel/daemon/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+namespace edgeaccel {
+namespace {
+
+using ::testing::HasSubstr;
+
+ResourceMetrics TpuMetrics(DeviceSet* set, PluginCounters* counters) {
+  Device hot;
+  hot.id = "0000:03:00.0";
+  hot.health = Health::kUnhealthy;
+  hot.telemetry["temperature_celsius"] = 100.05;
+  hot.telemetry["temperature_threshold_celsius"] = 99.8;
+  hot.telemetry["trip_point0_temp_celsius"] = 84.8;
+  Device cool;
+  cool.id = "0000:04:00.0";
+  cool.telemetry["temperature_celsius"] = 45.05;
+  set->Update({hot, cool});
+  counters->allocations = 7;
+  counters->allocate_errors = 2;
+  return {set->resource_name(), set->Current(), counters, true, 3, 2};
+}
+
+TEST(MetricsTest, RendersPrometheusText) {
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  const std::string text = RenderMetrics({TpuMetrics(&set, &counters)});
+  EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_devices gauge\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",health=\"Healthy\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",health=\"Unhealthy\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_celsius{resource=\"coral.ai/edgetpu\","
+                              "device=\"0000:03:00.0\"} 100.05\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_threshold_celsius{resource=\"coral.ai/"
+                              "edgetpu\",device=\"0000:03:00.0\"} 99.8\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_allocations_total counter\nedgeaccel_allocations_total{resource=\"coral.ai/edgetpu\"} 7\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_kubelet_restarts_total{resource=\"coral.ai/edgetpu\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_build_info{version=\"0.1.0\"} 1\n"));
+  // Each family's HELP/TYPE appears once.
+  EXPECT_EQ(text.find("# TYPE edgeaccel_edgetpu_temperature_celsius"),
+            text.rfind("# TYPE edgeaccel_edgetpu_temperature_celsius"));
+}
+
+TEST(MetricsTest, ListenAddresses) {
+  EXPECT_EQ(*ParseListenAddress(":9405"), std::make_pair(std::string("0.0.0.0"), 9405));
+  EXPECT_EQ(*ParseListenAddress("127.0.0.1:0"), std::make_pair(std::string("127.0.0.1"), 0));
+  EXPECT_EQ(*ParseListenAddress("[::1]:9405"), std::make_pair(std::string("::1"), 9405));
+  for (const char* bad : {"9405", "host:", "host:99999", ":x"}) {
+    EXPECT_FALSE(ParseListenAddress(bad).ok()) << bad;
+  }
+}
+
+TEST(MetricsTest, ServesMetricsAndHealth) {
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  ResourceMetrics metrics = TpuMetrics(&set, &counters);
+  bool healthy = true;
+  MetricsServer server(
+      "127.0.0.1:0", [&] { return RenderMetrics({metrics}); },
+      [&](std::string* why) {
+        if (!healthy) *why = "coral.ai/edgetpu is not registered with the kubelet";
+        return healthy;
+      });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  EXPECT_THAT(response->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(response->body, HasSubstr("edgeaccel_allocate_errors_total{resource=\"coral.ai/edgetpu\"} 2"));
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+  healthy = false;
+  auto unhealthy = client.Get("/healthz");
+  EXPECT_EQ(unhealthy->status, 503);
+  EXPECT_THAT(unhealthy->body, HasSubstr("not registered"));
+  EXPECT_EQ(client.Get("/nope")->status, 404);
+
+  // The same port again: a clear error, not a crash.
+  MetricsServer second("127.0.0.1:" + std::to_string(server.port()), [] { return ""; },
+                       [](std::string*) { return true; });
+  absl::Status status = second.Start();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cannot listen on 127.0.0.1:"));
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,99 @@
+// The metrics as Prometheus itself sees them: promtool's lint, and a real Prometheus server on
+// loopback scraping the running daemon, queried through its HTTP API.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "daemon_process.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::MetricsPort;
+using ::edgeaccel::testing::RunCommand;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+
+// A port nobody listens on right now (Prometheus cannot be told to pick one itself).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .temp_mc = 47300});
+  host.AddJetson(FixtureHost::Jetson::kNanoR32);
+  TempDir dir;
+  TestKubelet kubelet(dir.path() + "/kubelet");
+  kubelet.Start();
+  DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
+                       {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                        "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
+                        "--metrics-address=127.0.0.1:0"});
+  const int port = MetricsPort(daemon);
+  ASSERT_GT(port, 0) << daemon.Log();
+  ASSERT_TRUE(kubelet.WaitFor([&] {
+    return kubelet.Allocatable(std::string(kResourceEdgeTpu)) == 1 &&
+           kubelet.Allocatable(std::string(kResourceNvidiaGpu)) == 1;
+  }));
+
+  // promtool's lint of the exposition.
+  httplib::Client client("127.0.0.1", port);
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  std::ofstream(dir.path() + "/metrics.txt") << metrics->body;
+  auto lint = RunCommand("/bin/sh", {"-c", "promtool check metrics < " + dir.path() + "/metrics.txt"});
+  EXPECT_EQ(lint.exit_code, 0) << lint.out << lint.err;
+
+  // A real Prometheus scraping the daemon every second.
+  const int prometheus_port = FreePort();
+  std::ofstream(dir.path() + "/prometheus.yml")
+      << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: edgeaccel\n"
+      << "    static_configs:\n      - targets: ['127.0.0.1:" << port << "']\n";
+  DaemonProcess prometheus("/usr/bin/prometheus",
+                           {"--config.file=" + dir.path() + "/prometheus.yml",
+                            "--storage.tsdb.path=" + dir.path() + "/data",
+                            "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)});
+  httplib::Client api("127.0.0.1", prometheus_port);
+  std::string value, device, seen;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && value.empty()) {
+    auto answer = api.Get("/api/v1/query?query=edgeaccel_edgetpu_temperature_celsius");
+    if (answer && answer->status == 200) {
+      seen = answer->body;
+      nlohmann::json json = nlohmann::json::parse(answer->body, nullptr, false);
+      if (!json.is_discarded() && json["data"]["result"].is_array() && !json["data"]["result"].empty()) {
+        value = json["data"]["result"][0]["value"][1].get<std::string>();
+        device = json["data"]["result"][0]["metric"]["device"].get<std::string>();
+      }
+    }
+    if (value.empty()) absl::SleepFor(absl::Milliseconds(250));  // test side: Prometheus has no push
+  }
+  EXPECT_EQ(value, "47.3") << seen << "\n" << prometheus.Log().substr(0, 4000);
+  EXPECT_EQ(device, "0000:03:00.0");
+  auto load = api.Get("/api/v1/query?query=edgeaccel_gpu_load_ratio");
+  ASSERT_TRUE(load);
+  EXPECT_THAT(load->body, ::testing::HasSubstr("\"0.125\""));
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,105 @@
+#include "edgeaccel/discovery/nvidia.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::FixtureHost;
+using ::testing::HasSubstr;
+
+constexpr char kUuid0[] = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+constexpr char kUuid1[] = "GPU-8c1c4a2e-59a7-4c3e-9f2f-0a1b2c3d4e5f";
+
+TEST(NvidiaParseTest, VersionFromBothDriverFlavours) {
+  EXPECT_EQ(*ParseNvidiaDriverVersion(
+                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  515.76  Mon Sep 12 19:21:56 UTC "
+                "2022\nGCC version:  gcc version 7.5.0\n"),
+            "515.76");
+  EXPECT_EQ(*ParseNvidiaDriverVersion(
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  555.58.02  Release Build  "
+                "(dvs-builder@U16-I3-B03-4-3)  Tue Jun 25 01:26:03 UTC 2024\n"),
+            "555.58.02");
+  EXPECT_EQ(*ParseNvidiaDriverVersion(
+                "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release Build"),
+            "550.54.15");
+  EXPECT_FALSE(ParseNvidiaDriverVersion("").ok());
+  EXPECT_FALSE(ParseNvidiaDriverVersion("NVRM version: garbage\n").ok());
+}
+
+TEST(NvidiaParseTest, InformationFields) {
+  auto info = ParseNvidiaInformation(
+      "Model: \t\t NVIDIA L4\nGPU UUID: \t GPU-x\nBus Location: \t 0000:70:00.0\nDevice Minor: \t "
+      "0\nGPU Excluded:\t No\nno colon here\n");
+  EXPECT_EQ(info["Model"], "NVIDIA L4");
+  EXPECT_EQ(info["Bus Location"], "0000:70:00.0");
+  EXPECT_EQ(info["Device Minor"], "0");
+  EXPECT_EQ(info["GPU Excluded"], "No");
+}
+
+class NvidiaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fixture_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 1, .uuid = kUuid0, .numa_node = 0});
+    fixture_.AddNvidiaGpu({.pci_address = "0000:81:00.0", .minor = 0, .uuid = kUuid1,
+                           .model = "NVIDIA A100-SXM4-40GB", .numa_node = 1});
+  }
+  std::vector<Device> Scan() { return discoverer_.Scan(); }
+
+  FixtureHost fixture_;
+  Host host_{fixture_.root()};
+  NvidiaGpuDiscoverer discoverer_{&host_, {}};
+};
+
+TEST_F(NvidiaTest, TwoGpuServer) {
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  const Device& d = devices[0];  // scanned in PCI order
+  EXPECT_EQ(d.id, kUuid0);
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(d.numa_node, 0);
+  EXPECT_EQ(d.facts.at("model"), "NVIDIA L4");
+  EXPECT_EQ(d.facts.at("driver_version"), "515.76");
+  EXPECT_EQ(d.facts.at("pci_address"), "0000:01:00.0");
+  // Device Minor, not PCI order, names the node.
+  ASSERT_EQ(d.nodes.size(), 5u);
+  EXPECT_EQ(d.nodes[0].host_path, "/dev/nvidia1");
+  EXPECT_EQ(d.nodes[1].host_path, "/dev/nvidiactl");
+  EXPECT_EQ(d.nodes[2].host_path, "/dev/nvidia-uvm");
+  EXPECT_EQ(d.nodes[3].host_path, "/dev/nvidia-uvm-tools");
+  EXPECT_EQ(d.nodes[4].host_path, "/dev/nvidia-modeset");
+  EXPECT_EQ(d.envs.at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
+  EXPECT_EQ(devices[1].nodes[0].host_path, "/dev/nvidia0");
+  EXPECT_EQ(devices[1].numa_node, 1);
+}
+
+TEST_F(NvidiaTest, MissingNodeOrExcludedGpuIsUnhealthy) {
+  fixture_.Remove("/dev/nvidia1");
+  fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:81:00.0/information",
+                     std::string("GPU UUID: \t ") + kUuid1 + "\nDevice Minor: \t 0\nGPU Excluded:\t Yes\n");
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_THAT(devices[0].unhealthy_reason, HasSubstr("/dev/nvidia1 is missing"));
+  EXPECT_THAT(devices[1].unhealthy_reason, HasSubstr("excluded"));
+}
+
+TEST_F(NvidiaTest, InformationWithMissingFieldsMakesNoDevice) {
+  fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:01:00.0/information", "Model: \t\t NVIDIA L4\n");
+  fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:81:00.0/information",
+                     std::string("GPU UUID: \t ") + kUuid1 + "\nDevice Minor: \t banana\n");
+  EXPECT_TRUE(Scan().empty());
+  fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:81:00.0/information",
+                     "GPU UUID: \t ../../etc\nDevice Minor: \t 0\n");
+  EXPECT_TRUE(Scan().empty());
+}
+
+TEST_F(NvidiaTest, NoDriverNoDevices) {
+  fixture_.Remove("/proc/driver/nvidia");
+  EXPECT_TRUE(Scan().empty());
+}
+
+}  // namespace
+}  // namespace edgeaccel

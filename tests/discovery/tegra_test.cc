@@ -1,0 +1,203 @@
+#include "edgeaccel/discovery/tegra.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::FixtureHost;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<std::string> HostPaths(const Device& d) {
+  std::vector<std::string> out;
+  for (const DeviceNode& n : d.nodes) out.push_back(n.host_path);
+  return out;
+}
+
+Device ScanOne(const FixtureHost& fixture, NvidiaOptions options = {}) {
+  Host host(fixture.root());
+  TegraGpuDiscoverer tegra(&host, options);
+  std::vector<Device> devices = tegra.Scan();
+  EXPECT_EQ(devices.size(), 1u);
+  return devices.empty() ? Device() : devices[0];
+}
+
+TEST(TegraParseTest, ReleaseLines) {
+  absl::StatusOr<TegraRelease> r = ParseTegraRelease(
+      "# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t210ref, EABI: aarch64, DATE: Sat "
+      "Feb 19 17:05:08 UTC 2022\nabc */usr/lib/x.so\n");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->L4t(), "32.7.1");
+  EXPECT_EQ(r->board, "t210ref");
+  EXPECT_EQ(ParseTegraRelease("# R36 (release), REVISION: 4.7, GCID: 42132812, BOARD: generic, "
+                              "EABI: aarch64, DATE: Thu Sep 18 22:54:44 UTC 2025")
+                ->L4t(),
+            "36.4.7");
+  for (const char* bad : {"", "garbage\n", "# R32 (release), REVISION: ", "# R32 (release)",
+                          "R32 (release), REVISION: 7.1, GCID: 1, BOARD: t210ref",
+                          "\x01\x02\xff"}) {
+    absl::StatusOr<TegraRelease> parsed = ParseTegraRelease(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("not an L4T release line"));
+  }
+}
+
+TEST(TegraParseTest, SocFromCompatible) {
+  using namespace std::string_literals;
+  EXPECT_EQ(TegraSocFromCompatible("nvidia,p3450-0000\0nvidia,jetson-nano\0nvidia,tegra210\0"s),
+            "tegra210");
+  EXPECT_EQ(TegraSocFromCompatible("nvidia,p3701-0005\0nvidia,tegra234\0nvidia,tegra23x\0"s),
+            "tegra234");
+  // NULs lost (a pasted copy): still found, by search.
+  EXPECT_EQ(TegraSocFromCompatible("nvidia,p3450-0000nvidia,jetson-nanonvidia,tegra210"),
+            "tegra210");
+  EXPECT_FALSE(TegraSocFromCompatible("raspberrypi,4-model-b\0brcm,bcm2711\0"s).has_value());
+  EXPECT_FALSE(TegraSocFromCompatible("").has_value());
+  EXPECT_EQ(TegraGpuForSoc("tegra194")->compute_capability, "7.2");
+  EXPECT_EQ(TegraGpuForSoc("tegra234")->name, "ga10b");
+  EXPECT_FALSE(TegraGpuForSoc("tegra999").has_value());
+}
+
+// One row per board and L4T release in the fixtures (FACTS.md 3-4): what discovery must report.
+struct JetsonCase {
+  const char* name;
+  FixtureHost::Jetson board;
+  const char* id;
+  const char* model;
+  const char* l4t_release;
+  const char* l4t_board;
+  const char* gpu;
+  const char* compute_capability;
+  const char* devfreq;
+  size_t node_count;
+  // Nodes the container must get; for a board whose list is complete here (node_count equal to
+  // its size), exactly these, in this order.
+  std::vector<std::string> nodes;
+  // Nodes on the board that are not the GPU's and must not be handed out.
+  std::vector<std::string> strangers;
+};
+
+const JetsonCase kJetsonCases[] = {
+    {"NanoR32", FixtureHost::Jetson::kNanoR32, "tegra210-igpu0",
+     "NVIDIA Jetson Nano Developer Kit", "32.7.1", "t210ref", "gm20b", "5.3", "57000000.gpu", 12,
+     {"/dev/nvhost-as-gpu", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-dbg-gpu",
+      "/dev/nvhost-gpu", "/dev/nvhost-msenc", "/dev/nvhost-nvdec", "/dev/nvhost-nvjpg",
+      "/dev/nvhost-prof-gpu", "/dev/nvhost-tsg-gpu", "/dev/nvhost-vic", "/dev/nvmap"},
+     {}},
+    {"XavierNxR35", FixtureHost::Jetson::kXavierNxR35, "tegra194-igpu0",
+     "NVIDIA Jetson Xavier NX Developer Kit", "35.4.1", "t186ref", "gv11b", "7.2",
+     "17000000.gv11b", 20, {"/dev/nvgpu/igpu0/ctrl", "/dev/nvidiactl", "/dev/nvhost-nvdla0"}, {}},
+    {"AgxOrinR36", FixtureHost::Jetson::kAgxOrinR36, "tegra234-igpu0",
+     "NVIDIA Jetson AGX Orin Developer Kit", "36.4.7", "generic", "ga10b", "8.7", "17000000.gpu",
+     29, {"/dev/dri/renderD128", "/dev/host1x-fence", "/dev/nvgpu/igpu0/nvsched_ctrl_fifo"},
+     {"/dev/ttyTHS1", "/dev/nvme0n1"}},
+};
+
+class JetsonBoardTest : public ::testing::TestWithParam<JetsonCase> {};
+
+TEST_P(JetsonBoardTest, FoundWithItsFactsNodesAndTelemetry) {
+  const JetsonCase& c = GetParam();
+  FixtureHost fixture;
+  fixture.AddJetson(c.board);
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.id, c.id);
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(d.facts["model"], c.model);
+  EXPECT_EQ(d.facts["l4t_release"], c.l4t_release);
+  EXPECT_EQ(d.facts["l4t_board"], c.l4t_board);
+  EXPECT_EQ(d.facts["gpu"], c.gpu);
+  EXPECT_EQ(d.facts["compute_capability"], c.compute_capability);
+  EXPECT_EQ(d.facts["memory_mib"], "3871");
+  EXPECT_EQ(d.facts["devfreq"], c.devfreq);
+  EXPECT_DOUBLE_EQ(d.telemetry["gpu_load_permille"], 125);
+  EXPECT_DOUBLE_EQ(d.telemetry["gpu_temperature_celsius"], 26.5);
+  if (c.nodes.size() == c.node_count) {
+    EXPECT_EQ(HostPaths(d), c.nodes);
+  } else {
+    EXPECT_EQ(d.nodes.size(), c.node_count);
+    for (const std::string& node : c.nodes) EXPECT_THAT(HostPaths(d), Contains(node));
+  }
+  for (const std::string& stranger : c.strangers) {
+    EXPECT_THAT(HostPaths(d), Not(Contains(stranger)));
+  }
+  EXPECT_EQ(d.envs["NVIDIA_VISIBLE_DEVICES"], "all");
+}
+
+INSTANTIATE_TEST_SUITE_P(Boards, JetsonBoardTest, ::testing::ValuesIn(kJetsonCases),
+                         [](const ::testing::TestParamInfo<JetsonCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// What the DaemonSet's container sees: the host's /sys and /dev, no /proc/device-tree and no
+// /etc/nv_tegra_release (that mount is the optional jetson-l4t component).
+TEST(TegraTest, FoundFromSysfsAloneAsInTheContainer) {
+  using namespace std::string_literals;
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  fixture.Remove("/proc/device-tree");
+  fixture.Remove("/etc/nv_tegra_release");
+  fixture.Remove("/sys/devices/soc0/family");
+  fixture.WriteFile("/sys/firmware/devicetree/base/compatible",
+                    "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0"s);
+  fixture.WriteFile("/sys/firmware/devicetree/base/model",
+                    "NVIDIA Jetson AGX Orin Developer Kit\0"s);
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.id, "tegra234-igpu0");
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(d.facts["model"], "NVIDIA Jetson AGX Orin Developer Kit");
+  EXPECT_EQ(d.facts["compute_capability"], "8.7");
+  EXPECT_EQ(d.facts.count("l4t_release"), 0u);
+}
+
+TEST(TegraTest, NotATegraHostHasNoGpu) {
+  FixtureHost fixture;
+  fixture.WriteFile("/proc/device-tree/compatible", std::string("raspberrypi,4-model-b\0", 22));
+  fixture.MakeCharDevice("/dev/nvmap", 10, 62);
+  Host host(fixture.root());
+  TegraGpuDiscoverer tegra(&host, {});
+  EXPECT_TRUE(tegra.Scan().empty());
+}
+
+TEST(TegraTest, MissingPiecesAreUnhealthyWithReasons) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kNanoR32);
+  fixture.Remove("/dev/nvmap");
+  fixture.Remove("/dev/nvhost-ctrl-gpu");
+  fixture.Remove("/sys/class/devfreq/57000000.gpu");
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.health, Health::kUnhealthy);
+  EXPECT_THAT(d.unhealthy_reason, HasSubstr("/dev/nvmap is missing"));
+  EXPECT_THAT(d.unhealthy_reason, HasSubstr("GPU control node missing"));
+  EXPECT_THAT(d.unhealthy_reason, HasSubstr("devfreq device not found"));
+}
+
+TEST(TegraTest, GarbageIdentityFilesNeverCrashOrInvent) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kNanoR32);
+  fixture.WriteFile("/etc/nv_tegra_release", "# R3");  // truncated
+  fixture.WriteFile("/proc/device-tree/compatible", "nvidia,p3450-0000nvidia,tegra210");  // no NULs
+  fixture.WriteFile("/proc/device-tree/model", "NVIDIA Jetson Nano Developer Kit");      // no NUL
+  fixture.WriteFile("/sys/devices/platform/gpu.0/load", "lots\n");
+  fixture.WriteFile("/sys/class/thermal/thermal_zone1/temp", "-256000\n");  // sensor offline
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.id, "tegra210-igpu0");
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(d.facts.count("l4t_release"), 0u);
+  EXPECT_EQ(d.facts["model"], "NVIDIA Jetson Nano Developer Kit");
+  EXPECT_EQ(d.telemetry.count("gpu_load_permille"), 0u);
+  EXPECT_EQ(d.telemetry.count("gpu_temperature_celsius"), 0u);
+}
+
+TEST(TegraTest, RuntimeEnvsCanBeTurnedOff) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kNanoR32);
+  EXPECT_TRUE(ScanOne(fixture, {.runtime_envs = false}).envs.empty());
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,410 @@
+// End to end: the real edgeaccel-device-plugin binary, a fake host tree, and a test kubelet on
+// real Unix sockets. What is asserted is what the kubelet (and so the user) sees.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "daemon_process.h"
+#include "daemon_test.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "eventually.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CommandResult;
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::FullDisk;
+using ::edgeaccel::testing::MetricsPort;
+using ::edgeaccel::testing::RunCommand;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kTpu(kResourceEdgeTpu);
+const char kDaemon[] = EDGEACCEL_DAEMON_PATH;
+
+// Two PCIe Edge TPUs on NUMA node 0.
+class E2eTest : public ::edgeaccel::testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
+    host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  }
+  using DaemonTest::Advertised;
+  bool Advertised(int capacity, int allocatable) { return Advertised(kTpu, capacity, allocatable); }
+};
+
+TEST_F(E2eTest, NodeShowsTwoEdgeTpusAndAPodGetsExactlyOne) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+
+  std::vector<v1beta1::Device> devices = kubelet_.Devices(kTpu);
+  EXPECT_EQ(devices[0].id(), "0000:03:00.0");
+  EXPECT_EQ(devices[0].topology().nodes(0).id(), 0);
+
+  absl::StatusOr<std::vector<std::string>> preferred =
+      kubelet_.GetPreferredAllocation(kTpu, {"0000:03:00.0", "0000:04:00.0"}, {}, 1);
+  ASSERT_TRUE(preferred.ok());
+  EXPECT_THAT(*preferred, ::testing::ElementsAre("0000:03:00.0"));
+
+  absl::StatusOr<v1beta1::AllocateResponse> response = kubelet_.Allocate(kTpu, {"0000:03:00.0"});
+  ASSERT_TRUE(response.ok()) << response.status();
+  const auto& container = response->container_responses(0);
+  ASSERT_EQ(container.devices_size(), 1);
+  EXPECT_EQ(container.devices(0).host_path(), "/dev/apex_0");  // host path, root stripped
+  EXPECT_EQ(container.devices(0).container_path(), "/dev/apex_0");
+  EXPECT_EQ(container.devices(0).permissions(), "rw");
+  EXPECT_EQ(container.mounts_size(), 0);
+  EXPECT_TRUE(kubelet_.PreStartContainer(kTpu, {"0000:03:00.0"}).ok());
+}
+
+TEST_F(E2eTest, PluginWatcherRegistration) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(daemon->WaitForLog("registered with the kubelet through its plugin watcher"));
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2, 2));
+}
+
+TEST_F(E2eTest, KubeletRestartIsInvisible) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  for (int restart = 1; restart <= 3; ++restart) {
+    kubelet_.Restart();
+    ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == restart + 1; }))
+        << daemon->Log();
+    ASSERT_TRUE(Advertised(2, 2));
+  }
+  EXPECT_THAT(daemon->Log(), HasSubstr("the kubelet restarted; registering again"));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).ok());
+}
+
+TEST_F(E2eTest, HotPlugRemoveAndAdd) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+
+  // The node vanishes: capacity stays, allocatable drops, Allocate refuses it.
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  absl::StatusOr<v1beta1::AllocateResponse> refused = kubelet_.Allocate(kTpu, {"0000:04:00.0"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("/dev/apex_1 is missing"));
+
+  // Fully unplugged: gone from capacity too; Allocate says unknown.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1));
+  EXPECT_EQ(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Plugged back in.
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  ASSERT_TRUE(Advertised(2, 2));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:04:00.0"}).ok());
+}
+
+TEST_F(E2eTest, OverheatTurnsUnhealthyAndRecovers) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--temperature-threshold=85"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  host_.SetApexAttribute(0, "temp", "85050\n");
+  ASSERT_TRUE(Advertised(2, 1));
+  EXPECT_TRUE(daemon->WaitForLog("is now Unhealthy: temperature 85.05 °C is at or above 85.00 °C"));
+  host_.SetApexAttribute(0, "temp", "60050\n");
+  ASSERT_TRUE(Advertised(2, 2));
+  EXPECT_TRUE(daemon->WaitForLog("0000:03:00.0 is Healthy again"));
+}
+
+TEST_F(E2eTest, HostileAllocateIdsAreRefused) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  for (const std::string& id : {std::string("../../etc/shadow"), std::string(10000, 'x'),
+                                std::string(""), std::string("0000:09:00.0"),
+                                std::string("/dev/apex_0"), std::string("apex_0")}) {
+    absl::StatusOr<v1beta1::AllocateResponse> response = kubelet_.Allocate(kTpu, {id});
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << id.substr(0, 40);
+  }
+  EXPECT_TRUE(daemon->Running());
+  EXPECT_THAT(daemon->Log(), HasSubstr("unknown device id \"../../etc/shadow\""));
+}
+
+TEST_F(E2eTest, SigtermEndsStreamsRemovesSocketAndExitsZeroQuickly) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  const std::string socket = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  ASSERT_EQ(access(socket.c_str(), F_OK), 0);
+  const absl::Time start = absl::Now();
+  daemon->Signal(SIGTERM);
+  std::optional<int> code = daemon->Wait(absl::Seconds(5));
+  ASSERT_TRUE(code.has_value()) << daemon->Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(*code, 0) << daemon->Log();
+  EXPECT_NE(access(socket.c_str(), F_OK), 0) << "socket left behind";
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return !kubelet_.StreamOpen(kTpu); }));
+  EXPECT_THAT(daemon->Log(), HasSubstr("stopped cleanly"));
+}
+
+TEST_F(E2eTest, SigintToo) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  daemon->Signal(SIGINT);
+  EXPECT_EQ(daemon->Wait(absl::Seconds(5)), 0);
+  EXPECT_NE(access((kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kTpu)).c_str(), F_OK), 0);
+}
+
+TEST_F(E2eTest, MissingAndUnreadableSysfsFilesAreReportedNotFatal) {
+  host_.Remove("/sys/class/apex/apex_1/status");
+  host_.MakeDirectory("/sys/class/apex/apex_1/status");  // unreadable as a file
+  host_.Remove("/sys/class/apex/apex_0/temp");
+  host_.Remove("/sys/class/apex/apex_0/hw_temp_warn2");
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 1)) << daemon->Log();
+  EXPECT_THAT(daemon->Log(), HasSubstr("0000:04:00.0 found, Unhealthy: cannot read driver status"));
+  EXPECT_TRUE(daemon->Running());
+}
+
+TEST_F(E2eTest, NoKubeletAtStartIsWaitedFor) {
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("waiting for the kubelet")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, SocketPathTakenByAFileIsLoggedAndDaemonKeepsGoing) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  FILE* f = fopen(ours.c_str(), "w");
+  fclose(f);
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("the path is taken by a regular file")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  unlink(ours.c_str());
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, SocketPathTakenByADirectoryIsLoggedAndDaemonKeepsGoing) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu);
+  ASSERT_EQ(mkdir(ours.c_str(), 0755), 0);
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("the path is taken by a directory")) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  rmdir(ours.c_str());
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+}
+
+TEST_F(E2eTest, PluginWatcherRefusalIsLoggedAndTheKubeletRetries) {
+  kubelet_.RefuseRegistrations("node is being drained (test)");
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--registration=plugin-watcher"});
+  ASSERT_TRUE(daemon->WaitForLog(
+      "the kubelet's plugin watcher refused the registration: node is being drained (test)"))
+      << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();  // the kubelet's own retry, with backoff
+}
+
+TEST_F(E2eTest, UnreadableSysfsFileAsNonRootIsReported) {
+  // Root reads everything; run --discover as nobody to get a real EACCES. nobody must be able
+  // to reach the binary: the build tree may sit under a private directory such as /root.
+  TempDir bin;
+  chmod(bin.path().c_str(), 0755);
+  const std::string daemon = bin.path() + "/edgeaccel-device-plugin";
+  {
+    std::ifstream in(kDaemon, std::ios::binary);
+    std::ofstream out(daemon, std::ios::binary);
+    out << in.rdbuf();
+  }
+  chmod(daemon.c_str(), 0755);
+  chmod(host_.root().c_str(), 0755);
+  chmod(host_.Path("/sys/devices/pci0000:00/0000:03:00.0/apex/apex_0/status").c_str(), 0000);
+  CommandResult result =
+      RunCommand(daemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30), 65534);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Unhealthy (cannot read driver status: cannot "
+                                    "open /sys/class/apex/apex_0/status: Permission denied)"));
+  EXPECT_THAT(result.out, HasSubstr("0000:04:00.0  Healthy"));
+}
+
+TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("no PCIe Edge TPU found")) << daemon->Log();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 0) << "a node without TPUs must not show coral.ai/edgetpu";
+  host_.AddCoralPcie({.index = 0});
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+}
+
+TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
+  const std::string nfd = dir_.path() + "/features.d";
+  mkdir(nfd.c_str(), 0755);
+  auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});  // no kubelet yet
+  httplib::Client client("127.0.0.1", MetricsPort(*daemon));
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health) << daemon->Log();
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, HasSubstr("coral.ai/edgetpu is not registered with the kubelet"));
+
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return client.Get("/healthz")->status == 200; }));
+  ASSERT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_edgetpu_temperature_celsius{resource=\"coral.ai/"
+                                       "edgetpu\",device=\"0000:03:00.0\"} 45.05"));
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_allocations_total{resource=\"coral.ai/edgetpu\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_registered{resource=\"coral.ai/edgetpu\"} 1"));
+
+  std::ifstream in(nfd + "/edgeaccel");
+  std::stringstream labels;
+  labels << in.rdbuf();
+  EXPECT_THAT(labels.str(), HasSubstr("coral.ai/edgetpu.count=2\n"));
+  EXPECT_THAT(labels.str(), HasSubstr("coral.ai/edgetpu.interface=pcie\n"));
+  // A TPU unplugged: the label follows.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1));
+  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu.count=1"));
+  std::ifstream again(nfd + "/edgeaccel");
+  std::stringstream after;
+  after << again.rdbuf();
+  EXPECT_THAT(after.str(), HasSubstr("coral.ai/edgetpu.count=1\n"));
+}
+
+// NFD's features.d on a full disk: one clear error line, the devices are served all the same,
+// and the write is retried until there is room again, with no device change needed.
+TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {
+  const std::string nfd = dir_.path() + "/features.d";
+  // Two pages: once the filler is gone there is room for the file and its replacement (the
+  // atomic rename needs both at once).
+  FullDisk disk(nfd, "8k");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(daemon->WaitForLog("cannot write the NFD feature file")) << daemon->Log();
+  EXPECT_THAT(daemon->Log(), HasSubstr("No space left on device"));
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
+  EXPECT_NE(access((nfd + "/edgeaccel").c_str(), F_OK), 0) << "no half-written file is left";
+
+  auto content = [&] {
+    std::ifstream file(nfd + "/edgeaccel");
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  };
+  // Room again, and no device changes: the daemon's retry (first after 1 s) writes the file.
+  disk.MakeRoom();
+  EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=2\n") != std::string::npos; }))
+      << content() << daemon->Log();
+  EXPECT_TRUE(daemon->WaitForLog("wrote the NFD feature file in " + nfd + " on retry")) << daemon->Log();
+  // And it follows the devices from then on.
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+  EXPECT_TRUE(Eventually([&] { return content().find("coral.ai/edgetpu.count=1\n") != std::string::npos; }))
+      << content() << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+  daemon->Signal(SIGTERM);
+  daemon->Wait(absl::Seconds(5));
+}
+
+TEST_F(E2eTest, MetricsPortTakenIsLoggedAndDevicesAreStillServed) {
+  kubelet_.Start();
+  auto first = StartDaemon();
+  const int port = MetricsPort(*first);
+  ASSERT_TRUE(Advertised(2, 2)) << first->Log();
+  first->Signal(SIGTERM);
+  first->Wait(absl::Seconds(5));
+  // Hold the port with a listener of our own.
+  httplib::Server blocker;
+  blocker.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  ASSERT_TRUE(blocker.bind_to_port("127.0.0.1", port));
+  auto second = StartDaemon({"--metrics-address=127.0.0.1:" + std::to_string(port)});
+  ASSERT_TRUE(second->WaitForLog("cannot listen on 127.0.0.1:")) << second->Log();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; })) << second->Log();
+  EXPECT_TRUE(second->Running());
+}
+
+TEST(CliTest, HelpListsEveryFlagWithDefaults) {
+  CommandResult result = RunCommand(kDaemon, {"--help"});
+  EXPECT_EQ(result.exit_code, 1);  // absl's --help exit code
+  const std::string help = result.out + result.err;
+  for (const char* flag :
+       {"--host_root", "--kubelet_root", "--device_plugin_dir", "--registration", "--probe_interval",
+        "--metrics_address", "--nfd_features_dir", "--seed_labels",
+        "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
+        "--verbosity"}) {
+    EXPECT_THAT(help, HasSubstr(flag));
+  }
+  EXPECT_THAT(help, HasSubstr("default: \"/var/lib/kubelet\""));
+  EXPECT_THAT(help, HasSubstr("default: auto"));
+  EXPECT_THAT(help, HasSubstr("default: 5s"));
+}
+
+TEST(CliTest, DiscoverPrintsWhatWouldBeAdvertised) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
+  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .status = "DEAD"});
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Healthy"));
+  EXPECT_THAT(result.out, HasSubstr("0000:04:00.0  Unhealthy (driver reports status DEAD)"));
+  EXPECT_THAT(result.out, HasSubstr("device node: /dev/apex_0 -> /dev/apex_0 (rw)"));
+  EXPECT_THAT(result.out, HasSubstr("temperature: 45.05 °C"));
+  EXPECT_THAT(result.out, Not(HasSubstr(host.root())));
+  EXPECT_THAT(result.out, HasSubstr("node labels:\n  coral.ai/edgetpu.count=2\n"));
+
+  FixtureHost empty;
+  result = RunCommand(kDaemon, {"--host-root=" + empty.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, HasSubstr("0 device(s)"));
+  EXPECT_THAT(result.out, HasSubstr("is the gasket/apex driver loaded?"));
+}
+
+TEST(CliTest, BadFlagsAreRefusedWithTheReason) {
+  CommandResult result = RunCommand(kDaemon, {"--registration=sometimes"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("must be one of auto, plugin-watcher, kubelet"));
+  result = RunCommand(kDaemon, {"--host-root=/no/such/root"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--host-root /no/such/root is not a directory"));
+  result = RunCommand(kDaemon, {"--probe-interval=banana"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.err, HasSubstr("probe_interval"));
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,303 @@
+// End to end for nvidia.com/gpu (Jetson, discrete), USB Coral, sharing and CDI: the real
+// binary, fixture hosts built from FACTS.md, and the test kubelet.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+
+#include <fstream>
+#include <sstream>
+
+#include "daemon_process.h"
+#include "daemon_test.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "eventually.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CommandResult;
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::FullDisk;
+using ::edgeaccel::testing::RunCommand;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+const std::string kGpu(kResourceNvidiaGpu);
+const std::string kTpu(kResourceEdgeTpu);
+const char kDaemon[] = EDGEACCEL_DAEMON_PATH;
+constexpr char kUuid0[] = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+constexpr char kUuid1[] = "GPU-8c1c4a2e-59a7-4c3e-9f2f-0a1b2c3d4e5f";
+
+std::vector<std::string> HostPaths(const v1beta1::ContainerAllocateResponse& r) {
+  std::vector<std::string> out;
+  for (const auto& d : r.devices()) {
+    EXPECT_EQ(d.host_path(), d.container_path());
+    EXPECT_EQ(d.permissions(), "rw");
+    out.push_back(d.host_path());
+  }
+  return out;
+}
+
+class GpuE2eTest : public ::edgeaccel::testing::DaemonTest {
+ protected:
+  void StartKubeletAndDaemon(const std::vector<std::string>& extra = {}) {
+    kubelet_.Start();
+    daemon_ = StartDaemon(extra);
+  }
+  v1beta1::ContainerAllocateResponse Allocate(const std::string& resource,
+                                              const std::vector<std::string>& ids) {
+    absl::StatusOr<v1beta1::AllocateResponse> r = kubelet_.Allocate(resource, ids);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->container_responses(0) : v1beta1::ContainerAllocateResponse();
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+// One row per Jetson board and L4T release in the fixtures: what a pod on it is given.
+struct JetsonCase {
+  const char* name;
+  FixtureHost::Jetson board;
+  const char* id;
+  size_t node_count;
+  // The whole answer, in order, when it has node_count entries; else nodes it must contain.
+  std::vector<std::string> nodes;
+};
+
+const JetsonCase kJetsonCases[] = {
+    {"NanoR32", FixtureHost::Jetson::kNanoR32, "tegra210-igpu0", 12,
+     {"/dev/nvhost-as-gpu", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-dbg-gpu",
+      "/dev/nvhost-gpu", "/dev/nvhost-msenc", "/dev/nvhost-nvdec", "/dev/nvhost-nvjpg",
+      "/dev/nvhost-prof-gpu", "/dev/nvhost-tsg-gpu", "/dev/nvhost-vic", "/dev/nvmap"}},
+    {"XavierNxR35", FixtureHost::Jetson::kXavierNxR35, "tegra194-igpu0", 20,
+     {"/dev/nvgpu/igpu0/ctrl", "/dev/nvmap"}},
+    {"AgxOrinR36", FixtureHost::Jetson::kAgxOrinR36, "tegra234-igpu0", 29,
+     {"/dev/nvgpu/igpu0/ctrl", "/dev/nvmap", "/dev/dri/renderD128"}},
+};
+
+class JetsonE2eTest : public GpuE2eTest, public ::testing::WithParamInterface<JetsonCase> {};
+
+TEST_P(JetsonE2eTest, GetsItsNodesAndRuntimeEnvs) {
+  const JetsonCase& c = GetParam();
+  host_.AddJetson(c.board);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kGpu)[0].id(), c.id);
+  EXPECT_EQ(kubelet_.Capacity(kTpu), -1) << "no Edge TPU here: not registered";
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {c.id});
+  std::vector<std::string> paths = HostPaths(r);
+  if (c.nodes.size() == c.node_count) {
+    EXPECT_EQ(paths, c.nodes);
+  } else {
+    EXPECT_EQ(paths.size(), c.node_count);
+    for (const std::string& node : c.nodes) EXPECT_THAT(paths, ::testing::Contains(node));
+  }
+  EXPECT_THAT(r.envs(), UnorderedElementsAre(Pair("NVIDIA_VISIBLE_DEVICES", "all"),
+                                             Pair("NVIDIA_DRIVER_CAPABILITIES", "all")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Boards, JetsonE2eTest, ::testing::ValuesIn(kJetsonCases),
+                         [](const ::testing::TestParamInfo<JetsonCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST_F(GpuE2eTest, RuntimeEnvsCanBeSwitchedOff) {
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  StartKubeletAndDaemon({"--nvidia-runtime-envs=false"});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {"tegra234-igpu0"});
+  EXPECT_EQ(HostPaths(r).size(), 29u);
+  EXPECT_EQ(r.envs_size(), 0) << "runtime envs switched off";
+}
+
+TEST_F(GpuE2eTest, TwoGpuServerAdvertisesUuidsAndAllocatesByMinor) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 1, .uuid = kUuid0, .numa_node = 0});
+  host_.AddNvidiaGpu({.pci_address = "0000:81:00.0", .minor = 0, .uuid = kUuid1, .numa_node = 1});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 2, 2)) << daemon_->Log();
+  std::vector<v1beta1::Device> devices = kubelet_.Devices(kGpu);
+  EXPECT_EQ(devices[0].id(), kUuid0);
+  EXPECT_EQ(devices[1].topology().nodes(0).id(), 1);
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  EXPECT_THAT(HostPaths(r), ElementsAre("/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm",
+                                        "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"));
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), kUuid0);
+  r = Allocate(kGpu, {kUuid0, kUuid1});
+  EXPECT_EQ(r.devices_size(), 6);
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), std::string(kUuid0) + "," + kUuid1);
+
+  // Hot-unplug one GPU's node: it turns Unhealthy and is refused.
+  host_.Remove("/dev/nvidia1");
+  ASSERT_TRUE(Advertised(kGpu, 2, 1));
+  EXPECT_EQ(kubelet_.Allocate(kGpu, {kUuid0}).status().code(), absl::StatusCode::kFailedPrecondition);
+  host_.MakeCharDevice("/dev/nvidia1", 195, 1);
+  ASSERT_TRUE(Advertised(kGpu, 2, 2));
+}
+
+TEST_F(GpuE2eTest, UsbCoralBecomesAllocatableWhenItsFirmwareLoads) {
+  FixtureHost::CoralUsb dfu{.port = "2-1", .bus = 2, .dev = 2, .firmware_loaded = false};
+  host_.AddCoralUsb(dfu);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kTpu, 1, 0)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "2-1");
+  EXPECT_EQ(kubelet_.Allocate(kTpu, {"2-1"}).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  FixtureHost::CoralUsb ready{.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true};
+  host_.ReenumerateCoralUsb(dfu, ready);
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  EXPECT_THAT(HostPaths(Allocate(kTpu, {"2-1"})), ElementsAre("/dev/bus/usb/002/003"));
+
+  // Replugged: back in DFU mode on a new devnum; the id stays, it is Unhealthy again.
+  host_.ReenumerateCoralUsb(ready, {.port = "2-1", .bus = 2, .dev = 4, .firmware_loaded = false});
+  ASSERT_TRUE(Advertised(kTpu, 1, 0));
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "2-1");
+}
+
+TEST_F(GpuE2eTest, MixedNodeServesBothResourcesOnTheirOwnSockets) {
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  host_.AddCoralUsb({.port = "1-2", .bus = 1, .dev = 5, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kTpu, 2, 2)) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_EQ(access((kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu)).c_str(), F_OK), 0);
+  EXPECT_EQ(access((kubelet_.DevicePluginsDir() + "/" + SocketFileName(kGpu)).c_str(), F_OK), 0);
+  EXPECT_THAT(HostPaths(Allocate(kTpu, {"0000:03:00.0", "1-2"})),
+              ElementsAre("/dev/apex_0", "/dev/bus/usb/001/005"));
+  // A kubelet restart re-registers both.
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.Registrations(kTpu) == 2 && kubelet_.Registrations(kGpu) == 2;
+  })) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kTpu, 2, 2));
+  ASSERT_TRUE(Advertised(kGpu, 1, 1));
+}
+
+TEST_F(GpuE2eTest, FamiliesFlagLeavesOthersAlone) {
+  host_.AddCoralPcie({.index = 0});
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  StartKubeletAndDaemon({"--families=coral-pcie"});
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(kubelet_.Capacity(kGpu), -1);
+}
+
+TEST_F(GpuE2eTest, TimeSlicedReplicas) {
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  StartKubeletAndDaemon({"--replicas=nvidia.com/gpu=4"});
+  ASSERT_TRUE(Advertised(kGpu, 4, 4)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kGpu)[3].id(), "tegra210-igpu0::3");
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {"tegra210-igpu0::0", "tegra210-igpu0::3"});
+  EXPECT_EQ(r.devices_size(), 12) << "the physical device's nodes, once";
+  EXPECT_EQ(r.envs().at("NVIDIA_VISIBLE_DEVICES"), "all");
+  // Health is shared: the GPU going away takes all four replicas.
+  host_.Remove("/dev/nvmap");
+  ASSERT_TRUE(Advertised(kGpu, 4, 0));
+}
+
+TEST_F(GpuE2eTest, CdiSpecIsKeptAndRemoved) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string cdi_dir = dir_.path() + "/cdi";
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
+  std::ifstream in(spec);
+  std::stringstream content;
+  content << in.rdbuf();
+  EXPECT_THAT(content.str(), HasSubstr("\"name\": \"" + std::string(kUuid0) + "\""));
+  EXPECT_THAT(content.str(), HasSubstr("\"hostPath\": \"/dev/nvidia0\""));
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  ASSERT_EQ(r.cdi_devices_size(), 1);
+  EXPECT_EQ(r.cdi_devices(0).name(), "edgeaccel.io/gpu=" + std::string(kUuid0));
+  daemon_->Signal(SIGTERM);
+  EXPECT_EQ(daemon_->Wait(absl::Seconds(5)), 0);
+  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "CDI spec left behind";
+}
+
+TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice) {
+  host_.AddJetson(FixtureHost::Jetson::kNanoR32);
+  host_.WriteFile("/etc/nv_tegra_release", "# R32 (release), REVISI");  // truncated
+  host_.WriteFile("/proc/device-tree/compatible", "nvidia,p3450-0000nvidia,tegra210");
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  host_.WriteFile("/proc/driver/nvidia/gpus/0000:01:00.0/information", "Model: \t\t NVIDIA L4\n");
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.WriteFile("/sys/bus/usb/devices/2-1/idVendor", "18D1\n");
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();  // the Jetson GPU, nothing invented
+  absl::SleepFor(absl::Milliseconds(500));                // several probe intervals
+  EXPECT_TRUE(daemon_->Running());
+  EXPECT_EQ(kubelet_.Capacity(kTpu), -1);
+  const std::string log = daemon_->Log();
+  for (const char* line : {"/etc/nv_tegra_release: not an L4T release line",
+                           "/proc/device-tree/compatible has no NUL separators",
+                           "ignoring GPU 0000:01:00.0: /proc/driver/nvidia/gpus/0000:01:00.0/"
+                           "information lacks a valid \"GPU UUID\"",
+                           "ignoring USB device 2-1: ids \"18D1:9302\" are not 4 lowercase hex"}) {
+    size_t first = log.find(line);
+    EXPECT_NE(first, std::string::npos) << line << "\n" << log;
+    EXPECT_EQ(first, log.rfind(line)) << "logged more than once: " << line;
+  }
+}
+
+TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string cdi_dir = dir_.path() + "/full";
+  // Four pages: once the filler is gone there is room for both resources' specs and a
+  // temporary file each.
+  FullDisk disk(cdi_dir, "16k");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("cannot write the CDI spec")) << daemon_->Log();
+  EXPECT_THAT(daemon_->Log(), HasSubstr("No space left on device"));
+  EXPECT_TRUE(daemon_->Running());
+  EXPECT_TRUE(kubelet_.Allocate(kGpu, {kUuid0}).ok());
+  // Room again, and no device changes: the daemon's retry (first after 1 s) writes the spec,
+  // so a CDI-aware runtime finds the device Allocate named.
+  disk.MakeRoom();
+  const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
+  EXPECT_TRUE(Eventually([&] { return access(spec.c_str(), F_OK) == 0; })) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("on retry")) << daemon_->Log();
+  daemon_->Signal(SIGTERM);
+  daemon_->Wait(absl::Seconds(5));
+  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "the spec is removed on exit";
+}
+
+TEST(GpuCliTest, DiscoverShowsEveryFamily) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0});
+  host.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 2, .firmware_loaded = false});
+  host.AddJetson(FixtureHost::Jetson::kNanoR32);
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("2-1  Unhealthy (firmware not loaded (1a6e:089a)"));
+  EXPECT_THAT(result.out, HasSubstr("nvidia.com/gpu: 1 device(s), 1 healthy"));
+  EXPECT_THAT(result.out, HasSubstr("l4t_release: 32.7.1"));
+  EXPECT_THAT(result.out, HasSubstr("model: NVIDIA Jetson Nano Developer Kit"));
+  EXPECT_THAT(result.out, HasSubstr("env: NVIDIA_VISIBLE_DEVICES=all"));
+}
+
+TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
+  CommandResult result = RunCommand(kDaemon, {"--replicas=nvidia.com/gpu=0"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--replicas: nvidia.com/gpu wants 1 to 64 replicas"));
+  result = RunCommand(kDaemon, {"--families=coral,cuda"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--families: unknown family"));
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,95 @@
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/inventory/replicas.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace edgeaccel {
+namespace {
+
+Device MakeDevice(const std::string& id, Health health = Health::kHealthy) {
+  Device d;
+  d.id = id;
+  d.health = health;
+  d.nodes.push_back({"/dev/" + id, "/dev/" + id, "rw"});
+  return d;
+}
+
+TEST(InventoryTest, VersionsOnlyWhatTheKubeletSees) {
+  DeviceSet set("coral.ai/edgetpu");
+  EXPECT_EQ(set.Current()->version, 0u);
+  EXPECT_TRUE(set.Update({MakeDevice("b"), MakeDevice("a")}));
+  EXPECT_EQ(set.Current()->version, 1u);
+  // Sorted by id.
+  EXPECT_EQ(set.Current()->devices[0].id, "a");
+
+  // Telemetry only: no new version, but the snapshot carries the new reading.
+  Device hot = MakeDevice("a");
+  hot.telemetry["temperature_celsius"] = 50;
+  EXPECT_FALSE(set.Update({hot, MakeDevice("b")}));
+  EXPECT_EQ(set.Current()->version, 1u);
+  EXPECT_EQ(set.Current()->Find("a")->telemetry.at("temperature_celsius"), 50);
+
+  EXPECT_TRUE(set.Update({MakeDevice("a", Health::kUnhealthy), MakeDevice("b")}));
+  EXPECT_EQ(set.Current()->version, 2u);
+  EXPECT_EQ(set.Current()->HealthyCount(), 1);
+  EXPECT_TRUE(set.Update({MakeDevice("a", Health::kUnhealthy)}));
+  EXPECT_EQ(set.Current()->version, 3u);
+  EXPECT_EQ(set.Current()->Find("b"), nullptr);
+}
+
+TEST(InventoryTest, ReplicasChangeTogether) {
+  DeviceSet set("nvidia.com/gpu");
+  Device gpu = MakeDevice("GPU-a");
+  EXPECT_TRUE(set.Update(ExpandReplicas({gpu}, 128)));
+  gpu.health = Health::kUnhealthy;
+  EXPECT_TRUE(set.Update(ExpandReplicas({gpu}, 128)));
+  EXPECT_EQ(set.Current()->HealthyCount(), 0);
+  EXPECT_EQ(set.Current()->devices.size(), 128u);
+}
+
+TEST(InventoryTest, DuplicateIdsKeepOne) {
+  DeviceSet set("x/y");
+  set.Update({MakeDevice("a"), MakeDevice("a")});
+  EXPECT_EQ(set.Current()->devices.size(), 1u);
+}
+
+TEST(InventoryTest, ListenersHearChangesUntilUnsubscribed) {
+  DeviceSet set("x/y");
+  std::atomic<int> heard{0};
+  uint64_t id = set.Subscribe([&](std::shared_ptr<const Snapshot> s) {
+    heard++;
+    EXPECT_GT(s->version, 0u);
+  });
+  set.Update({MakeDevice("a")});
+  set.Update({MakeDevice("a")});  // no change
+  set.Update({MakeDevice("a", Health::kUnhealthy)});
+  EXPECT_EQ(heard.load(), 2);
+  set.Unsubscribe(id);
+  set.Update({});
+  EXPECT_EQ(heard.load(), 2);
+}
+
+TEST(InventoryTest, ListenerMayCallBackIntoTheSet) {
+  DeviceSet set("x/y");
+  uint64_t seen = 0;
+  set.Subscribe([&](std::shared_ptr<const Snapshot>) { seen = set.Current()->version; });
+  set.Update({MakeDevice("a")});
+  EXPECT_EQ(seen, 1u);
+}
+
+TEST(InventoryTest, WaitNewerThanWakesOnUpdate) {
+  DeviceSet set("x/y");
+  set.Update({});
+  std::thread writer([&] { set.Update({MakeDevice("a")}); });
+  std::shared_ptr<const Snapshot> s = set.WaitNewerThan(1, absl::Seconds(10));
+  writer.join();
+  EXPECT_EQ(s->version, 2u);
+  EXPECT_EQ(set.WaitNewerThan(2, absl::Milliseconds(1))->version, 2u);
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,85 @@
+// The allocation policy as pure functions of a snapshot (the service's own tests call it over
+// gRPC).
+#include "edgeaccel/kubelet/allocation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/inventory/replicas.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::testing::ElementsAre;
+
+TEST(AllocationTest, ReplicasShareNodesAndEnvsOnce) {
+  Device gpu;
+  gpu.id = "GPU-a";
+  gpu.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}, {"/dev/nvidiactl", "/dev/nvidiactl", "rw"}};
+  gpu.envs = {{"NVIDIA_VISIBLE_DEVICES", "GPU-a"}, {"NVIDIA_DRIVER_CAPABILITIES", "compute,utility"}};
+  Device other = gpu;
+  other.id = "GPU-b";
+  other.nodes[0] = {"/dev/nvidia1", "/dev/nvidia1", "rw"};
+  other.envs["NVIDIA_VISIBLE_DEVICES"] = "GPU-b";
+  DeviceSet set("nvidia.com/gpu");
+  set.Update(ExpandReplicas({gpu, other}, 3));
+  std::shared_ptr<const Snapshot> snapshot = set.Current();
+  ASSERT_EQ(snapshot->devices.size(), 6u);
+  EXPECT_EQ(snapshot->devices[0].id, "GPU-a::0");
+
+  v1beta1::ContainerAllocateRequest request;
+  for (const char* id : {"GPU-a::0", "GPU-a::2", "GPU-b::1"}) request.add_devices_ids(id);
+  v1beta1::ContainerAllocateResponse response;
+  std::vector<std::string> named;
+  CdiNamer cdi_name = [&named](absl::string_view physical_id) {
+    named.emplace_back(physical_id);
+    return "edgeaccel.io/gpu=" + std::string(physical_id);
+  };
+  ASSERT_TRUE(
+      BuildContainerAllocation(*snapshot, "nvidia.com/gpu", request, cdi_name, &response).ok());
+  ASSERT_EQ(response.devices_size(), 3);  // nvidia0, nvidiactl, nvidia1: each once
+  EXPECT_EQ(response.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-a,GPU-b");
+  EXPECT_EQ(response.envs().at("NVIDIA_DRIVER_CAPABILITIES"), "compute,utility");
+  ASSERT_EQ(response.cdi_devices_size(), 2);
+  EXPECT_EQ(response.cdi_devices(0).name(), "edgeaccel.io/gpu=GPU-a");
+  EXPECT_EQ(response.cdi_devices(1).name(), "edgeaccel.io/gpu=GPU-b");
+}
+
+TEST(AllocationTest, PreferredReplicasSpreadOverDevices) {
+  Device a, b;
+  a.id = "A";
+  b.id = "B";
+  DeviceSet set("nvidia.com/gpu");
+  set.Update(ExpandReplicas({a, b}, 4));
+  std::shared_ptr<const Snapshot> snapshot = set.Current();
+  v1beta1::ContainerPreferredAllocationRequest request;
+  for (const Device& d : snapshot->devices) request.add_available_deviceids(d.id);
+  request.set_allocation_size(2);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0", "B::0"));
+  // B is busier (two of its replicas taken by other pods): A goes first.
+  request.clear_available_deviceids();
+  for (const char* id : {"A::0", "A::1", "A::2", "B::2", "B::3"}) request.add_available_deviceids(id);
+  request.set_allocation_size(1);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0"));
+  request.set_allocation_size(3);
+  EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0", "A::1", "B::2"));
+}
+
+TEST(AllocationTest, NoCdiNamesWithoutANamer) {
+  Device gpu;
+  gpu.id = "GPU-a";
+  gpu.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}};
+  DeviceSet set("nvidia.com/gpu");
+  set.Update({gpu});
+  v1beta1::ContainerAllocateRequest request;
+  request.add_devices_ids("GPU-a");
+  v1beta1::ContainerAllocateResponse response;
+  ASSERT_TRUE(
+      BuildContainerAllocation(*set.Current(), "nvidia.com/gpu", request, nullptr, &response).ok());
+  EXPECT_EQ(response.devices_size(), 1);
+  EXPECT_EQ(response.cdi_devices_size(), 0);
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -1,0 +1,237 @@
+// ResourceRegistrar against a TestKubelet on real sockets and real inotify.
+#include "edgeaccel/kubelet/registrar.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <cstring>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "captured_log.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "eventually.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CapturedLog;
+using ::edgeaccel::testing::IsExtendedResourceName;
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+using ::testing::ElementsAre;
+
+const std::string kTpu(kResourceEdgeTpu);
+
+Device Tpu(const std::string& id) {
+  Device d;
+  d.id = id;
+  d.nodes.push_back({"/dev/" + id, "/dev/" + id, "rw"});
+  return d;
+}
+
+class RegistrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_.Update({Tpu("apex_0"), Tpu("apex_1")}); }
+  std::unique_ptr<ResourceRegistrar> StartRegistrar(RegistrationMode mode) {
+    ResourceRegistrar::Options options;
+    options.kubelet_root = kubelet_.root();
+    options.device_plugin_dir = kubelet_.DevicePluginsDir();
+    options.mode = mode;
+    options.max_backoff = absl::Milliseconds(400);
+    auto registrar = std::make_unique<ResourceRegistrar>(options, &set_);
+    EXPECT_TRUE(registrar->Start().ok());
+    return registrar;
+  }
+  bool Advertised(int healthy) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(kTpu) && kubelet_.Allocatable(kTpu) == healthy;
+    });
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet"};
+  DeviceSet set_{kTpu};
+};
+
+TEST(ResourceNameTest, KubeletRules) {
+  EXPECT_TRUE(IsExtendedResourceName("coral.ai/edgetpu"));
+  EXPECT_TRUE(IsExtendedResourceName("nvidia.com/gpu"));
+  EXPECT_FALSE(IsExtendedResourceName("edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("kubernetes.io/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("requests.coral.ai/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("Coral.AI/edgetpu"));
+  EXPECT_FALSE(IsExtendedResourceName("coral.ai/" + std::string(64, 'a')));
+}
+
+TEST_F(RegistrationTest, KubeletWayInTheKubeletsOrder) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+  EXPECT_THAT(kubelet_.CallLog(), ElementsAre("Register " + kTpu, "GetDevicePluginOptions " + kTpu,
+                                              "ListAndWatch " + kTpu));
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
+TEST_F(RegistrationTest, KubeletRestartsAreInvisible) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  for (int restart = 1; restart <= 5; ++restart) {
+    kubelet_.Restart();  // deletes our socket, re-creates kubelet.sock
+    ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == restart + 1; }))
+        << "restart " << restart;
+    ASSERT_TRUE(Advertised(2));
+  }
+  EXPECT_EQ(registrar->kubelet_restarts(), 5u);
+  // Changes keep flowing to the newest stream.
+  set_.Update({Tpu("apex_0")});
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Capacity(kTpu) == 1; }));
+}
+
+TEST_F(RegistrationTest, NoKubeletYetMeansWaitThenRegister) {
+  auto registrar = StartRegistrar(RegistrationMode::kAuto);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(registrar->registered());
+  kubelet_.Start();
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");  // auto: device-plugins/ exists
+}
+
+TEST_F(RegistrationTest, PluginWatcherWay) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
+  // The kubelet finds the socket again after its own restart.
+  kubelet_.Restart();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2));
+}
+
+// The plugin watcher's NotifyRegistrationStatus(plugin_registered: false): a clear error line
+// with the kubelet's reason; the socket stays up so the kubelet's own retry (its reconciler,
+// with backoff) finds it, and that retry registers once the kubelet accepts.
+TEST_F(RegistrationTest, PluginWatcherRefusalIsLoggedAndTheKubeletsRetryIsAnswered) {
+  CapturedLog log;
+  kubelet_.RefuseRegistrations("the node is cordoned for testing");
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Errors().size() >= 2; }));
+  EXPECT_FALSE(registrar->registered());
+  EXPECT_TRUE(Eventually([&] {
+    return log.Contains("ERROR: " + kTpu + ": the kubelet's plugin watcher refused the "
+                        "registration: the node is cordoned for testing");
+  }));
+  EXPECT_EQ(kubelet_.StreamOpen(kTpu), false);
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+  EXPECT_TRUE(log.Contains("INFO: " + kTpu + ": registered with the kubelet through its plugin watcher"));
+}
+
+TEST_F(RegistrationTest, AutoPicksThePluginWatcherWhenOnlyItExists) {
+  ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(kubelet_.PluginsRegistryDir().c_str(), 0755), 0);
+  auto registrar = StartRegistrar(RegistrationMode::kAuto);
+  // No kubelet runs here to report progress; look at the registrar itself.
+  ASSERT_TRUE(Eventually([&] { return !registrar->socket_path().empty(); }));
+  EXPECT_EQ(registrar->socket_path(),
+            kubelet_.PluginsRegistryDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
+TEST_F(RegistrationTest, RefusedRegistrationIsRetriedWithBackoff) {
+  kubelet_.RefuseRegistrations("the node is cordoned for testing");
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Errors().size() >= 2; }));
+  EXPECT_FALSE(registrar->registered());
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
+}
+
+// The kubelet keeps kubelet.sock in /var/lib/kubelet/device-plugins whatever its --root-dir
+// (microk8s: /var/snap/microk8s/common/var/lib/kubelet), so the two are configured apart.
+TEST_F(RegistrationTest, DevicePluginDirIsNotUnderTheKubeletRoot) {
+  kubelet_.Start();
+  TempDir other_root;  // a --root-dir elsewhere, with its own (empty) plugins_registry/
+  ASSERT_EQ(mkdir((other_root.path() + "/plugins_registry").c_str(), 0755), 0);
+  ResourceRegistrar::Options options;
+  options.kubelet_root = other_root.path();
+  options.device_plugin_dir = kubelet_.DevicePluginsDir();
+  options.mode = RegistrationMode::kAuto;
+  ResourceRegistrar registrar(options, &set_);
+  ASSERT_TRUE(registrar.Start().ok());
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");
+  EXPECT_EQ(registrar.socket_path(),
+            kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu));
+}
+
+TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
+  // A kubelet.sock left by a dead kubelet: it exists, nobody accepts on it.
+  ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(kubelet_.DevicePluginsDir().c_str(), 0755), 0);
+  const std::string stale = kubelet_.DevicePluginsDir() + "/kubelet.sock";
+  ::edgeaccel::testing::MakeStaleSocket(stale);
+
+  ResourceRegistrar::Options options;
+  options.kubelet_root = kubelet_.root();
+  options.device_plugin_dir = kubelet_.DevicePluginsDir();
+  options.mode = RegistrationMode::kKubelet;
+  options.register_timeout = absl::Milliseconds(150);
+  options.max_backoff = absl::Milliseconds(200);
+  ResourceRegistrar registrar(options, &set_);
+  ASSERT_TRUE(registrar.Start().ok());
+  absl::SleepFor(absl::Milliseconds(500));  // several timeouts and retries
+  EXPECT_FALSE(registrar.registered());
+
+  kubelet_.Start();  // removes the stale socket, serves a live one
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(Eventually([&] { return registrar.registered(); }));
+}
+
+TEST_F(RegistrationTest, SocketPathTakenByAFileWaitsUntilItIsFreed) {
+  kubelet_.Start();
+  const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu);
+  FILE* f = fopen(ours.c_str(), "w");
+  fclose(f);
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(registrar->registered());
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 0);
+  unlink(ours.c_str());
+  ASSERT_TRUE(Advertised(2));
+}
+
+TEST_F(RegistrationTest, StopEndsTheStreamAndRemovesTheSocket) {
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  const std::string socket = registrar->socket_path();
+  const absl::Time start = absl::Now();
+  registrar->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_TRUE(kubelet_.WaitFor([&] { return !kubelet_.StreamOpen(kTpu); }));
+  EXPECT_EQ(kubelet_.Allocatable(kTpu), 0);  // the kubelet marks them unhealthy
+  EXPECT_NE(access(socket.c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace edgeaccel
