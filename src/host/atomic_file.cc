@@ -1,6 +1,7 @@
 #include "edgeaccel/host/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,11 +15,19 @@
 namespace edgeaccel {
 
 absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                                 absl::string_view content) {
+                                 absl::string_view content, mode_t mode) {
   const std::string path = absl::StrCat(directory, "/", name);
   const std::string temp = absl::StrCat(directory, "/.", name, ".tmp");
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", temp, ": ", strerror(errno)));
+  // open() applies the process's umask (the daemon's is 0077, for its sockets); readers such as
+  // NFD's worker run as another user, so the mode is set outright.
+  if (fchmod(fd, mode) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(temp.c_str());
+    return absl::InternalError(absl::StrCat("cannot set the mode of ", temp, ": ", strerror(err)));
+  }
   const ssize_t written = write(fd, content.data(), content.size());
   const int write_errno = errno;
   const bool synced = fsync(fd) == 0;

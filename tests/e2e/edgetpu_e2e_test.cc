@@ -300,6 +300,30 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
   EXPECT_THAT(after.str(), HasSubstr("coral.ai/edgetpu.count=1\n"));
 }
 
+// NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),
+// and the daemon runs with umask 0077: the feature file must still be readable to it.
+TEST_F(E2eTest, NfdFeatureFileIsReadableByNfdsUnprivilegedWorker) {
+  constexpr uid_t kNobody = 65534;
+  chmod(dir_.path().c_str(), 0755);  // a hostPath directory as kubelet makes it
+  const std::string nfd = dir_.path() + "/features.d";
+  mkdir(nfd.c_str(), 0755);
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--nfd-features-dir=" + nfd});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu.count=2")) << daemon->Log();
+
+  CommandResult caps = RunCommand("/bin/grep", {"^CapEff:", "/proc/self/status"},
+                                  absl::Seconds(10), kNobody);
+  ASSERT_EQ(caps.exit_code, 0) << caps.err;
+  EXPECT_EQ(caps.out, "CapEff:\t0000000000000000\n") << "the reader must hold no capability";
+  CommandResult read = RunCommand("/bin/cat", {nfd + "/edgeaccel"}, absl::Seconds(10), kNobody);
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_THAT(read.out, HasSubstr("coral.ai/edgetpu.count=2\n"));
+  struct stat st;
+  ASSERT_EQ(stat((nfd + "/edgeaccel").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644);
+}
+
 // NFD's features.d on a full disk: one clear error line, the devices are served all the same,
 // and the write is retried until there is room again, with no device change needed.
 TEST_F(E2eTest, NfdFileOnAFullDiskIsLoggedAndRetriedUntilThereIsRoom) {

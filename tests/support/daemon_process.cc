@@ -1,5 +1,7 @@
 #include "daemon_process.h"
 
+#include <grp.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -50,7 +52,11 @@ pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (uid.has_value() && (setgid(*uid) != 0 || setuid(*uid) != 0)) _exit(126);
+    // Another user entirely, as a non-root container runs: no supplementary groups (root's
+    // group 0 would open group-readable files), and setuid from root clears every capability.
+    if (uid.has_value() && (setgroups(0, nullptr) != 0 || setgid(*uid) != 0 || setuid(*uid) != 0)) {
+      _exit(126);
+    }
     execv(binary.c_str(), argv.data());
     _exit(127);
   }

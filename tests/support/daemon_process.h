@@ -21,7 +21,8 @@ struct CommandResult {
 };
 
 // Runs `binary args...` to completion (killed after `timeout`) and captures its output. With
-// `uid` set, the child drops to that user (and its group) first.
+// `uid` set, the child drops to that user (and its group) first, with no supplementary groups
+// and no capabilities: as NFD's worker (65534, capabilities dropped) reads our files.
 CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
                          absl::Duration timeout = absl::Seconds(30),
                          std::optional<uid_t> uid = std::nullopt);

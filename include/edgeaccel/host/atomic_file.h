@@ -2,6 +2,8 @@
 #ifndef EDGEACCEL_HOST_ATOMIC_FILE_H_
 #define EDGEACCEL_HOST_ATOMIC_FILE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -18,10 +20,11 @@ namespace edgeaccel {
 
 // Replaces `directory`/`name` with `content` atomically: written to a dot-file in the same
 // directory (readers skip dot-files), fsynced, then renamed over the old file. Readers see the
-// old content or the new, never a part. On error (disk full, read-only) nothing is left behind
-// and the message names the file and the reason.
+// old content or the new, never a part. The file gets `mode` whatever the process's umask. On
+// error (disk full, read-only) nothing is left behind and the message names the file and the
+// reason.
 absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                                 absl::string_view content);
+                                 absl::string_view content, mode_t mode = 0644);
 
 // Keeps a file that other programs read (a CDI spec, the NFD feature file) up to date when a
 // write fails. Write() writes at once, on the caller's thread; if that fails (disk full,
