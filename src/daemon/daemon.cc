@@ -60,16 +60,15 @@ Daemon::Daemon(DaemonConfig config)
     options.mode = config_.registration;
     options.register_timeout = config_.register_timeout;
     if (config_.cdi) {
-      options.plugin.cdi_device_name = [resource = set->resource_name()](absl::string_view id) {
-        return CdiDeviceName(resource, id);
-      };
-    }
-    resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
-    if (config_.cdi) {
       resource->cdi = std::make_unique<CdiSpecFile>(config_.cdi_dir, set->resource_name());
       resource->cdi_writer = std::make_unique<RetryingFileWriter>(
           absl::StrCat("the CDI spec ", resource->cdi->path()));
+      // Only names a runtime can resolve now: those in the spec on disk.
+      options.plugin.cdi_device_name = [cdi = resource->cdi.get()](absl::string_view id) {
+        return cdi->NameOnDisk(id);
+      };
     }
+    resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
   }
   if (!config_.nfd_features_dir.empty()) {
     nfd_writer_ = std::make_unique<RetryingFileWriter>(
@@ -194,7 +193,7 @@ bool Daemon::Healthy(std::string* why) const {
 }
 
 void Daemon::WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot) {
-  const CdiSpecFile* cdi = resource->cdi.get();
+  CdiSpecFile* cdi = resource->cdi.get();
   absl::Status status =
       resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
   if (!status.ok()) {
@@ -227,9 +226,9 @@ void Daemon::Stop() {
   if (nfd_writer_ != nullptr) nfd_writer_->Stop();
   for (auto& resource : resources_) {
     resource->registrar->Stop();
-    // No retry may put the spec back after it is removed.
+    // The CDI spec stays on disk (see CdiSpecFile): containers that restart while we are away
+    // resolve their cached CDI names from it.
     if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
-    if (resource->cdi != nullptr) resource->cdi->Remove();
   }
 }
 

@@ -26,7 +26,8 @@ std::string Quoted(absl::string_view id) {
 absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::string& resource,
                                       const v1beta1::ContainerAllocateRequest& request,
                                       const CdiNamer& cdi_device_name,
-                                      v1beta1::ContainerAllocateResponse* response) {
+                                      v1beta1::ContainerAllocateResponse* response,
+                                      std::string* cdi_fallback) {
   if (request.devices_ids_size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Allocate request for ", resource, " names no device"));
@@ -34,6 +35,8 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
   absl::flat_hash_set<absl::string_view> seen_ids;
   absl::flat_hash_set<absl::string_view> seen_paths;
   absl::flat_hash_set<std::string> seen_cdi;
+  std::vector<std::string> cdi_names;
+  absl::Status cdi_status;  // the first reason a device could not be named
   std::map<std::string, std::vector<std::string>> env_values;
   for (const std::string& id : request.devices_ids()) {
     if (!seen_ids.insert(id).second) {
@@ -62,13 +65,22 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
       std::vector<std::string>& values = env_values[key];
       if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
     }
-    if (cdi_device_name) {
-      std::string name = cdi_device_name(PhysicalId(*device));
-      if (seen_cdi.insert(name).second) response->add_cdi_devices()->set_name(std::move(name));
+    if (cdi_device_name && cdi_status.ok()) {
+      absl::StatusOr<std::string> name = cdi_device_name(PhysicalId(*device));
+      if (!name.ok()) {
+        cdi_status = name.status();
+      } else if (seen_cdi.insert(*name).second) {
+        cdi_names.push_back(*std::move(name));
+      }
     }
   }
   for (const auto& [key, values] : env_values) {
     (*response->mutable_envs())[key] = absl::StrJoin(values, ",");
+  }
+  if (cdi_status.ok()) {
+    for (std::string& name : cdi_names) response->add_cdi_devices()->set_name(std::move(name));
+  } else if (cdi_fallback != nullptr) {
+    *cdi_fallback = std::string(cdi_status.message());
   }
   return absl::OkStatus();
 }

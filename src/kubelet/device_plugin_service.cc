@@ -214,11 +214,16 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   if (request->container_requests_size() == 0) {
     status = absl::InvalidArgumentError("Allocate request has no container");
   }
+  std::string cdi_fallback;
   for (const auto& container : request->container_requests()) {
     status = BuildContainerAllocation(*snapshot, set_->resource_name(), container,
                                       options_.cdi_device_name,
-                                      response->add_container_responses());
+                                      response->add_container_responses(), &cdi_fallback);
     if (!status.ok()) break;
+  }
+  if (status.ok() && !cdi_fallback.empty()) {
+    LOG(WARNING) << set_->resource_name()
+                 << ": Allocate answers device nodes without CDI names: " << cdi_fallback;
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (status.ok()) {

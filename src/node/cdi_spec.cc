@@ -85,12 +85,47 @@ CdiSpecFile::CdiSpecFile(std::string directory, std::string resource_name)
                        ".json");
 }
 
-absl::Status CdiSpecFile::Write(const Snapshot& snapshot) const {
+absl::Status CdiSpecFile::Write(const Snapshot& snapshot) {
   mkdir(directory_.c_str(), 0755);
-  return WriteFileAtomically(directory_, path_.substr(directory_.size() + 1),
-                             CdiSpecJson(resource_name_, snapshot));
+  absl::flat_hash_set<std::string> ids;
+  for (const Device& device : snapshot.devices) ids.insert(PhysicalId(device));
+  absl::MutexLock lock(&mu_);
+  // Allocate must not name a device of the new spec before it lands, nor one the new spec drops
+  // after it does: the old set stays until the rename has succeeded.
+  absl::Status status = WriteFileAtomically(directory_, path_.substr(directory_.size() + 1),
+                                            CdiSpecJson(resource_name_, snapshot));
+  if (!status.ok()) return status;
+  struct stat st;
+  if (stat(path_.c_str(), &st) != 0) {
+    written_ = false;
+    return absl::InternalError(absl::StrCat("wrote ", path_, " but cannot stat it: ", strerror(errno)));
+  }
+  written_ = true;
+  written_device_ = st.st_dev;
+  written_inode_ = st.st_ino;
+  written_ids_ = std::move(ids);
+  return absl::OkStatus();
 }
 
-void CdiSpecFile::Remove() const { unlink(path_.c_str()); }
+absl::StatusOr<std::string> CdiSpecFile::NameOnDisk(absl::string_view physical_id) const {
+  absl::MutexLock lock(&mu_);
+  if (!written_) {
+    return absl::UnavailableError(absl::StrCat("the CDI spec ", path_, " has not been written yet"));
+  }
+  struct stat st;
+  if (stat(path_.c_str(), &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("the CDI spec ", path_, " is gone (", strerror(errno),
+                                               "); it is written again on the next retry or change"));
+  }
+  if (st.st_dev != written_device_ || st.st_ino != written_inode_) {
+    return absl::UnavailableError(
+        absl::StrCat("the CDI spec ", path_, " was replaced by another writer since we wrote it"));
+  }
+  if (!written_ids_.contains(physical_id)) {
+    return absl::UnavailableError(
+        absl::StrCat("the CDI spec ", path_, " does not hold ", physical_id, " yet"));
+  }
+  return CdiDeviceName(resource_name_, physical_id);
+}
 
 }  // namespace edgeaccel

@@ -207,7 +207,7 @@ TEST_F(GpuE2eTest, TimeSlicedReplicas) {
   ASSERT_TRUE(Advertised(kGpu, 4, 0));
 }
 
-TEST_F(GpuE2eTest, CdiSpecIsKeptAndRemoved) {
+TEST_F(GpuE2eTest, CdiSpecIsWrittenNamedByAllocateAndKeptAcrossARestart) {
   host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
   const std::string cdi_dir = dir_.path() + "/cdi";
   StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
@@ -221,9 +221,44 @@ TEST_F(GpuE2eTest, CdiSpecIsKeptAndRemoved) {
   v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
   ASSERT_EQ(r.cdi_devices_size(), 1);
   EXPECT_EQ(r.cdi_devices(0).name(), "edgeaccel.io/gpu=" + std::string(kUuid0));
+  EXPECT_EQ(r.devices_size(), 5) << "DeviceSpecs as well, for runtimes without CDI";
+
+  // A rollout: the old daemon stops, containers that restart meanwhile still resolve the name.
   daemon_->Signal(SIGTERM);
   EXPECT_EQ(daemon_->Wait(absl::Seconds(5)), 0);
-  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "CDI spec left behind";
+  EXPECT_EQ(access(spec.c_str(), F_OK), 0) << "the spec must outlive the daemon";
+  daemon_ = StartDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kGpu) == 2; })) << daemon_->Log();
+  r = Allocate(kGpu, {kUuid0});
+  ASSERT_EQ(r.cdi_devices_size(), 1) << daemon_->Log();
+}
+
+// The spec cannot be written (its directory is a file): Allocate names nothing a runtime would
+// fail to resolve, answers device nodes alone, and says why.
+TEST_F(GpuE2eTest, CdiNamesOnlyOnceTheSpecIsOnDisk) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string cdi_dir = dir_.path() + "/cdi";
+  std::ofstream(cdi_dir) << "a file where the CDI directory should be";
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("cannot write the CDI spec")) << daemon_->Log();
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  EXPECT_EQ(r.cdi_devices_size(), 0);
+  EXPECT_EQ(r.devices_size(), 5);
+  EXPECT_TRUE(daemon_->WaitForLog("Allocate answers device nodes without CDI names: the CDI spec " +
+                                  cdi_dir + "/edgeaccel.io-gpu.json has not been written yet"))
+      << daemon_->Log();
+  // The directory appears: the retry writes the spec, and Allocate names the device again.
+  unlink(cdi_dir.c_str());
+  mkdir(cdi_dir.c_str(), 0755);
+  EXPECT_TRUE(daemon_->WaitForLog("on retry", absl::Seconds(15))) << daemon_->Log();
+  r = Allocate(kGpu, {kUuid0});
+  ASSERT_EQ(r.cdi_devices_size(), 1) << daemon_->Log();
+  // Someone deletes the spec (a tmpfs /var/run/cdi cleared): no name pointing at nothing.
+  unlink((cdi_dir + "/edgeaccel.io-gpu.json").c_str());
+  r = Allocate(kGpu, {kUuid0});
+  EXPECT_EQ(r.cdi_devices_size(), 0);
+  EXPECT_TRUE(daemon_->WaitForLog("edgeaccel.io-gpu.json is gone")) << daemon_->Log();
 }
 
 TEST_F(GpuE2eTest, BadHostFilesAreOneClearLogLineEachNeverACrashOrAMadeUpDevice) {
@@ -263,16 +298,20 @@ TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried)
   EXPECT_TRUE(daemon_->WaitForLog("cannot write the CDI spec")) << daemon_->Log();
   EXPECT_THAT(daemon_->Log(), HasSubstr("No space left on device"));
   EXPECT_TRUE(daemon_->Running());
-  EXPECT_TRUE(kubelet_.Allocate(kGpu, {kUuid0}).ok());
+  // Served all the same, without a CDI name no runtime could resolve.
+  v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {kUuid0});
+  EXPECT_EQ(r.devices_size(), 5);
+  EXPECT_EQ(r.cdi_devices_size(), 0);
   // Room again, and no device changes: the daemon's retry (first after 1 s) writes the spec,
-  // so a CDI-aware runtime finds the device Allocate named.
+  // and Allocate names the device from then on.
   disk.MakeRoom();
   const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
   EXPECT_TRUE(Eventually([&] { return access(spec.c_str(), F_OK) == 0; })) << daemon_->Log();
   EXPECT_TRUE(daemon_->WaitForLog("on retry")) << daemon_->Log();
+  r = Allocate(kGpu, {kUuid0});
+  EXPECT_EQ(r.cdi_devices_size(), 1);
   daemon_->Signal(SIGTERM);
   daemon_->Wait(absl::Seconds(5));
-  EXPECT_NE(access(spec.c_str(), F_OK), 0) << "the spec is removed on exit";
 }
 
 TEST(GpuCliTest, DiscoverShowsEveryFamily) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/status/statusor.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/inventory/replicas.h"
 
@@ -31,9 +32,7 @@ TEST(AllocationTest, ReplicasShareNodesAndEnvsOnce) {
   v1beta1::ContainerAllocateRequest request;
   for (const char* id : {"GPU-a::0", "GPU-a::2", "GPU-b::1"}) request.add_devices_ids(id);
   v1beta1::ContainerAllocateResponse response;
-  std::vector<std::string> named;
-  CdiNamer cdi_name = [&named](absl::string_view physical_id) {
-    named.emplace_back(physical_id);
+  CdiNamer cdi_name = [](absl::string_view physical_id) -> absl::StatusOr<std::string> {
     return "edgeaccel.io/gpu=" + std::string(physical_id);
   };
   ASSERT_TRUE(
@@ -64,6 +63,41 @@ TEST(AllocationTest, PreferredReplicasSpreadOverDevices) {
   EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0"));
   request.set_allocation_size(3);
   EXPECT_THAT(PreferredDevices(*snapshot, request), ElementsAre("A::0", "A::1", "B::2"));
+}
+
+TEST(AllocationTest, CdiNamesComeAllOrNone) {
+  Device a, b;
+  a.id = "GPU-a";
+  a.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}};
+  b.id = "GPU-b";
+  b.nodes = {{"/dev/nvidia1", "/dev/nvidia1", "rw"}};
+  DeviceSet set("nvidia.com/gpu");
+  set.Update({a, b});
+  CdiNamer only_a = [](absl::string_view id) -> absl::StatusOr<std::string> {
+    if (id == "GPU-a") return std::string("edgeaccel.io/gpu=GPU-a");
+    return absl::UnavailableError("the CDI spec does not hold GPU-b yet");
+  };
+  v1beta1::ContainerAllocateRequest request;
+  request.add_devices_ids("GPU-a");
+  request.add_devices_ids("GPU-b");
+  v1beta1::ContainerAllocateResponse response;
+  std::string fallback;
+  ASSERT_TRUE(BuildContainerAllocation(*set.Current(), "nvidia.com/gpu", request, only_a,
+                                       &response, &fallback)
+                  .ok());
+  EXPECT_EQ(response.devices_size(), 2) << "device nodes for both";
+  EXPECT_EQ(response.cdi_devices_size(), 0) << "no half set of names";
+  EXPECT_EQ(fallback, "the CDI spec does not hold GPU-b yet");
+
+  request.clear_devices_ids();
+  request.add_devices_ids("GPU-a");
+  response.Clear();
+  fallback.clear();
+  ASSERT_TRUE(BuildContainerAllocation(*set.Current(), "nvidia.com/gpu", request, only_a,
+                                       &response, &fallback)
+                  .ok());
+  ASSERT_EQ(response.cdi_devices_size(), 1);
+  EXPECT_EQ(fallback, "");
 }
 
 TEST(AllocationTest, NoCdiNamesWithoutANamer) {

@@ -28,7 +28,9 @@ TEST(PluginOptionsTest, EachOptionalCallIsOfferedExactlyWhenItsHookIsSet) {
 
   // CDI changes what Allocate answers, not which calls exist.
   PluginOptions cdi;
-  cdi.cdi_device_name = [](absl::string_view id) { return std::string(id); };
+  cdi.cdi_device_name = [](absl::string_view id) -> absl::StatusOr<std::string> {
+    return std::string(id);
+  };
   EXPECT_EQ(AdvertisedOptions(cdi).SerializeAsString(),
             AdvertisedOptions(defaults).SerializeAsString());
 }

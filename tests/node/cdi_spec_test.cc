@@ -53,7 +53,7 @@ TEST(CdiTest, StringsAreEscaped) {
   EXPECT_THAT(CdiSpecJson("x/y", s), HasSubstr("\"a\\\"b\\\\c\\n\""));
 }
 
-TEST(CdiTest, FileIsWrittenAtomicallyAndRemoved) {
+TEST(CdiTest, FileIsWrittenAtomically) {
   TempDir dir;
   CdiSpecFile file(dir.path() + "/cdi", "nvidia.com/gpu");
   EXPECT_EQ(file.path(), dir.path() + "/cdi/edgeaccel.io-gpu.json");
@@ -63,8 +63,38 @@ TEST(CdiTest, FileIsWrittenAtomicallyAndRemoved) {
   content << in.rdbuf();
   EXPECT_THAT(content.str(), HasSubstr("\"cdiVersion\""));
   EXPECT_NE(access((dir.path() + "/cdi/.edgeaccel.io-gpu.json.tmp").c_str(), F_OK), 0);
-  file.Remove();
-  EXPECT_NE(access(file.path().c_str(), F_OK), 0);
+  struct stat st;
+  ASSERT_EQ(stat(file.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644);
+}
+
+TEST(CdiTest, NamesOnlyWhatTheSpecOnDiskHolds) {
+  TempDir dir;
+  CdiSpecFile file(dir.path(), "nvidia.com/gpu");
+  auto reason = [&](absl::string_view id) {
+    return std::string(file.NameOnDisk(id).status().message());
+  };
+  EXPECT_THAT(reason("GPU-1"), HasSubstr("has not been written yet"));
+
+  ASSERT_TRUE(file.Write(TwoReplicasOfOneGpu()).ok());
+  ASSERT_TRUE(file.NameOnDisk("GPU-1").ok());
+  EXPECT_EQ(*file.NameOnDisk("GPU-1"), "edgeaccel.io/gpu=GPU-1");
+  EXPECT_THAT(reason("GPU-1::0"), HasSubstr("does not hold GPU-1::0")) << "physical ids only";
+  EXPECT_THAT(reason("GPU-b"), HasSubstr("does not hold GPU-b yet"));
+
+  // Replaced by another writer (same name, other content).
+  const std::string other = dir.path() + "/other.json";
+  std::ofstream(other) << "{}";
+  ASSERT_EQ(rename(other.c_str(), file.path().c_str()), 0);
+  EXPECT_THAT(reason("GPU-1"), HasSubstr("was replaced by another writer"));
+
+  // Removed (a tmpfs /var/run/cdi cleared under us).
+  unlink(file.path().c_str());
+  EXPECT_THAT(reason("GPU-1"), HasSubstr(file.path() + " is gone"));
+
+  // Written again: named again.
+  ASSERT_TRUE(file.Write(TwoReplicasOfOneGpu()).ok());
+  EXPECT_TRUE(file.NameOnDisk("GPU-1").ok());
 }
 
 TEST(CdiTest, UnwritableDirectoryIsAClearError) {

@@ -7,9 +7,15 @@
 #ifndef EDGEACCEL_NODE_CDI_SPEC_H_
 #define EDGEACCEL_NODE_CDI_SPEC_H_
 
+#include <sys/types.h>
+
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "edgeaccel/inventory/device_set.h"
 
@@ -23,19 +29,32 @@ std::string CdiDeviceName(absl::string_view resource_name, absl::string_view phy
 // The CDI spec (JSON) for the physical devices in `snapshot`.
 std::string CdiSpecJson(absl::string_view resource_name, const Snapshot& snapshot);
 
-// Writes specs for one resource into a directory, atomically (a dot-file, then rename), and
-// removes the file on Remove().
+// The spec file of one resource in the CDI directory, written atomically (a dot-file, then
+// rename). It also knows what it last put on disk, so Allocate names only devices a runtime can
+// resolve right now.
+//
+// The file is left in place when the daemon stops: the kubelet replays a cached Allocate answer,
+// CDI names included, whenever a container restarts, also while the daemon is down or being
+// rolled out, and the devices are still there. The next daemon rewrites it from what it finds.
 class CdiSpecFile {
  public:
   CdiSpecFile(std::string directory, std::string resource_name);
   const std::string& path() const { return path_; }
-  absl::Status Write(const Snapshot& snapshot) const;
-  void Remove() const;
+  // Writes the spec for the physical devices in `snapshot` (the directory is made if missing).
+  absl::Status Write(const Snapshot& snapshot);
+  // The CDI name of `physical_id` when the spec this object last wrote is on disk and holds it;
+  // otherwise why not (never written, removed or replaced since, device not in it).
+  absl::StatusOr<std::string> NameOnDisk(absl::string_view physical_id) const;
 
  private:
-  std::string directory_;
-  std::string resource_name_;
+  const std::string directory_;
+  const std::string resource_name_;
   std::string path_;
+  mutable absl::Mutex mu_;
+  bool written_ ABSL_GUARDED_BY(mu_) = false;
+  dev_t written_device_ ABSL_GUARDED_BY(mu_) = 0;
+  ino_t written_inode_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<std::string> written_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel
