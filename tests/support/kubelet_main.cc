@@ -2,8 +2,8 @@
 // runs elsewhere (scripts/images.sh runs the image as the DaemonSet would and points it here).
 // Serves kubelet.sock under ROOT/device-plugins (and watches ROOT/plugins_registry), waits until
 // each RESOURCE is advertised with COUNT healthy devices over an open ListAndWatch, then
-// allocates one device of each and prints the device nodes it was given. Exit 0 on success,
-// 1 with the reason after --timeout.
+// allocates one device of each and prints the device nodes (and CDI names) it was given.
+// Exit 0 on success, 1 with the reason after --timeout.
 //   edgeaccel-test-kubelet ROOT TIMEOUT_SECONDS RESOURCE=COUNT...
 #include <cstdio>
 #include <iostream>
@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
         i = specs.size() - 1;
       }
       std::printf(" %s", specs[i].host_path().c_str());
+    }
+    for (const auto& cdi : response->container_responses(0).cdi_devices()) {
+      std::printf("; CDI %s", cdi.name().c_str());
     }
     std::printf("\n");
   }
