@@ -39,6 +39,7 @@ components:
   - ../../../manifests/components/nfd
   - ../../../manifests/components/jetson-l4t
   - ../../../manifests/components/nvidia-discrete
+  - ../../../manifests/components/cdi
 YAML
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all"; do

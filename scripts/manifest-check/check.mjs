@@ -16,6 +16,7 @@ const HOST_PATHS = new Map([
   ["/var/snap/microk8s/common/var/lib/kubelet/plugins_registry", "rw"],
   ["/var/lib/rancher/k3s/agent/kubelet/plugins_registry", "rw"],
   ["/etc/kubernetes/node-feature-discovery/features.d", "rw"],  // the NFD feature file
+  ["/var/run/cdi", "rw"],  // the CDI specs (components/cdi)
   ["/dev", "ro"],
   ["/sys", "ro"],
   ["/proc/meminfo", "ro"],
