@@ -38,6 +38,21 @@ absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
   return families;
 }
 
+absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text) {
+  std::set<std::string> resources;
+  if (text.empty()) return resources;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name != kResourceEdgeTpu && name != kResourceNvidiaGpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--take-over: unknown resource \"", absl::CHexEscape(name.substr(0, 60)),
+          "\" (known: coral.ai/edgetpu, nvidia.com/gpu)"));
+    }
+    resources.insert(std::string(name));
+  }
+  return resources;
+}
+
 absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text) {
   std::map<std::string, int> replicas;
   if (text.empty()) return replicas;

@@ -10,6 +10,8 @@
 #include "edgeaccel/discovery/nvidia.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/discovery/tegra.h"
+#include "edgeaccel/kubelet/cached_allocation_check.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/node/nfd_feature_file.h"
 #include "glog/logging.h"
 
@@ -68,6 +70,10 @@ Daemon::Daemon(DaemonConfig config)
         return cdi->NameOnDisk(id);
       };
     }
+    // Every container start checks that the answer the kubelet cached still fits the devices.
+    options.plugin.pre_start = CachedAllocationCheck(
+        absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
+    options.take_over = config_.take_over.count(set->resource_name()) > 0;
     resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
   }
   if (!config_.nfd_features_dir.empty()) {
@@ -181,9 +187,13 @@ std::string Daemon::RenderMetrics() const {
 bool Daemon::Healthy(std::string* why) const {
   std::vector<std::string> problems;
   for (const auto& resource : resources_) {
-    // A resource without devices is not registered on purpose.
+    // A resource without devices is not registered on purpose, nor one left to another plugin.
     if (resource->set->Current()->devices.empty()) continue;
-    if (!resource->registrar->registered()) {
+    if (!resource->registrar->left_to().empty()) continue;
+    if (resource->registrar->endpoint_lost()) {
+      problems.push_back(absl::StrCat(resource->set->resource_name(),
+                                      ": the kubelet dropped our endpoint; registering again"));
+    } else if (!resource->registrar->registered()) {
       problems.push_back(absl::StrCat(resource->set->resource_name(),
                                       " is not registered with the kubelet"));
     }

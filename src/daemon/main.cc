@@ -60,6 +60,10 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(10),
 ABSL_FLAG(std::string, families, "all",
           "Device families to look for, comma-separated: coral-pcie, coral-usb (coral.ai/edgetpu), "
           "tegra, nvidia (nvidia.com/gpu), or all. A resource is registered once it has a device.");
+ABSL_FLAG(std::string, take_over, "",
+          "Resources to register even where another device plugin on the node already serves "
+          "them (e.g. NVIDIA's for nvidia.com/gpu), comma-separated. Without it such a resource "
+          "is left to that plugin, and registered once that plugin is gone.");
 ABSL_FLAG(std::string, replicas, "",
           "Time-sliced sharing: advertise each device as N replicas, e.g. nvidia.com/gpu=4. "
           "Replica ids are <device id>::<n>; pods sharing a device are not isolated.");
@@ -120,6 +124,10 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
       edgeaccel::ParseFamilies(absl::GetFlag(FLAGS_families));
   if (!families.ok()) return families.status();
   config.families = *families;
+  absl::StatusOr<std::set<std::string>> take_over =
+      edgeaccel::ParseTakeOver(absl::GetFlag(FLAGS_take_over));
+  if (!take_over.ok()) return take_over.status();
+  config.take_over = *take_over;
   absl::StatusOr<std::map<std::string, int>> replicas =
       edgeaccel::ParseReplicas(absl::GetFlag(FLAGS_replicas));
   if (!replicas.ok()) return replicas.status();

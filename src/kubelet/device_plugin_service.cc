@@ -73,6 +73,7 @@ class DevicePluginService::Stream final
   void OnCancel() override {
     VLOG(1) << service_->set_->resource_name() << ": ListAndWatch stream cancelled by the client";
     FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+    if (service_->on_stream_cancelled_) service_->on_stream_cancelled_();
   }
 
   void OnDone() override {
@@ -130,8 +131,17 @@ class DevicePluginService::Stream final
 // Service
 
 DevicePluginService::DevicePluginService(DeviceSet* set, PluginCounters* counters,
-                                         PluginOptions options)
-    : set_(set), counters_(counters), options_(options) {}
+                                         PluginOptions options,
+                                         std::function<void()> on_stream_cancelled)
+    : set_(set),
+      counters_(counters),
+      options_(std::move(options)),
+      on_stream_cancelled_(std::move(on_stream_cancelled)) {}
+
+int DevicePluginService::OpenStreams() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(streams_.size());
+}
 
 DevicePluginService::~DevicePluginService() {
   absl::MutexLock lock(&mu_);

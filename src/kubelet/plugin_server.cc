@@ -10,32 +10,24 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
-namespace {
-
-// True if something accepts connections on the Unix socket at `path`.
-bool SocketIsLive(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return live;
-}
-
-}  // namespace
 
 PluginServer::PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-                           grpc::Service* extra_service, PluginOptions options)
+                           grpc::Service* extra_service, PluginOptions options,
+                           std::function<void()> on_stream_cancelled)
     : socket_path_(std::move(socket_path)),
       set_(set),
       counters_(counters),
       extra_service_(extra_service),
-      options_(options) {}
+      options_(std::move(options)),
+      on_stream_cancelled_(std::move(on_stream_cancelled)) {}
+
+int PluginServer::OpenStreams() const {
+  return service_ == nullptr ? 0 : service_->OpenStreams();
+}
 
 PluginServer::~PluginServer() { Stop(); }
 
@@ -54,7 +46,7 @@ absl::Status PluginServer::Start() {
           S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "a non-socket file",
           "; remove it, or point --device-plugin-dir (or --kubelet-root) elsewhere"));
     }
-    if (SocketIsLive(socket_path_)) {
+    if (UnixSocketAnswers(socket_path_)) {
       return absl::AlreadyExistsError(absl::StrCat(
           "cannot serve on ", socket_path_,
           ": another process is serving on it (a second edgeaccel-device-plugin?)"));
@@ -69,7 +61,7 @@ absl::Status PluginServer::Start() {
     return absl::InternalError(absl::StrCat("cannot stat ", socket_path_, ": ", strerror(errno)));
   }
 
-  service_ = std::make_unique<DevicePluginService>(set_, counters_, options_);
+  service_ = std::make_unique<DevicePluginService>(set_, counters_, options_, on_stream_cancelled_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
@@ -92,7 +93,8 @@ absl::Status ResourceRegistrar::Start() {
   if (!inotify_.ok()) return absl::InternalError("cannot create an inotify instance");
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   call_done_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0 || call_done_fd_ < 0) {
+  stream_event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0 || call_done_fd_ < 0 || stream_event_fd_ < 0) {
     return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
   }
   thread_ = std::thread([this] {
@@ -115,7 +117,8 @@ void ResourceRegistrar::Stop() {
     server = std::move(server_);
   }
   if (server != nullptr) server->Stop();
-  for (int* fd : {&stop_fd_, &call_done_fd_}) {
+  other_watch_.reset();  // before its eventfd closes
+  for (int* fd : {&stop_fd_, &call_done_fd_, &stream_event_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -130,6 +133,11 @@ bool ResourceRegistrar::registered() const {
 
 uint64_t ResourceRegistrar::registrations() const {
   return registrations_.load() + watcher_service_.registrations();
+}
+
+std::string ResourceRegistrar::left_to() const {
+  absl::MutexLock lock(&mu_);
+  return left_to_;
 }
 
 std::string ResourceRegistrar::socket_path() const {
@@ -200,6 +208,7 @@ void ResourceRegistrar::FinishRegisterCall() {
   if (status.ok()) {
     registered_kubelet_id_ = call->kubelet;
     registered_kubelet_.store(true);
+    endpoint_lost_.store(false);
     registrations_.fetch_add(1);
     backoff_.Reset();
     last_complaint_.clear();
@@ -233,8 +242,10 @@ void ResourceRegistrar::FinishRegisterCall() {
 }
 
 void ResourceRegistrar::Wait(absl::Duration timeout) {
-  struct pollfd fds[3] = {
-      {inotify_.fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}, {call_done_fd_, POLLIN, 0}};
+  struct pollfd fds[4] = {{inotify_.fd(), POLLIN, 0},
+                          {stop_fd_, POLLIN, 0},
+                          {call_done_fd_, POLLIN, 0},
+                          {stream_event_fd_, POLLIN, 0}};
   int timeout_ms = -1;
   if (timeout != kUntilEvent) {
     // A deadline computed from an earlier clock reading may already have passed: poll, do not
@@ -246,14 +257,26 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
     // Some directory cannot be watched: look again every second rather than miss a kubelet.
     timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
   }
-  if (poll(fds, 3, timeout_ms) <= 0) return;
+  if (poll(fds, 4, timeout_ms) <= 0) return;
   if (fds[2].revents & POLLIN) {
     uint64_t count;
     (void)!read(call_done_fd_, &count, sizeof(count));
     FinishRegisterCall();
   }
+  if (fds[3].revents & POLLIN) {
+    uint64_t count;
+    (void)!read(stream_event_fd_, &count, sizeof(count));
+    // One of our streams ended (look once the kubelet has made its next move), or the one we
+    // hold to the plugin we left the resource to did.
+    check_endpoint_at_ = std::min(check_endpoint_at_, absl::Now() + options_.lost_endpoint_settle);
+    recheck_other_ = true;
+  }
   bool rearm = false;
   std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);
+  // Sockets came or went: whoever we left the resource to may be gone, or back.
+  for (const DirectoryWatcher::Event& event : events) {
+    if (event.name != SocketFileName(set_->resource_name())) recheck_other_ = true;
+  }
   if (rearm || !inotify_.complete()) {
     // Events may have been lost (overflow, a directory re-created): compare with what we know.
     std::optional<SocketId> now = KubeletSocketId();
@@ -279,6 +302,136 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
   // Re-arming happens at the top of the loop in Run().
 }
 
+void ResourceRegistrar::StopServing() {
+  CancelRegisterCall();
+  std::unique_ptr<PluginServer> server;
+  {
+    absl::MutexLock lock(&mu_);
+    server = std::move(server_);
+  }
+  if (server != nullptr) server->Stop();
+  registered_kubelet_.store(false);
+  watcher_service_.EndpointLost();
+}
+
+bool ResourceRegistrar::LeaveToOtherPlugin() {
+  const std::string resource = set_->resource_name();
+  OtherPluginQuery query;
+  query.resource = resource;
+  query.device_plugin_dir = DirectoryFor(RegistrationMode::kKubelet);
+  query.plugins_registry_dir = DirectoryFor(RegistrationMode::kPluginWatcher);
+  query.own_socket_name = SocketFileName(resource);
+  for (const Device& device : set_->Current()->devices) query.own_ids.push_back(device.id);
+  query.timeout = options_.other_plugin_timeout;
+  std::optional<OtherPlugin> other = FindOtherPlugin(query);
+  const std::string was_left_to = left_to();
+  auto leave = [&](const std::string& to) {
+    {
+      absl::MutexLock lock(&mu_);
+      left_to_ = to;
+    }
+    StopServing();
+  };
+  if (other.has_value() && options_.take_over) {
+    Complain(absl::StrCat(other->socket, " serves ", resource, " too (", other->evidence,
+                          "); registering it anyway, as --take-over asks"));
+    return false;
+  }
+  if (other.has_value()) {
+    if (was_left_to != other->socket) {
+      LOG(WARNING) << resource << ": not registering it: another device plugin serves it ("
+                   << other->socket << ", registered through " << other->registration << ": "
+                   << other->evidence << "). Leaving " << resource
+                   << " to that plugin; to serve it from edgeaccel instead, remove that plugin "
+                      "or pass --take-over="
+                   << resource;
+      other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
+    }
+    other_grace_until_ = absl::InfinitePast();
+    leave(other->socket);
+    return true;
+  }
+  other_watch_.reset();
+  // No plugin serves it now. If the kubelet still holds devices of the resource that are not
+  // ours, the plugin that served them may be on its way back (after a kubelet restart every
+  // plugin registers again): give it a moment rather than take the resource from it.
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
+      absl::StrCat(query.device_plugin_dir, "/", kKubeletCheckpointName));
+  std::string theirs;
+  if (checkpoint.ok() && !options_.take_over) {
+    auto held = checkpoint->registered_devices.find(resource);
+    if (held != checkpoint->registered_devices.end() && !held->second.empty()) {
+      auto physical = [](const std::string& id) { return id.substr(0, id.rfind("::")); };
+      bool any_ours = false;
+      for (const std::string& id : held->second) {
+        for (const std::string& own : query.own_ids) any_ours |= physical(id) == physical(own);
+      }
+      if (!any_ours) theirs = held->second.front();
+    }
+  }
+  if (!theirs.empty()) {
+    if (other_grace_until_ == absl::InfinitePast()) {
+      other_grace_until_ = absl::Now() + options_.other_plugin_grace;
+      LOG(INFO) << resource << ": the kubelet holds devices of " << resource
+                << " that are not ours (" << theirs
+                << ", ...) but no plugin serves them now; waiting up to "
+                << absl::FormatDuration(options_.other_plugin_grace)
+                << " for the plugin that did to register again before registering ours";
+    }
+    if (absl::Now() < other_grace_until_) {
+      recheck_other_at_ = other_grace_until_;
+      leave("(waiting for the plugin that served it)");
+      return true;
+    }
+  }
+  if (!was_left_to.empty()) {
+    LOG(INFO) << resource << ": no other plugin serves it now; serving and registering it";
+    absl::MutexLock lock(&mu_);
+    left_to_.clear();
+  }
+  return false;
+}
+
+void ResourceRegistrar::CheckEndpoint(RegistrationMode mode) {
+  const std::string resource = set_->resource_name();
+  {
+    absl::MutexLock lock(&mu_);
+    if (server_ == nullptr || server_->OpenStreams() > 0 || call_ != nullptr) return;
+  }
+  std::string where;
+  if (mode == RegistrationMode::kKubelet) {
+    if (!registered_kubelet_.load()) return;
+    // A new kubelet.sock is a restart, handled as one.
+    if (KubeletSocketId() != std::optional<SocketId>(registered_kubelet_id_)) return;
+    if (!UnixSocketAnswers(KubeletSocket())) {
+      LOG(INFO) << resource << ": the kubelet ended our ListAndWatch stream and " << KubeletSocket()
+                << " does not answer: the kubelet has stopped; registering again when it is back";
+      registered_kubelet_.store(false);
+      return;
+    }
+    where = absl::StrCat(KubeletSocket(), " is unchanged");
+  } else {
+    if (!watcher_service_.registered()) return;
+    where = "our socket is still in place";
+  }
+  endpoint_lost_.store(true);
+  registered_kubelet_.store(false);
+  watcher_service_.EndpointLost();
+  LOG(WARNING) << resource << ": the kubelet ended our ListAndWatch stream while " << where
+               << ": it dropped our endpoint (another plugin registered " << resource
+               << ", or the late deregistration of a plugin that served it before). Until we are "
+                  "registered again the kubelet counts these devices Unhealthy.";
+  if (LeaveToOtherPlugin()) return;
+  retry_at_ = absl::Now() + backoff_.Next();
+  LOG(WARNING) << resource << ": no other plugin serves it; registering again in "
+               << absl::FormatDuration(retry_at_ - absl::Now());
+  if (mode == RegistrationMode::kKubelet) {
+    need_register_ = true;
+  } else {
+    StopServing();  // a new socket: the plugin watcher registers it again
+  }
+}
+
 void ResourceRegistrar::Run() {
   const std::string resource = set_->resource_name();
   while (!stopping_.load()) {
@@ -295,6 +448,25 @@ void ResourceRegistrar::Run() {
       Wait(kUntilEvent);
       continue;
     }
+    if (absl::Now() >= check_endpoint_at_) {
+      check_endpoint_at_ = absl::InfiniteFuture();
+      CheckEndpoint(mode);
+    }
+
+    // 0. Left to another plugin: look again only when something changed.
+    if (!left_to().empty()) {
+      if (recheck_other_ || absl::Now() >= recheck_other_at_) {
+        recheck_other_ = false;
+        recheck_other_at_ = absl::InfiniteFuture();
+        LeaveToOtherPlugin();
+      }
+      if (!left_to().empty()) {
+        Wait(recheck_other_at_ == absl::InfiniteFuture() ? kUntilEvent
+                                                         : recheck_other_at_ - absl::Now());
+        continue;
+      }
+    }
+    recheck_other_ = false;
 
     // 1. Serve on our socket; serve again whenever it vanishes (the kubelet deletes it when it
     //    restarts) or the mode changes.
@@ -319,11 +491,17 @@ void ResourceRegistrar::Run() {
         Wait(retry_at_ - absl::Now());
         continue;
       }
+      // Never take a resource another plugin serves (unless told to).
+      if (LeaveToOtherPlugin()) continue;
       const std::string path = absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
+      const int stream_event_fd = stream_event_fd_;
       auto server = std::make_unique<PluginServer>(
           path, set_, &counters_,
           mode == RegistrationMode::kPluginWatcher ? &watcher_service_ : nullptr,
-          options_.plugin);
+          options_.plugin, [stream_event_fd] {
+            uint64_t one = 1;
+            (void)!write(stream_event_fd, &one, sizeof(one));
+          });
       absl::Status status = server->Start();
       if (!status.ok()) {
         retry_at_ = absl::Now() + backoff_.Next();
@@ -338,7 +516,7 @@ void ResourceRegistrar::Run() {
         active_mode_ = mode;
       }
       last_complaint_.clear();
-      backoff_.Reset();
+      if (!endpoint_lost_.load()) backoff_.Reset();  // a lost endpoint keeps backing off
       retry_at_ = absl::InfinitePast();
       need_register_ = mode == RegistrationMode::kKubelet;
       LOG(INFO) << resource << ": serving on " << path << " ("
@@ -362,9 +540,15 @@ void ResourceRegistrar::Run() {
                               " is not there yet; will register as soon as it appears"));
       } else if (absl::Now() < retry_at_) {
         wait = retry_at_ - absl::Now();
-      } else {
+      } else if (!LeaveToOtherPlugin()) {
         StartRegisterCall(*kubelet);
+      } else {
+        continue;
       }
+    }
+    if (check_endpoint_at_ != absl::InfiniteFuture()) {
+      const absl::Duration until_check = check_endpoint_at_ - absl::Now();
+      wait = wait == kUntilEvent ? until_check : std::min(wait, until_check);
     }
     Wait(wait);
   }

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -208,11 +211,12 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
   endpoint->via = via;
   endpoint->channel = DialUnixSocket(socket);
   endpoint->stub = v1beta1::DevicePlugin::NewStub(endpoint->channel);
+  // Kubelets since 1.25 take the options from this call, whichever way the plugin registered.
+  v1beta1::DevicePluginOptions options;
   {
     grpc::ClientContext context;
     context.set_deadline(In(absl::Seconds(10)));
     context.set_wait_for_ready(true);
-    v1beta1::DevicePluginOptions options;
     grpc::Status status = endpoint->stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options);
     Note(absl::StrCat("GetDevicePluginOptions ", resource));
     if (!status.ok()) {
@@ -233,6 +237,7 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
       retired_.push_back(std::move(existing->second));
     }
     ResourceState& state = resources_[resource];
+    state.options = options;
     state.ever_registered = true;
     state.registrations++;
     state.via = via;
@@ -261,6 +266,7 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
     if (state.generation != endpoint->generation) continue;
     state.devices.assign(response.devices().begin(), response.devices().end());
     state.updates++;
+    WriteCheckpointLocked();
     Changed();
   }
   reader->Finish();
@@ -275,7 +281,7 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
   Changed();
 }
 
-absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket) {
+absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& socket) {
   std::shared_ptr<grpc::Channel> channel = DialUnixSocket(socket);
   if (!channel->WaitForConnected(In(absl::Seconds(10)))) {
     return absl::UnavailableError(absl::StrCat("cannot dial ", socket));
@@ -324,7 +330,19 @@ absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket) {
     Changed();
     return absl::FailedPreconditionError(error);
   }
-  return absl::OkStatus();
+  return info.name();
+}
+
+void TestKubelet::Deregister(const std::string& resource) {
+  Note(absl::StrCat("DeRegisterPlugin ", resource));
+  absl::MutexLock lock(&mu_);
+  auto it = endpoints_.find(resource);
+  if (it == endpoints_.end()) return;
+  // The client is disconnected: its stream ends, and the resource's devices turn unhealthy.
+  it->second->stream_context->TryCancel();
+  retired_.push_back(std::move(it->second));
+  endpoints_.erase(it);
+  Changed();
 }
 
 void TestKubelet::WatchPluginsRegistry() {
@@ -332,7 +350,8 @@ void TestKubelet::WatchPluginsRegistry() {
   inotify_add_watch(fd, PluginsRegistryDir().c_str(), IN_CREATE | IN_DELETE);
   // socket -> next attempt; backoff doubles from 500 ms (the reconciler's retry).
   std::map<std::string, std::pair<absl::Time, absl::Duration>> pending;
-  std::map<std::string, std::string> registered;  // socket -> resource
+  std::map<std::string, std::string> registered;  // socket -> resource it registered
+  std::vector<std::pair<absl::Time, std::string>> deregister;  // when, resource
   if (DIR* dir = opendir(PluginsRegistryDir().c_str())) {
     while (struct dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
@@ -351,7 +370,9 @@ void TestKubelet::WatchPluginsRegistry() {
           it = pending.erase(it);
           continue;
         }
-        if (RegisterFromWatcher(it->first).ok()) {
+        absl::StatusOr<std::string> resource = RegisterFromWatcher(it->first);
+        if (resource.ok()) {
+          registered[it->first] = *resource;
           it = pending.erase(it);
           continue;
         }
@@ -360,6 +381,15 @@ void TestKubelet::WatchPluginsRegistry() {
       }
       next = std::min(next, it->second.first);
       ++it;
+    }
+    for (auto it = deregister.begin(); it != deregister.end();) {
+      if (it->first <= absl::Now()) {
+        Deregister(it->second);
+        it = deregister.erase(it);
+      } else {
+        next = std::min(next, it->first);
+        ++it;
+      }
     }
     struct pollfd fds[2] = {{fd, POLLIN, 0}, {watcher_stop_fd_, POLLIN, 0}};
     int timeout_ms = next == absl::InfiniteFuture()
@@ -380,10 +410,16 @@ void TestKubelet::WatchPluginsRegistry() {
           pending[path] = {absl::Now(), absl::Milliseconds(500)};
         } else if (event->mask & IN_DELETE) {
           pending.erase(path);
-          // The plugin went away: the kubelet deregisters it (its stream is closed).
-          absl::MutexLock lock(&mu_);
-          for (auto& [resource, endpoint] : endpoints_) {
-            if (endpoint->via == "plugin-watcher") endpoint->stream_context->TryCancel();
+          // The plugin went away: the reconciler deregisters its resource on its next pass.
+          auto gone = registered.find(path);
+          if (gone != registered.end()) {
+            absl::Duration delay;
+            {
+              absl::MutexLock lock(&mu_);
+              delay = deregistration_delay_;
+            }
+            deregister.emplace_back(absl::Now() + delay, gone->second);
+            registered.erase(gone);
           }
         }
       }
@@ -501,7 +537,114 @@ absl::StatusOr<v1beta1::AllocateResponse> TestKubelet::Allocate(
   v1beta1::AllocateResponse response;
   grpc::Status status = stub->Allocate(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
+  // The kubelet keeps the answer for the container's whole life, on disk too.
+  absl::MutexLock lock(&mu_);
+  CachedContainer& cached = containers_[absl::StrCat("pod-", next_pod_++)];
+  cached.resource = resource;
+  cached.ids = ids;
+  if (response.container_responses_size() > 0) cached.response = response.container_responses(0);
+  WriteCheckpointLocked();
   return response;
+}
+
+absl::StatusOr<std::string> TestKubelet::AdmitPod(const std::string& resource,
+                                                  const std::vector<std::string>& ids) {
+  absl::StatusOr<v1beta1::AllocateResponse> response = Allocate(resource, ids);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  return absl::StrCat("pod-", next_pod_ - 1);
+}
+
+absl::Status TestKubelet::StartContainer(const std::string& pod_uid) {
+  CachedContainer cached;
+  bool pre_start;
+  std::string host_root;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = containers_.find(pod_uid);
+    if (it == containers_.end()) return absl::NotFoundError("no such pod: " + pod_uid);
+    cached = it->second;
+    pre_start = resources_[cached.resource].options.pre_start_required();
+    host_root = host_root_;
+  }
+  if (pre_start) {
+    absl::Status status = PreStartContainer(cached.resource, cached.ids);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("PreStartContainer for ", cached.resource, ": ",
+                                       status.message()));
+    }
+  }
+  // The runtime (containerd's DeviceFromPath) lstats each host path; anything but a device node
+  // fails the container.
+  for (const v1beta1::DeviceSpec& spec : cached.response.devices()) {
+    struct stat st;
+    const std::string path = (host_root == "/" ? "" : host_root) + spec.host_path();
+    if (lstat(path.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("error gathering device information while adding custom device \"",
+                       spec.host_path(), "\": ", strerror(errno)));
+    }
+    if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("error gathering device information while adding custom device \"",
+                       spec.host_path(), "\": not a device node"));
+    }
+  }
+  Note(absl::StrCat("StartContainer ", pod_uid));
+  return absl::OkStatus();
+}
+
+void TestKubelet::SetHostRoot(const std::string& root) {
+  absl::MutexLock lock(&mu_);
+  host_root_ = root;
+}
+
+void TestKubelet::SetDeregistrationDelay(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  deregistration_delay_ = delay;
+}
+
+void TestKubelet::WriteCheckpointLocked() {
+  nlohmann::json registered = nlohmann::json::object();
+  for (const auto& [resource, state] : resources_) {
+    if (!state.ever_registered) continue;
+    nlohmann::json healthy = nlohmann::json::array();
+    for (const v1beta1::Device& device : state.devices) {
+      if (device.health() == "Healthy") healthy.push_back(device.id());
+    }
+    registered[resource] = healthy;
+  }
+  nlohmann::json entries = containers_.empty() ? nlohmann::json() : nlohmann::json::array();
+  for (const auto& [pod_uid, cached] : containers_) {
+    // Ids per NUMA node of the device ("-1": no topology), as kubelets since 1.20 write them.
+    nlohmann::json per_numa = nlohmann::json::object();
+    for (const std::string& id : cached.ids) {
+      std::string numa = "-1";
+      for (const v1beta1::Device& device : resources_[cached.resource].devices) {
+        if (device.id() == id && device.topology().nodes_size() > 0) {
+          numa = std::to_string(device.topology().nodes(0).id());
+        }
+      }
+      per_numa[numa].push_back(id);
+    }
+    entries.push_back({{"PodUID", pod_uid},
+                       {"ContainerName", "main"},
+                       {"ResourceName", cached.resource},
+                       {"DeviceIDs", per_numa},
+                       {"AllocResp", absl::Base64Escape(cached.response.SerializeAsString())}});
+  }
+  nlohmann::json checkpoint = {
+      {"Data", {{"PodDeviceEntries", entries}, {"RegisteredDevices", registered}}},
+      {"Checksum", 0}};  // Go's checksum of its own types; only the kubelet checks it
+  const std::string path = absl::StrCat(DevicePluginsDir(), "/", kKubeletCheckpointName);
+  const std::string temp = path + ".tmp";
+  if (FILE* f = fopen(temp.c_str(), "w")) {
+    const std::string text = checkpoint.dump();
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    rename(temp.c_str(), path.c_str());
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> TestKubelet::GetPreferredAllocation(

@@ -14,6 +14,15 @@
 //    retried with backoff.
 //  * When a ListAndWatch stream ends, every device of that resource turns unhealthy and the
 //    stream is not reopened.
+//  * A socket removed from plugins_registry/ is deregistered late (the reconciler's pass, about
+//    0.6 s on a real node), by the resource name it registered: DeRegisterPlugin stops whatever
+//    endpoint holds that name then, even one registered since through kubelet.sock.
+//  * device-plugins/kubelet_internal_checkpoint is written as the kubelet writes it: after
+//    every ListAndWatch update (RegisteredDevices: the healthy ids) and every Allocate
+//    (PodDeviceEntries: ids per NUMA node, the answer as base64 protobuf).
+//  * A container restart replays the cached Allocate answer (no new Allocate): PreStartContainer
+//    first when the plugin's options ask for it, then what the runtime does with the answer:
+//    every DeviceSpec host path must be a device node, or the container fails to start.
 //  * Stop() is the process dying: connections drop, files stay on disk.
 #ifndef EDGEACCEL_TESTS_SUPPORT_TEST_KUBELET_H_
 #define EDGEACCEL_TESTS_SUPPORT_TEST_KUBELET_H_
@@ -84,9 +93,20 @@ class TestKubelet {
   bool WaitFor(const std::function<bool()>& condition,
                absl::Duration timeout = absl::Seconds(10));
 
-  // What the kubelet calls when a pod is admitted.
+  // What the kubelet calls when a pod is admitted: Allocate, cached (and checkpointed) under a
+  // new pod uid ("pod-N"); AdmitPod returns that uid.
   absl::StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& resource,
                                                      const std::vector<std::string>& ids);
+  absl::StatusOr<std::string> AdmitPod(const std::string& resource,
+                                       const std::vector<std::string>& ids);
+  // (Re)starts the pod's container as the kubelet does: with the cached answer, PreStartContainer
+  // when the plugin's options ask for it, and the runtime's check of every device node (under
+  // the host root, see SetHostRoot). The error is what the pod's events would show.
+  absl::Status StartContainer(const std::string& pod_uid);
+  // Where the runtime finds host paths (a fixture host's root); "/" by default.
+  void SetHostRoot(const std::string& root);
+  // How late a plugins_registry/ socket's removal deregisters its resource (default 600 ms).
+  void SetDeregistrationDelay(absl::Duration delay);
   absl::StatusOr<std::vector<std::string>> GetPreferredAllocation(
       const std::string& resource, const std::vector<std::string>& available,
       const std::vector<std::string>& must_include, int size);
@@ -107,7 +127,13 @@ class TestKubelet {
     std::thread reader;
     uint64_t generation = 0;
   };
+  struct CachedContainer {
+    std::string resource;
+    std::vector<std::string> ids;
+    v1beta1::ContainerAllocateResponse response;
+  };
   struct ResourceState {
+    v1beta1::DevicePluginOptions options;
     std::vector<v1beta1::Device> devices;
     bool ever_registered = false;
     bool stream_open = false;
@@ -124,9 +150,13 @@ class TestKubelet {
                        const std::string& via);
   void ReadStream(Endpoint* endpoint);
   void WatchPluginsRegistry();
-  absl::Status RegisterFromWatcher(const std::string& socket);
+  // The resource it registered.
+  absl::StatusOr<std::string> RegisterFromWatcher(const std::string& socket);
   void Note(const std::string& entry);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
+  void WriteCheckpointLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DeRegisterPlugin(resource): stops the endpoint that holds the name now.
+  void Deregister(const std::string& resource);
   std::unique_ptr<v1beta1::DevicePlugin::Stub> StubFor(const std::string& resource);
 
   const std::string root_;
@@ -146,6 +176,10 @@ class TestKubelet {
   std::vector<std::unique_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> call_log_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CachedContainer> containers_ ABSL_GUARDED_BY(mu_);  // by pod uid
+  int next_pod_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string host_root_ ABSL_GUARDED_BY(mu_) = "/";
+  absl::Duration deregistration_delay_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(600);
 };
 
 }  // namespace edgeaccel::testing

@@ -27,6 +27,8 @@ struct DaemonConfig {
   absl::Duration register_timeout = absl::Seconds(10);
   // Device families to look for (coral-pcie, coral-usb, tegra, nvidia); empty: all of them.
   std::set<std::string> families;
+  // Resources to register even where another plugin serves them (--take-over).
+  std::set<std::string> take_over;
   // Time-sliced replicas per resource ("nvidia.com/gpu" -> 4); absent: 1.
   std::map<std::string, int> replicas;
   // Answer NVIDIA container runtime envs for nvidia.com/gpu.
@@ -54,6 +56,8 @@ const std::map<std::string, std::string>& KnownFamilies();
 
 // "coral-pcie,tegra" or "all".
 absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
+// "nvidia.com/gpu,coral.ai/edgetpu" (or empty).
+absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text);
 // "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).
 absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text);
 

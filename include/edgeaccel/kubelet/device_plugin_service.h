@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -32,11 +33,16 @@ struct PluginCounters {
 
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
-  DevicePluginService(DeviceSet* set, PluginCounters* counters, PluginOptions options);
+  // `on_stream_cancelled`, when set, runs (on a gRPC thread) whenever the kubelet ends a
+  // ListAndWatch stream: it restarted, or it dropped our endpoint.
+  DevicePluginService(DeviceSet* set, PluginCounters* counters, PluginOptions options,
+                      std::function<void()> on_stream_cancelled = nullptr);
   ~DevicePluginService() override;
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
   void EndStreams();
+  // ListAndWatch streams open now.
+  int OpenStreams() const;
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
                                                    const v1beta1::Empty* request,
@@ -62,6 +68,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   DeviceSet* const set_;
   PluginCounters* const counters_;
   const PluginOptions options_;
+  const std::function<void()> on_stream_cancelled_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,9 +22,11 @@ namespace edgeaccel {
 // services on the same socket (the plugin watcher's Registration service).
 class PluginServer {
  public:
-  // `socket_path` is the path this process binds.
+  // `socket_path` is the path this process binds. `on_stream_cancelled`: see
+  // DevicePluginService.
   PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-               grpc::Service* extra_service, PluginOptions options = {});
+               grpc::Service* extra_service, PluginOptions options = {},
+               std::function<void()> on_stream_cancelled = nullptr);
   ~PluginServer();
 
   // Binds and serves. A stale socket at the path is replaced; anything else there is an error
@@ -37,6 +40,9 @@ class PluginServer {
   // True while our socket file is still at the path (the kubelet deletes it when it restarts).
   bool SocketPresent() const;
 
+  // ListAndWatch streams open now (0 when not serving).
+  int OpenStreams() const;
+
   const std::string& socket_path() const { return socket_path_; }
   DevicePluginService* service() { return service_.get(); }
 
@@ -46,6 +52,7 @@ class PluginServer {
   PluginCounters* const counters_;
   grpc::Service* const extra_service_;
   const PluginOptions options_;
+  const std::function<void()> on_stream_cancelled_;
   std::unique_ptr<DevicePluginService> service_;
   std::unique_ptr<grpc::Server> server_;
   ino_t inode_ = 0;

@@ -24,6 +24,9 @@ class PluginWatcherService final : public pluginregistration::Registration::Call
       pluginregistration::RegistrationStatusResponse* response) override;
 
   bool registered() const { return registered_.load(); }
+  // The kubelet dropped the endpoint it had registered: no longer registered until it notifies
+  // us again.
+  void EndpointLost() { registered_.store(false); }
   uint64_t registrations() const { return registrations_.load(); }
 
  private:

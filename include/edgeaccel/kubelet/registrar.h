@@ -11,6 +11,17 @@
 //    calls GetInfo and NotifyRegistrationStatus, and re-finds it after its own restarts.
 //  * auto: kubelet when device-plugins/ exists (every kubelet since 1.10, k3s and microk8s
 //    included), else plugin-watcher when only plugins_registry/ exists; with neither, wait.
+//
+// Beside other plugins: a resource another plugin already serves (other_plugins.h) is left to
+// it, unless Options::take_over: we do not serve or register it, hold a stream to that plugin,
+// and look again when it goes away (its stream ends, its socket is removed).
+//
+// A lost endpoint: the kubelet can stop our endpoint without restarting (a plugin-watcher
+// deregistration of an older plugin for the same resource arrives late and stops whatever
+// endpoint holds the name; another plugin registers the resource). Our ListAndWatch stream then
+// ends while kubelet.sock is unchanged. That is noticed, logged, reported by registered() and
+// endpoint_lost(), and we register again with backoff, or leave the resource to the plugin that
+// took it.
 #ifndef EDGEACCEL_KUBELET_REGISTRAR_H_
 #define EDGEACCEL_KUBELET_REGISTRAR_H_
 
@@ -29,6 +40,7 @@
 #include "edgeaccel/host/directory_watcher.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/other_plugins.h"
 #include "edgeaccel/kubelet/plugin_options.h"
 #include "edgeaccel/kubelet/plugin_server.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
@@ -51,6 +63,17 @@ class ResourceRegistrar {
     absl::Duration register_timeout = absl::Seconds(10);
     absl::Duration max_backoff = absl::Seconds(30);
     PluginOptions plugin;
+    // Register even where another plugin serves the resource (--take-over).
+    bool take_over = false;
+    // How long a socket may take to answer when we ask whether it serves the resource.
+    absl::Duration other_plugin_timeout = absl::Milliseconds(500);
+    // When the kubelet still holds devices of the resource that are not ours but no plugin
+    // serves them, how long the plugin that did may take to come back (after a kubelet restart
+    // every plugin registers again, in no particular order).
+    absl::Duration other_plugin_grace = absl::Seconds(10);
+    // After a ListAndWatch stream ends, how long to wait for the kubelet's next move (a new
+    // stream after a re-registration) before calling the endpoint lost.
+    absl::Duration lost_endpoint_settle = absl::Milliseconds(300);
   };
 
   ResourceRegistrar(Options options, DeviceSet* set);
@@ -69,6 +92,10 @@ class ResourceRegistrar {
   uint64_t registrations() const;
   // kubelet.sock re-creations seen after a first registration.
   uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
+  // The kubelet dropped our endpoint and we are not registered again yet.
+  bool endpoint_lost() const { return endpoint_lost_.load() && !registered(); }
+  // The other plugin's socket while we leave the resource to it; "" otherwise.
+  std::string left_to() const;
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
@@ -96,6 +123,14 @@ class ResourceRegistrar {
   };
 
   void Run();
+  // Whether to leave the resource to another plugin now; sets or clears left_to_. Logs each
+  // change of mind once.
+  bool LeaveToOtherPlugin();
+  // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
+  // leaves the resource to the plugin that took it).
+  void CheckEndpoint(RegistrationMode mode);
+  // Stops serving (our socket goes) and forgets any registration.
+  void StopServing();
   RegistrationMode EffectiveMode() const;
   std::string DirectoryFor(RegistrationMode mode) const;
   std::string KubeletSocket() const;
@@ -117,11 +152,15 @@ class ResourceRegistrar {
   DirectoryWatcher inotify_;
   int stop_fd_ = -1;
   int call_done_fd_ = -1;
+  // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet, or
+  // the stream we hold to another plugin ended.
+  int stream_event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> registered_kubelet_{false};
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> kubelet_restarts_{0};
+  std::atomic<bool> endpoint_lost_{false};
 
   // Only the registration thread touches these.
   RegistrationMode active_mode_ = RegistrationMode::kAuto;
@@ -131,10 +170,16 @@ class ResourceRegistrar {
   absl::Time retry_at_ = absl::InfinitePast();
   Backoff backoff_;
   std::string last_complaint_;
+  absl::Time check_endpoint_at_ = absl::InfiniteFuture();
+  bool recheck_other_ = false;             // something changed while we leave it to another
+  absl::Time other_grace_until_ = absl::InfinitePast();
+  absl::Time recheck_other_at_ = absl::InfiniteFuture();
+  std::unique_ptr<OtherPluginWatch> other_watch_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
+  std::string left_to_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel

@@ -13,6 +13,10 @@ namespace edgeaccel {
 // backoff (1 s, shared between channels) would make us wait a second for nothing.
 std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path);
 
+// True if something accepts connections on the Unix socket at `path` now (a socket file whose
+// process is gone refuses them).
+bool UnixSocketAnswers(const std::string& path);
+
 }  // namespace edgeaccel
 
 #endif  // EDGEACCEL_KUBELET_UNIX_SOCKET_CHANNEL_H_

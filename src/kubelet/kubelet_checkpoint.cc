@@ -1,0 +1,104 @@
+#include "edgeaccel/kubelet/kubelet_checkpoint.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr size_t kMaxCheckpointBytes = 16 << 20;
+
+std::vector<std::string> Strings(const nlohmann::json& list) {
+  std::vector<std::string> out;
+  if (!list.is_array()) return out;
+  for (const nlohmann::json& item : list) {
+    if (item.is_string()) out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+const KubeletCheckpoint::Entry* KubeletCheckpoint::FindEntry(
+    absl::string_view resource, const std::vector<std::string>& ids) const {
+  const std::vector<std::string> wanted = Sorted(ids);
+  for (const Entry& entry : entries) {
+    if (entry.resource_name == resource && Sorted(entry.device_ids) == wanted) return &entry;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<KubeletCheckpoint> ParseKubeletCheckpoint(absl::string_view json) {
+  nlohmann::json root = nlohmann::json::parse(json.begin(), json.end(), nullptr,
+                                              /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("the kubelet checkpoint is not a JSON object");
+  }
+  auto data = root.find("Data");
+  if (data == root.end() || !data->is_object()) {
+    return absl::InvalidArgumentError("the kubelet checkpoint has no \"Data\" object");
+  }
+  KubeletCheckpoint checkpoint;
+  if (auto registered = data->find("RegisteredDevices");
+      registered != data->end() && registered->is_object()) {
+    for (const auto& [resource, ids] : registered->items()) {
+      checkpoint.registered_devices[resource] = Strings(ids);
+    }
+  }
+  if (auto entries = data->find("PodDeviceEntries");
+      entries != data->end() && entries->is_array()) {
+    for (const nlohmann::json& item : *entries) {
+      if (!item.is_object()) continue;
+      KubeletCheckpoint::Entry entry;
+      entry.pod_uid = item.value("PodUID", "");
+      entry.container_name = item.value("ContainerName", "");
+      entry.resource_name = item.value("ResourceName", "");
+      if (auto ids = item.find("DeviceIDs"); ids != item.end()) {
+        if (ids->is_array()) {
+          entry.device_ids = Strings(*ids);
+        } else if (ids->is_object()) {
+          for (const auto& [numa, per_node] : ids->items()) {
+            for (std::string& id : Strings(per_node)) entry.device_ids.push_back(std::move(id));
+          }
+        }
+      }
+      // Go writes []byte as base64: the marshalled ContainerAllocateResponse.
+      std::string bytes;
+      if (!absl::Base64Unescape(item.value("AllocResp", ""), &bytes) ||
+          !entry.allocate_response.ParseFromString(bytes)) {
+        continue;  // an entry we cannot read says nothing we can check
+      }
+      checkpoint.entries.push_back(std::move(entry));
+    }
+  }
+  return checkpoint;
+}
+
+absl::StatusOr<KubeletCheckpoint> ReadKubeletCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<size_t>(size) > kMaxCheckpointBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a file of at most 16 MiB"));
+  }
+  std::string content(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(content.data(), size);
+  content.resize(static_cast<size_t>(in.gcount()));
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ParseKubeletCheckpoint(content);
+  if (!checkpoint.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", checkpoint.status().message()));
+  }
+  return checkpoint;
+}
+
+}  // namespace edgeaccel
