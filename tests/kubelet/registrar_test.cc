@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "captured_log.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "eventually.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
@@ -41,12 +44,16 @@ Device Tpu(const std::string& id) {
 class RegistrationTest : public ::testing::Test {
  protected:
   void SetUp() override { set_.Update({Tpu("apex_0"), Tpu("apex_1")}); }
-  std::unique_ptr<ResourceRegistrar> StartRegistrar(RegistrationMode mode) {
+  std::unique_ptr<ResourceRegistrar> StartRegistrar(
+      RegistrationMode mode,
+      const std::function<void(ResourceRegistrar::Options*)>& adjust = nullptr) {
     ResourceRegistrar::Options options;
     options.kubelet_root = kubelet_.root();
     options.device_plugin_dir = kubelet_.DevicePluginsDir();
     options.mode = mode;
     options.max_backoff = absl::Milliseconds(400);
+    options.other_plugin_grace = absl::Milliseconds(300);
+    if (adjust) adjust(&options);
     auto registrar = std::make_unique<ResourceRegistrar>(options, &set_);
     EXPECT_TRUE(registrar->Start().ok());
     return registrar;
@@ -55,6 +62,33 @@ class RegistrationTest : public ::testing::Test {
     return kubelet_.WaitFor([&] {
       return kubelet_.StreamOpen(kTpu) && kubelet_.Allocatable(kTpu) == healthy;
     });
+  }
+
+  // Another vendor's Edge TPU plugin, registered through kubelet.sock as most plugins do.
+  struct OtherPlugin {
+    DeviceSet set{kTpu};
+    PluginCounters counters;
+    std::unique_ptr<PluginServer> server;
+  };
+  std::unique_ptr<OtherPlugin> StartOtherPlugin(const std::string& name) {
+    auto other = std::make_unique<OtherPlugin>();
+    other->set.Update({Tpu("vendor-tpu-0")});
+    other->server = std::make_unique<PluginServer>(kubelet_.DevicePluginsDir() + "/" + name,
+                                                   &other->set, &other->counters, nullptr);
+    EXPECT_TRUE(other->server->Start().ok());
+    auto stub = v1beta1::Registration::NewStub(
+        DialUnixSocket(kubelet_.DevicePluginsDir() + "/kubelet.sock"));
+    grpc::ClientContext context;
+    v1beta1::RegisterRequest request;
+    request.set_version("v1beta1");
+    request.set_endpoint(name);
+    request.set_resource_name(kTpu);
+    v1beta1::Empty empty;
+    EXPECT_TRUE(stub->Register(&context, request, &empty).ok());
+    EXPECT_TRUE(kubelet_.WaitFor([&] {
+      return kubelet_.StreamOpen(kTpu) && kubelet_.Devices(kTpu).size() == 1;
+    }));
+    return other;
   }
 
   TempDir dir_;
@@ -231,6 +265,87 @@ TEST_F(RegistrationTest, StopEndsTheStreamAndRemovesTheSocket) {
   EXPECT_TRUE(kubelet_.WaitFor([&] { return !kubelet_.StreamOpen(kTpu); }));
   EXPECT_EQ(kubelet_.Allocatable(kTpu), 0);  // the kubelet marks them unhealthy
   EXPECT_NE(access(socket.c_str(), F_OK), 0);
+}
+
+// Moving from a plugin that registered through plugins_registry/ to one that registers through
+// kubelet.sock: the kubelet's deregistration of the old socket comes about 0.6 s late and stops
+// whatever endpoint holds the resource name, the new one. It must notice and register again.
+TEST_F(RegistrationTest, ALateDeregistrationThatDropsOurEndpointIsNoticedAndRepaired) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto old = StartRegistrar(RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Advertised(2));
+  old->Stop();  // its socket goes; the kubelet deregisters coral.ai/edgetpu 0.6 s later
+  old.reset();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet"; }));
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    const auto calls = kubelet_.CallLog();
+    return std::find(calls.begin(), calls.end(), "DeRegisterPlugin " + kTpu) != calls.end();
+  }));
+  ASSERT_TRUE(Eventually([&] { return log.Contains("it dropped our endpoint"); }));
+  EXPECT_TRUE(log.Contains(kubelet_.DevicePluginsDir() + "/kubelet.sock is unchanged"));
+  EXPECT_TRUE(log.Contains("no other plugin serves it; registering again"));
+  // Registered again: the kubelet has our endpoint, a stream, every device healthy.
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 3; }));
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(Eventually([&] { return registrar->registered() && !registrar->endpoint_lost(); }));
+  EXPECT_TRUE(kubelet_.HasEndpoint(kTpu));
+}
+
+// A stream that ends because the kubelet itself stopped is not a lost endpoint: it is waited
+// for, and registered with once it is back.
+TEST_F(RegistrationTest, AStoppedKubeletIsNotADroppedEndpoint) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  kubelet_.Stop();
+  ASSERT_TRUE(Eventually([&] { return !registrar->registered(); }));
+  absl::SleepFor(absl::Milliseconds(500));  // past the wait before an endpoint counts as lost
+  EXPECT_FALSE(log.Contains("dropped our endpoint"));
+  EXPECT_FALSE(registrar->endpoint_lost());
+  kubelet_.Start();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2));
+}
+
+TEST_F(RegistrationTest, AResourceAnotherPluginServesIsLeftToItUntilItIsGone) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto other = StartOtherPlugin("vendor-edgetpu.sock");
+  const std::string other_socket = kubelet_.DevicePluginsDir() + "/vendor-edgetpu.sock";
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Eventually([&] { return registrar->left_to() == other_socket; }));
+  EXPECT_TRUE(log.Contains("not registering it: another device plugin serves it (" + other_socket));
+  EXPECT_TRUE(log.Contains("--take-over=coral.ai/edgetpu"));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 1) << "no second registration: no war";
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "vendor-tpu-0");
+  EXPECT_FALSE(registrar->registered());
+  EXPECT_EQ(registrar->socket_path(), "") << "not even serving";
+
+  // It is killed: its socket file stays behind, no inotify event says anything. The stream we
+  // hold to it ends; after the grace for it to come back, the resource is ours.
+  other->server->Stop();
+  ::edgeaccel::testing::MakeStaleSocket(other_socket);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet" &&
+                                            kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_EQ(registrar->left_to(), "");
+  EXPECT_TRUE(log.Contains("no other plugin serves it now; serving and registering it"));
+}
+
+TEST_F(RegistrationTest, TakeOverRegistersWhereAnotherPluginServes) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto other = StartOtherPlugin("vendor-edgetpu.sock");
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet, [](ResourceRegistrar::Options* o) {
+    o->take_over = true;
+  });
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
+  ASSERT_TRUE(Advertised(2));
+  EXPECT_TRUE(log.Contains("registering it anyway, as --take-over asks"));
 }
 
 }  // namespace

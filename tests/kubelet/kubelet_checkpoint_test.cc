@@ -1,0 +1,100 @@
+// The kubelet's checkpoint as kubelets write it: v2 (1.20 and later: ids per NUMA node) and v1.
+#include "edgeaccel/kubelet/kubelet_checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+std::string CachedAnswer(const std::string& node) {
+  v1beta1::ContainerAllocateResponse response;
+  auto* spec = response.add_devices();
+  spec->set_host_path(node);
+  spec->set_container_path(node);
+  spec->set_permissions("rw");
+  return absl::Base64Escape(response.SerializeAsString());
+}
+
+TEST(KubeletCheckpointTest, ReadsTheV2Layout) {
+  const std::string json = absl::StrCat(
+      R"({"Data":{"PodDeviceEntries":[)",
+      R"({"PodUID":"u1","ContainerName":"c","ResourceName":"coral.ai/edgetpu",)",
+      R"("DeviceIDs":{"-1":["2-1"]},"AllocResp":")", CachedAnswer("/dev/bus/usb/002/003"), R"("},)",
+      R"({"PodUID":"u2","ContainerName":"c","ResourceName":"nvidia.com/gpu",)",
+      R"("DeviceIDs":{"0":["GPU-a"],"1":["GPU-b"]},"AllocResp":")", CachedAnswer("/dev/nvidia0"),
+      R"("}],"RegisteredDevices":{"coral.ai/edgetpu":["2-1","0000:03:00.0"],"nvidia.com/gpu":[]}},)",
+      R"("Checksum":2387421})");
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ParseKubeletCheckpoint(json);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_THAT(checkpoint->registered_devices.at("coral.ai/edgetpu"),
+              ElementsAre("2-1", "0000:03:00.0"));
+  EXPECT_TRUE(checkpoint->registered_devices.at("nvidia.com/gpu").empty());
+  ASSERT_EQ(checkpoint->entries.size(), 2u);
+  EXPECT_EQ(checkpoint->entries[0].pod_uid, "u1");
+  EXPECT_EQ(checkpoint->entries[0].allocate_response.devices(0).host_path(), "/dev/bus/usb/002/003");
+  EXPECT_THAT(checkpoint->entries[1].device_ids, UnorderedElementsAre("GPU-a", "GPU-b"));
+
+  const KubeletCheckpoint::Entry* entry = checkpoint->FindEntry("nvidia.com/gpu", {"GPU-b", "GPU-a"});
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->pod_uid, "u2");
+  EXPECT_EQ(checkpoint->FindEntry("nvidia.com/gpu", {"GPU-a"}), nullptr) << "exactly the ids";
+  EXPECT_EQ(checkpoint->FindEntry("coral.ai/edgetpu", {"GPU-a", "GPU-b"}), nullptr);
+}
+
+TEST(KubeletCheckpointTest, ReadsTheV1LayoutAndAnEmptyOne) {
+  const std::string v1 = absl::StrCat(
+      R"({"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c",)",
+      R"("ResourceName":"coral.ai/edgetpu","DeviceIDs":["0000:03:00.0"],"AllocResp":")",
+      CachedAnswer("/dev/apex_0"), R"("}],"RegisteredDevices":{}},"Checksum":1})");
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ParseKubeletCheckpoint(v1);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_NE(checkpoint->FindEntry("coral.ai/edgetpu", {"0000:03:00.0"}), nullptr);
+
+  // What a kubelet writes before any pod: "PodDeviceEntries": null.
+  checkpoint = ParseKubeletCheckpoint(
+      R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":{}},"Checksum":0})");
+  ASSERT_TRUE(checkpoint.ok());
+  EXPECT_TRUE(checkpoint->entries.empty());
+}
+
+TEST(KubeletCheckpointTest, BadInputIsAClearErrorOrSkipped) {
+  for (const char* bad : {"", "{", "[]", "null", R"({"Checksum":1})", R"({"Data":[]})"}) {
+    EXPECT_FALSE(ParseKubeletCheckpoint(bad).ok()) << bad;
+  }
+  // An entry whose answer is not base64 protobuf is skipped; the rest still reads.
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ParseKubeletCheckpoint(
+      R"({"Data":{"PodDeviceEntries":[{"ResourceName":"r","DeviceIDs":["a"],"AllocResp":"!!"},)"
+      R"(7,{"ResourceName":"r","DeviceIDs":[1,"b"],"AllocResp":""}],)"
+      R"("RegisteredDevices":{"r":["a",2]}},"Checksum":0})");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_EQ(checkpoint->entries.size(), 1u);
+  EXPECT_THAT(checkpoint->entries[0].device_ids, ElementsAre("b"));
+  EXPECT_THAT(checkpoint->registered_devices.at("r"), ElementsAre("a"));
+}
+
+TEST(KubeletCheckpointTest, ReadingAFileSaysWhichFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/kubelet_internal_checkpoint";
+  EXPECT_THAT(std::string(ReadKubeletCheckpoint(path).status().message()), HasSubstr(path));
+  std::ofstream(path) << "not json";
+  absl::Status status = ReadKubeletCheckpoint(path).status();
+  EXPECT_THAT(std::string(status.message()), HasSubstr(path));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not a JSON object"));
+  std::ofstream(path) << R"({"Data":{"RegisteredDevices":{"r":["x"]}},"Checksum":0})";
+  ASSERT_TRUE(ReadKubeletCheckpoint(path).ok());
+}
+
+}  // namespace
+}  // namespace edgeaccel
