@@ -300,6 +300,87 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
   EXPECT_THAT(after.str(), HasSubstr("coral.ai/edgetpu.count=1\n"));
 }
 
+// A container that restarts is started from the Allocate answer the kubelet cached when its pod
+// was admitted; no new Allocate. What it gets when the device changed in between. The host
+// starts with no TPU.
+class RestartTest : public ::edgeaccel::testing::DaemonTest {
+ protected:
+  using DaemonTest::Advertised;
+  bool Advertised(int capacity, int allocatable) { return Advertised(kTpu, capacity, allocatable); }
+};
+
+TEST_F(RestartTest, PcieTpuReplugged) {
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+  absl::StatusOr<std::string> pod = kubelet_.AdmitPod(kTpu, {"0000:03:00.0"});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_TRUE(kubelet_.StartContainer(*pod).ok());
+
+  // Replugged at the same index: the same node path, so a restart just works.
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Capacity(kTpu) == 0; })) << daemon->Log();
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+  absl::Status restart = kubelet_.StartContainer(*pod);
+  EXPECT_TRUE(restart.ok()) << restart;
+
+  // Back at another index (/dev/apex_1): the cached /dev/apex_0 is gone. Refused, saying so.
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:03:00.0"});
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.Allocatable(kTpu) == 1 && kubelet_.StartContainer(*pod).code() ==
+                                                 absl::StatusCode::kFailedPrecondition;
+  })) << daemon->Log();
+  restart = kubelet_.StartContainer(*pod);
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("PreStartContainer for coral.ai/edgetpu"));
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("gives /dev/apex_0"));
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("it has /dev/apex_1 now"));
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("delete the pod"));
+  EXPECT_TRUE(daemon->WaitForLog("PreStartContainer refused: the answer the kubelet cached for "
+                                 "0000:03:00.0 gives /dev/apex_0"))
+      << daemon->Log();
+  // Once the pod is deleted, a pod admitted now is given the new node and starts.
+  kubelet_.DeletePod(*pod);
+  absl::StatusOr<std::string> fresh = kubelet_.AdmitPod(kTpu, {"0000:03:00.0"});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(kubelet_.StartContainer(*fresh).ok());
+
+  // Unplugged for good: refused, naming the device.
+  host_.UnplugCoralPcie(1, "0000:03:00.0");
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Capacity(kTpu) == 0; }));
+  restart = kubelet_.StartContainer(*fresh);
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("device 0000:03:00.0 is gone"));
+}
+
+TEST_F(RestartTest, UsbAcceleratorReenumerated) {
+  const FixtureHost::CoralUsb before{.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true};
+  host_.AddCoralUsb(before);
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
+  absl::StatusOr<std::string> pod = kubelet_.AdmitPod(kTpu, {"2-1"});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_TRUE(kubelet_.StartContainer(*pod).ok());
+
+  // The Accelerator re-enumerates (a replug, a reset): same port, new device number.
+  const int updates = kubelet_.Updates(kTpu);
+  host_.ReenumerateCoralUsb(before, {.port = "2-1", .bus = 2, .dev = 4, .firmware_loaded = true});
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Updates(kTpu) > updates; })) << daemon->Log();
+  ASSERT_TRUE(Advertised(1, 1));
+  absl::Status restart = kubelet_.StartContainer(*pod);
+  EXPECT_EQ(restart.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(restart.message()),
+              HasSubstr("the answer the kubelet cached for 2-1 gives /dev/bus/usb/002/003, which "
+                        "the device no longer has (it has /dev/bus/usb/002/004 now"));
+  EXPECT_TRUE(daemon->WaitForLog("PreStartContainer refused")) << daemon->Log();
+  kubelet_.DeletePod(*pod);
+  absl::StatusOr<std::string> fresh = kubelet_.AdmitPod(kTpu, {"2-1"});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(kubelet_.StartContainer(*fresh).ok());
+}
+
 // NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),
 // and the daemon runs with umask 0077: the feature file must still be readable to it.
 TEST_F(E2eTest, NfdFeatureFileIsReadableByNfdsUnprivilegedWorker) {

@@ -17,6 +17,9 @@ namespace edgeaccel::testing {
 
 class DaemonTest : public ::testing::Test {
  protected:
+  // The kubelet's container runtime finds device nodes in the fixture host.
+  DaemonTest() { kubelet_.SetHostRoot(host_.root()); }
+
   // The daemon on this test's host and kubelet root, probing every 100 ms, metrics on a free
   // loopback port; `extra` flags come last (and so win).
   std::unique_ptr<DaemonProcess> StartDaemon(const std::vector<std::string>& extra = {}) {

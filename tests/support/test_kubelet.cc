@@ -537,13 +537,6 @@ absl::StatusOr<v1beta1::AllocateResponse> TestKubelet::Allocate(
   v1beta1::AllocateResponse response;
   grpc::Status status = stub->Allocate(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
-  // The kubelet keeps the answer for the container's whole life, on disk too.
-  absl::MutexLock lock(&mu_);
-  CachedContainer& cached = containers_[absl::StrCat("pod-", next_pod_++)];
-  cached.resource = resource;
-  cached.ids = ids;
-  if (response.container_responses_size() > 0) cached.response = response.container_responses(0);
-  WriteCheckpointLocked();
   return response;
 }
 
@@ -551,8 +544,23 @@ absl::StatusOr<std::string> TestKubelet::AdmitPod(const std::string& resource,
                                                   const std::vector<std::string>& ids) {
   absl::StatusOr<v1beta1::AllocateResponse> response = Allocate(resource, ids);
   if (!response.ok()) return response.status();
+  // The kubelet keeps the answer for the container's whole life, on disk too.
   absl::MutexLock lock(&mu_);
-  return absl::StrCat("pod-", next_pod_ - 1);
+  const std::string pod_uid = absl::StrCat("pod-", next_pod_++);
+  CachedContainer& cached = containers_[pod_uid];
+  cached.resource = resource;
+  cached.ids = ids;
+  if (response->container_responses_size() > 0) {
+    cached.response = response->container_responses(0);
+  }
+  WriteCheckpointLocked();
+  return pod_uid;
+}
+
+void TestKubelet::DeletePod(const std::string& pod_uid) {
+  absl::MutexLock lock(&mu_);
+  containers_.erase(pod_uid);
+  WriteCheckpointLocked();
 }
 
 absl::Status TestKubelet::StartContainer(const std::string& pod_uid) {

@@ -93,12 +93,14 @@ class TestKubelet {
   bool WaitFor(const std::function<bool()>& condition,
                absl::Duration timeout = absl::Seconds(10));
 
-  // What the kubelet calls when a pod is admitted: Allocate, cached (and checkpointed) under a
-  // new pod uid ("pod-N"); AdmitPod returns that uid.
+  // One Allocate call, as the kubelet makes when it admits a pod.
   absl::StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& resource,
                                                      const std::vector<std::string>& ids);
+  // A pod admitted: Allocate, and the answer cached (and checkpointed) under a new pod uid
+  // ("pod-N"), which this returns. DeletePod drops the pod and its cached answer.
   absl::StatusOr<std::string> AdmitPod(const std::string& resource,
                                        const std::vector<std::string>& ids);
+  void DeletePod(const std::string& pod_uid);
   // (Re)starts the pod's container as the kubelet does: with the cached answer, PreStartContainer
   // when the plugin's options ask for it, and the runtime's check of every device node (under
   // the host root, see SetHostRoot). The error is what the pod's events would show.
