@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/node/label_ownership.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -110,7 +111,7 @@ absl::StatusOr<std::unique_ptr<httplib::SSLClient>> NodeLabeler::Client() const 
   return client;
 }
 
-absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
+absl::StatusOr<NodeLabeler::NodeLabels> NodeLabeler::ReadNode() {
   absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
   if (!client.ok()) return client.status();
   auto response = (*client)->Get(NodePath(config_.node_name));
@@ -124,18 +125,26 @@ absl::StatusOr<std::set<std::string>> NodeLabeler::ReadManagedKeys() {
                         absl::StrCat("GET node ", config_.node_name, ": HTTP ", response->status));
   }
   nlohmann::json node = nlohmann::json::parse(response->body, nullptr, false);
-  std::set<std::string> keys;
-  if (node.is_discarded()) return absl::UnavailableError("GET node: the answer is not JSON");
-  const auto annotations = node["metadata"]["annotations"];
-  if (annotations.is_object() && annotations.contains(std::string(kManagedLabelsAnnotation)) &&
-      annotations[std::string(kManagedLabelsAnnotation)].is_string()) {
-    for (absl::string_view key : absl::StrSplit(
-             annotations[std::string(kManagedLabelsAnnotation)].get<std::string>(), ',',
-             absl::SkipEmpty())) {
-      keys.insert(std::string(key));
+  NodeLabels result;
+  if (node.is_discarded() || !node.is_object()) {
+    return absl::UnavailableError("GET node: the answer is not JSON");
+  }
+  const nlohmann::json metadata = node.value("metadata", nlohmann::json::object());
+  const nlohmann::json annotations = metadata.value("annotations", nlohmann::json::object());
+  auto managed = annotations.find(std::string(kManagedLabelsAnnotation));
+  if (managed != annotations.end() && managed->is_string()) {
+    for (absl::string_view key :
+         absl::StrSplit(managed->get<std::string>(), ',', absl::SkipEmpty())) {
+      result.managed.insert(std::string(key));
     }
   }
-  return keys;
+  const nlohmann::json labels = metadata.value("labels", nlohmann::json::object());
+  if (labels.is_object()) {
+    for (const auto& [key, value] : labels.items()) {
+      if (value.is_string()) result.labels[key] = value.get<std::string>();
+    }
+  }
+  return result;
 }
 
 absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::string>& managed) {
@@ -170,6 +179,7 @@ void NodeLabeler::Run() {
   Backoff backoff(config_.initial_backoff, config_.max_backoff, /*jitter=*/0.5);
   std::optional<std::set<std::string>> managed;  // our keys on the node, once known
   std::optional<LabelSet> applied;
+  std::set<std::string> left_to_others;
   uint64_t applied_version = 0;
   std::string last_error;
   absl::Time retry_at = absl::InfinitePast();
@@ -193,30 +203,44 @@ void NodeLabeler::Run() {
       want = *desired_;
       version = desired_version_;
     }
-    absl::Status status = absl::OkStatus();
-    if (!managed.has_value()) {
-      absl::StatusOr<std::set<std::string>> keys = ReadManagedKeys();
-      if (keys.ok()) {
-        managed = *keys;
-      } else {
-        status = keys.status();
+    // Read the Node first: whose keys are whose is decided against what is on it now.
+    absl::StatusOr<NodeLabels> node = ReadNode();
+    absl::Status status = node.status();
+    if (status.ok() && !managed.has_value()) managed = node->managed;
+    LabelSet ours = want;
+    std::set<std::string> patch_managed;
+    if (status.ok()) {
+      const std::set<std::string> others =
+          KeysHeldByOthers(want, node->labels, *managed, applied.value_or(LabelSet()));
+      for (const std::string& key : others) ours.erase(key);
+      // A key left to another writer is not ours to remove either.
+      for (const std::string& key : *managed) {
+        if (others.count(key) == 0) patch_managed.insert(key);
+      }
+      if (others != left_to_others) {
+        left_to_others = others;
+        if (!others.empty()) {
+          LOG(INFO) << "node " << config_.node_name << ": leaving "
+                    << absl::StrJoin(others, ", ")
+                    << " to the other writer that holds them on the node (GPU feature discovery?)";
+        }
       }
     }
-    if (status.ok() && applied.has_value() && *applied == want) {
+    if (status.ok() && applied.has_value() && *applied == ours) {
       applied_version = version;
       continue;
     }
-    if (status.ok()) status = Patch(want, *managed);
+    if (status.ok()) status = Patch(ours, patch_managed);
     if (status.ok()) {
       patches_.fetch_add(1);
-      applied = want;
+      applied = ours;
       applied_version = version;
       managed = std::set<std::string>();
-      for (const auto& [key, value] : want) managed->insert(key);
+      for (const auto& [key, value] : ours) managed->insert(key);
       backoff.Reset();
       retry_at = absl::InfinitePast();
       last_error.clear();
-      LOG(INFO) << "node " << config_.node_name << " labelled (" << want.size() << " labels)";
+      LOG(INFO) << "node " << config_.node_name << " labelled (" << ours.size() << " labels)";
       continue;
     }
     failures_.fetch_add(1);

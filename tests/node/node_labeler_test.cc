@@ -44,9 +44,7 @@ class NodeLabelerTest : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       gets_++;
       auth_ = req.get_header_value("Authorization");
-      res.set_content(R"({"metadata":{"name":"node-1","labels":{"kubernetes.io/os":"linux"},)"
-                      R"("annotations":{"edgeaccel.io/managed-labels":"coral.ai/edgetpu.count,old.example/gone"}}})",
-                      "application/json");
+      res.set_content(node_.dump(), "application/json");
     });
     server_->Patch("/api/v1/nodes/node-1", [this](const httplib::Request& req, httplib::Response& res) {
       absl::Duration delay;
@@ -61,6 +59,8 @@ class NodeLabelerTest : public ::testing::Test {
       bodies_.push_back(req.body);
       res.status = statuses_.empty() ? 200 : statuses_.front();
       if (!statuses_.empty()) statuses_.erase(statuses_.begin());
+      // The API server applies a merge patch (RFC 7386) to the stored object.
+      if (res.status == 200) node_.merge_patch(nlohmann::json::parse(req.body));
       res.set_content("{}", "application/json");
     });
     port_ = server_->bind_to_any_port("127.0.0.1");
@@ -97,6 +97,10 @@ class NodeLabelerTest : public ::testing::Test {
   std::vector<std::string> bodies_;
   std::vector<int> statuses_;
   absl::Duration delay_;
+  // The Node as the API server stores it.
+  nlohmann::json node_ = nlohmann::json::parse(
+      R"({"metadata":{"name":"node-1","labels":{"kubernetes.io/os":"linux"},)"
+      R"("annotations":{"edgeaccel.io/managed-labels":"coral.ai/edgetpu.count,old.example/gone"}}})");
 };
 
 TEST(NodeLabelPatchTest, SetsOursRemovesOurOldOnesOnly) {
@@ -130,6 +134,40 @@ TEST_F(NodeLabelerTest, PatchesOnceWithTheRightRequest) {
   labeler.Set({{"coral.ai/edgetpu.count", "1"}, {"coral.ai/edgetpu.present", "true"}});
   ASSERT_TRUE(Eventually([&] { return labeler.patches() == 2; }));
   labeler.Stop();
+}
+
+// GPU feature discovery labels the same GPUs with the same keys. A key another writer holds on
+// the Node is left to it: never overwritten, never removed.
+TEST_F(NodeLabelerTest, KeysAnotherWriterHoldsAreLeftToIt) {
+  {
+    absl::MutexLock lock(&mu_);
+    node_["metadata"]["labels"]["nvidia.com/gpu.product"] = "Orin";  // GFD's
+  }
+  NodeLabeler labeler(Config());
+  labeler.Start();
+  labeler.Set({{"nvidia.com/gpu.product", "NVIDIA-Jetson-AGX-Orin"}, {"nvidia.com/gpu.count", "1"}});
+  ASSERT_TRUE(Eventually([&] { return labeler.patches() == 1; }));
+  {
+    absl::MutexLock lock(&mu_);
+    nlohmann::json body = nlohmann::json::parse(bodies_.back());
+    EXPECT_FALSE(body["metadata"]["labels"].contains("nvidia.com/gpu.product"));
+    EXPECT_EQ(body["metadata"]["labels"]["nvidia.com/gpu.count"], "1");
+    EXPECT_EQ(node_["metadata"]["labels"]["nvidia.com/gpu.product"], "Orin");
+    EXPECT_EQ(body["metadata"]["annotations"]["edgeaccel.io/managed-labels"], "nvidia.com/gpu.count");
+    // GFD then takes a key we set: it changes its value.
+    node_["metadata"]["labels"]["nvidia.com/gpu.count"] = "2";
+  }
+  // Our next change neither overwrites nor removes it.
+  labeler.Set({{"nvidia.com/gpu.product", "NVIDIA-Jetson-AGX-Orin"}, {"nvidia.com/gpu.count", "1"},
+               {"nvidia.com/jetson.soc", "tegra234"}});
+  ASSERT_TRUE(Eventually([&] { return labeler.patches() == 2; }));
+  absl::MutexLock lock(&mu_);
+  nlohmann::json body = nlohmann::json::parse(bodies_.back());
+  EXPECT_FALSE(body["metadata"]["labels"].contains("nvidia.com/gpu.count"));
+  EXPECT_EQ(node_["metadata"]["labels"]["nvidia.com/gpu.count"], "2");
+  EXPECT_EQ(node_["metadata"]["labels"]["nvidia.com/gpu.product"], "Orin");
+  EXPECT_EQ(node_["metadata"]["labels"]["nvidia.com/jetson.soc"], "tegra234");
+  EXPECT_EQ(body["metadata"]["annotations"]["edgeaccel.io/managed-labels"], "nvidia.com/jetson.soc");
 }
 
 TEST_F(NodeLabelerTest, ForbiddenConflictAndServerErrorsAreRetriedWithBackoff) {

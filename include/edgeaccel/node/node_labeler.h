@@ -3,10 +3,12 @@
 // It sends a JSON merge patch (PATCH /api/v1/nodes/<name>, application/merge-patch+json) that
 // sets our labels and removes (null) the ones we set earlier and no longer hold; labels anyone
 // else set are never touched. Which keys are ours is kept in the Node annotation
-// edgeaccel.io/managed-labels, read once at start, so a restarted daemon still cleans up.
+// edgeaccel.io/managed-labels, so a restarted daemon still cleans up.
 // It patches only when the label set changes; failures are retried with jittered exponential
-// backoff (1 s to 5 min), and a 403 names the RBAC rule that is missing. One node's steady-state
-// load on the API server: one GET at start, then one PATCH per hardware change.
+// backoff (1 s to 5 min), and a 403 names the RBAC rule that is missing. A key another writer
+// holds on the Node (GFD's nvidia.com/gpu.*, say) is left to it (label_ownership.h), so the Node
+// is read before each patch. One node's steady-state load on the API server: one GET and one
+// PATCH per hardware change.
 #ifndef EDGEACCEL_NODE_NODE_LABELER_H_
 #define EDGEACCEL_NODE_NODE_LABELER_H_
 
@@ -53,7 +55,11 @@ class NodeLabeler {
   // An HTTPS client for the API server: CA-verified, with our credentials and timeouts.
   absl::StatusOr<std::unique_ptr<httplib::SSLClient>> Client() const;
   // GET the node: which keys did we manage before?
-  absl::StatusOr<std::set<std::string>> ReadManagedKeys();
+  struct NodeLabels {
+    LabelSet labels;                // on the Node now
+    std::set<std::string> managed;  // ours, from our annotation
+  };
+  absl::StatusOr<NodeLabels> ReadNode();
   absl::Status Patch(const LabelSet& labels, const std::set<std::string>& managed);
 
   const ApiServerConfig config_;
