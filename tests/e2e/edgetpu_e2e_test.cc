@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "daemon_process.h"
 #include "daemon_test.h"
 #include "edgeaccel/discovery/resource_names.h"
@@ -380,6 +382,73 @@ TEST_F(RestartTest, UsbAcceleratorReenumerated) {
   ASSERT_TRUE(fresh.ok());
   EXPECT_TRUE(kubelet_.StartContainer(*fresh).ok());
 }
+
+// The directory a file sink writes to is unusable: one clear line, the devices served all the
+// same, and the write lands by itself (the retry) once the directory can take it.
+struct SinkCase {
+  const char* name;
+  const char* flags;   // the sink's flags; "DIR" stands for the directory
+  const char* file;    // the file written in it
+  const char* log;     // what the daemon says it cannot do
+  const char* broken;  // how the directory is broken: "file", "missing", "read-only"
+};
+
+class SinkDirectoryTest : public E2eTest, public ::testing::WithParamInterface<SinkCase> {};
+
+TEST_P(SinkDirectoryTest, OneClearLineDevicesServedAndTheRetryLandsTheFile) {
+  const SinkCase& c = GetParam();
+  const std::string dir = dir_.path() + "/sink";
+  std::unique_ptr<::edgeaccel::testing::ReadOnlyDisk> read_only;
+  if (std::string(c.broken) == "file") {
+    std::ofstream(dir) << "a file where the directory should be";
+  } else if (std::string(c.broken) == "read-only") {
+    read_only = std::make_unique<::edgeaccel::testing::ReadOnlyDisk>(dir);
+    if (!read_only->mounted()) GTEST_SKIP() << read_only->why();
+  }
+  std::vector<std::string> flags;
+  for (absl::string_view flag : absl::StrSplit(c.flags, ' ')) {
+    flags.push_back(absl::StrReplaceAll(flag, {{"DIR", dir}}));
+  }
+  kubelet_.Start();
+  auto daemon = StartDaemon(flags);
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  ASSERT_TRUE(daemon->WaitForLog(c.log)) << daemon->Log();
+  absl::SleepFor(absl::Milliseconds(1500));  // past the first retry
+  const std::string log = daemon->Log();
+  size_t lines = 0;
+  for (size_t at = log.find(c.log); at != std::string::npos; at = log.find(c.log, at + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << "one line, not one per retry:\n" << log;
+  EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
+
+  // Fixed: the file appears without any device change.
+  if (std::string(c.broken) == "file") {
+    unlink(dir.c_str());
+    mkdir(dir.c_str(), 0755);
+  } else if (std::string(c.broken) == "missing") {
+    mkdir(dir.c_str(), 0755);
+  } else {
+    read_only->MakeWritable();
+  }
+  const std::string file = dir + "/" + c.file;
+  EXPECT_TRUE(daemon->WaitForLog("on retry", absl::Seconds(10))) << daemon->Log();
+  EXPECT_TRUE(Eventually([&] { return access(file.c_str(), F_OK) == 0; })) << daemon->Log();
+  EXPECT_TRUE(daemon->Running());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sinks, SinkDirectoryTest,
+    ::testing::Values(
+        SinkCase{"NfdDirIsAFile", "--nfd-features-dir=DIR", "edgeaccel",
+                 "cannot write the NFD feature file", "file"},
+        SinkCase{"NfdDirMissing", "--nfd-features-dir=DIR", "edgeaccel",
+                 "cannot write the NFD feature file", "missing"},
+        SinkCase{"NfdDirReadOnly", "--nfd-features-dir=DIR", "edgeaccel",
+                 "cannot write the NFD feature file", "read-only"},
+        SinkCase{"CdiDirIsAFile", "--cdi --cdi-dir=DIR", "edgeaccel.io-edgetpu.json",
+                 "coral.ai/edgetpu: cannot write the CDI spec", "file"},
+        SinkCase{"CdiDirReadOnly", "--cdi --cdi-dir=DIR", "edgeaccel.io-edgetpu.json",
+                 "coral.ai/edgetpu: cannot write the CDI spec", "read-only"}),
+    [](const ::testing::TestParamInfo<SinkCase>& info) { return std::string(info.param.name); });
 
 // NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),
 // and the daemon runs with umask 0077: the feature file must still be readable to it.

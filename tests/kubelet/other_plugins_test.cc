@@ -22,25 +22,9 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::HungSocket;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
-
-// A socket that accepts connections (the kernel's backlog) but never speaks: a hung plugin.
-class HungSocket {
- public:
-  explicit HungSocket(const std::string& path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un addr = {};
-    addr.sun_family = AF_UNIX;
-    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-  }
-  ~HungSocket() { close(fd_); }
-
- private:
-  int fd_ = -1;
-};
 
 Device Gpu(const std::string& id) {
   Device d;

@@ -336,6 +336,20 @@ TEST_F(RegistrationTest, AResourceAnotherPluginServesIsLeftToItUntilItIsGone) {
   EXPECT_TRUE(log.Contains("no other plugin serves it now; serving and registering it"));
 }
 
+// Sockets of other plugins that hang (accept, never answer) cost a bounded wait, never the
+// registration.
+TEST_F(RegistrationTest, HungForeignSocketsDelayRegistrationByAtMostTheirTimeout) {
+  kubelet_.Start();
+  // (Only in device-plugins/: one in plugins_registry/ would hold up the kubelet's own plugin
+  // watcher, which waits 10 s to dial; other_plugins_test covers that directory.)
+  ::edgeaccel::testing::HungSocket hung(kubelet_.DevicePluginsDir() + "/hung-vendor.sock");
+  const absl::Time start = absl::Now();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Advertised(2));
+  // 500 ms at most (Options::other_plugin_timeout) before the Register call.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1000));
+}
+
 TEST_F(RegistrationTest, TakeOverRegistersWhereAnotherPluginServes) {
   CapturedLog log;
   kubelet_.Start();

@@ -77,6 +77,36 @@ FullDisk::~FullDisk() {
 
 void FullDisk::MakeRoom() const { unlink((directory_ + "/filler").c_str()); }
 
+ReadOnlyDisk::ReadOnlyDisk(std::string directory) : directory_(std::move(directory)) {
+  mkdir(directory_.c_str(), 0755);
+  if (mount("tmpfs", directory_.c_str(), "tmpfs", MS_RDONLY, "size=64k") != 0) {
+    why_ = absl::StrCat("cannot mount a tmpfs here (", strerror(errno), "): needs CAP_SYS_ADMIN");
+    return;
+  }
+  mounted_ = true;
+}
+
+ReadOnlyDisk::~ReadOnlyDisk() {
+  if (mounted_) umount2(directory_.c_str(), MNT_DETACH);
+}
+
+void ReadOnlyDisk::MakeWritable() const {
+  PCHECK(mount(nullptr, directory_.c_str(), nullptr, MS_REMOUNT, "size=64k") == 0)
+      << "remount " << directory_ << " read-write";
+}
+
+HungSocket::HungSocket(const std::string& path) {
+  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  PCHECK(fd_ >= 0) << "socket";
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  PCHECK(bind(fd_, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0) << path;
+  PCHECK(listen(fd_, 16) == 0) << path;
+}
+
+HungSocket::~HungSocket() { close(fd_); }
+
 void MakeStaleSocket(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   PCHECK(fd >= 0) << "socket";

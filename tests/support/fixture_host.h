@@ -33,6 +33,19 @@ class TempDir {
 // Leaves a socket file at `path` that nobody accepts on, as a crashed process does.
 void MakeStaleSocket(const std::string& path);
 
+// A socket that accepts connections (the kernel's backlog does) but never says a word: a hung
+// process. Closed when this object goes; the file stays.
+class HungSocket {
+ public:
+  explicit HungSocket(const std::string& path);
+  ~HungSocket();
+  HungSocket(const HungSocket&) = delete;
+  HungSocket& operator=(const HungSocket&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // A full disk: a tmpfs of `size` ("8k") mounted at `directory` (made if missing) and filled to
 // the last byte by a file "filler". Unmounted when this object goes, even after a failed
 // assertion. Mounting needs CAP_SYS_ADMIN: where that is missing, mounted() is false and why()
@@ -47,6 +60,25 @@ class FullDisk {
   const std::string& why() const { return why_; }
   // Deletes the filler: the whole tmpfs is free again.
   void MakeRoom() const;
+
+ private:
+  std::string directory_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
+// A read-only filesystem at `directory` (made if missing): a tmpfs mounted read-only, as a
+// hostPath on a read-only root or a remounted SD card is. MakeWritable() remounts it read-write.
+// Unmounted when this object goes. Needs CAP_SYS_ADMIN, like FullDisk.
+class ReadOnlyDisk {
+ public:
+  explicit ReadOnlyDisk(std::string directory);
+  ~ReadOnlyDisk();
+  ReadOnlyDisk(const ReadOnlyDisk&) = delete;
+  ReadOnlyDisk& operator=(const ReadOnlyDisk&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  void MakeWritable() const;
 
  private:
   std::string directory_;
