@@ -251,8 +251,23 @@ std::string Daemon::Describe() const {
   for (const auto& [key, value] : labels) absl::StrAppend(&out, "  ", key, "=", value, "\n");
   for (const auto& resource : resources_) {
     std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
-    absl::StrAppendFormat(&out, "%s: %d device(s), %d healthy\n", resource->set->resource_name(),
-                          snapshot->devices.size(), snapshot->HealthyCount());
+    const std::string& name = resource->set->resource_name();
+    absl::StrAppendFormat(&out, "%s: %d device(s), %d healthy\n", name, snapshot->devices.size(),
+                          snapshot->HealthyCount());
+    if (!snapshot->devices.empty()) {
+      std::optional<OtherPlugin> other = resource->registrar->FindOtherServer();
+      if (!other.has_value()) {
+        absl::StrAppend(&out, "  registration: no other device plugin serves ", name, "\n");
+      } else {
+        absl::StrAppend(&out, "  registration: another device plugin serves ", name, " (",
+                        other->socket, ": ", other->evidence, "); ",
+                        config_.take_over.count(name) > 0
+                            ? "--take-over is set: edgeaccel registers it anyway"
+                            : absl::StrCat("edgeaccel leaves it to that plugin (--take-over=",
+                                           name, " to take it)"),
+                        "\n");
+      }
+    }
     if (snapshot->devices.empty()) {
       for (const auto& discoverer : resource->discoverers) {
         absl::StrAppend(&out, "  ", discoverer->NothingFoundHint(), "\n");

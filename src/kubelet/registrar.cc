@@ -314,15 +314,24 @@ void ResourceRegistrar::StopServing() {
   watcher_service_.EndpointLost();
 }
 
-bool ResourceRegistrar::LeaveToOtherPlugin() {
-  const std::string resource = set_->resource_name();
+OtherPluginQuery ResourceRegistrar::OtherPluginQueryNow() const {
   OtherPluginQuery query;
-  query.resource = resource;
+  query.resource = set_->resource_name();
   query.device_plugin_dir = DirectoryFor(RegistrationMode::kKubelet);
   query.plugins_registry_dir = DirectoryFor(RegistrationMode::kPluginWatcher);
-  query.own_socket_name = SocketFileName(resource);
+  query.own_socket_name = SocketFileName(query.resource);
   for (const Device& device : set_->Current()->devices) query.own_ids.push_back(device.id);
   query.timeout = options_.other_plugin_timeout;
+  return query;
+}
+
+std::optional<OtherPlugin> ResourceRegistrar::FindOtherServer() const {
+  return FindOtherPlugin(OtherPluginQueryNow());
+}
+
+bool ResourceRegistrar::LeaveToOtherPlugin() {
+  const std::string resource = set_->resource_name();
+  const OtherPluginQuery query = OtherPluginQueryNow();
   std::optional<OtherPlugin> other = FindOtherPlugin(query);
   const std::string was_left_to = left_to();
   auto leave = [&](const std::string& to) {

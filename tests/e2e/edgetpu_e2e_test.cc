@@ -19,6 +19,7 @@
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "other_plugin.h"
 #include "test_kubelet.h"
 
 namespace edgeaccel {
@@ -449,6 +450,46 @@ INSTANTIATE_TEST_SUITE_P(
         SinkCase{"CdiDirReadOnly", "--cdi --cdi-dir=DIR", "edgeaccel.io-edgetpu.json",
                  "coral.ai/edgetpu: cannot write the CDI spec", "read-only"}),
     [](const ::testing::TestParamInfo<SinkCase>& info) { return std::string(info.param.name); });
+
+// Another vendor's plugin already serves coral.ai/edgetpu on this node: the daemon does not take
+// it over (no second registration, no war), says so in its log and in --discover, and counts
+// itself healthy, since leaving it is by design.
+TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
+  kubelet_.Start();
+  ::edgeaccel::testing::OtherPlugin other(kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock", kTpu,
+                                          {"vendor-tpu-0", "vendor-tpu-1"});
+  ASSERT_TRUE(other.Start().ok());
+  ASSERT_TRUE(Advertised(2, 2));
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu: not registering it: another device plugin "
+                                 "serves it (" + other.socket()))
+      << daemon->Log();
+  httplib::Client client("127.0.0.1", MetricsPort(*daemon));
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 1);
+  EXPECT_EQ(kubelet_.Devices(kTpu)[0].id(), "vendor-tpu-0");
+
+  CommandResult discover = RunCommand(
+      kDaemon, {"--discover", "--host-root=" + host_.root(), "--kubelet-root=" + kubelet_.root(),
+                "--device-plugin-dir=" + kubelet_.DevicePluginsDir()});
+  EXPECT_EQ(discover.exit_code, 0) << discover.err;
+  EXPECT_THAT(discover.out, HasSubstr("registration: another device plugin serves coral.ai/edgetpu (" +
+                                      other.socket() + ": it advertises vendor-tpu-0, which the "
+                                      "kubelet holds for coral.ai/edgetpu); edgeaccel leaves it to "
+                                      "that plugin (--take-over=coral.ai/edgetpu to take it)"));
+
+  // --take-over: registered on purpose, and said so.
+  daemon.reset();
+  daemon = StartDaemon({"--take-over=coral.ai/edgetpu"});
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; })) << daemon->Log();
+  EXPECT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.StreamOpen(kTpu) && kubelet_.Devices(kTpu).size() == 2 &&
+           kubelet_.Devices(kTpu)[0].id() == "0000:03:00.0";
+  }));
+  EXPECT_TRUE(daemon->WaitForLog("registering it anyway, as --take-over asks")) << daemon->Log();
+}
 
 // NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),
 // and the daemon runs with umask 0077: the feature file must still be readable to it.

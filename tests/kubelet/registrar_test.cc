@@ -17,9 +17,9 @@
 #include "captured_log.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
-#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "other_plugin.h"
 #include "test_kubelet.h"
 
 namespace edgeaccel {
@@ -64,27 +64,11 @@ class RegistrationTest : public ::testing::Test {
     });
   }
 
-  // Another vendor's Edge TPU plugin, registered through kubelet.sock as most plugins do.
-  struct OtherPlugin {
-    DeviceSet set{kTpu};
-    PluginCounters counters;
-    std::unique_ptr<PluginServer> server;
-  };
-  std::unique_ptr<OtherPlugin> StartOtherPlugin(const std::string& name) {
-    auto other = std::make_unique<OtherPlugin>();
-    other->set.Update({Tpu("vendor-tpu-0")});
-    other->server = std::make_unique<PluginServer>(kubelet_.DevicePluginsDir() + "/" + name,
-                                                   &other->set, &other->counters, nullptr);
-    EXPECT_TRUE(other->server->Start().ok());
-    auto stub = v1beta1::Registration::NewStub(
-        DialUnixSocket(kubelet_.DevicePluginsDir() + "/kubelet.sock"));
-    grpc::ClientContext context;
-    v1beta1::RegisterRequest request;
-    request.set_version("v1beta1");
-    request.set_endpoint(name);
-    request.set_resource_name(kTpu);
-    v1beta1::Empty empty;
-    EXPECT_TRUE(stub->Register(&context, request, &empty).ok());
+  // Another vendor's Edge TPU plugin, registered through kubelet.sock.
+  std::unique_ptr<::edgeaccel::testing::OtherPlugin> StartOtherPlugin(const std::string& name) {
+    auto other = std::make_unique<::edgeaccel::testing::OtherPlugin>(
+        kubelet_.DevicePluginsDir(), name, kTpu, std::vector<std::string>{"vendor-tpu-0"});
+    EXPECT_TRUE(other->Start().ok());
     EXPECT_TRUE(kubelet_.WaitFor([&] {
       return kubelet_.StreamOpen(kTpu) && kubelet_.Devices(kTpu).size() == 1;
     }));
@@ -327,7 +311,7 @@ TEST_F(RegistrationTest, AResourceAnotherPluginServesIsLeftToItUntilItIsGone) {
 
   // It is killed: its socket file stays behind, no inotify event says anything. The stream we
   // hold to it ends; after the grace for it to come back, the resource is ours.
-  other->server->Stop();
+  other->Stop();
   ::edgeaccel::testing::MakeStaleSocket(other_socket);
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet" &&
                                             kubelet_.Registrations(kTpu) == 2; }));

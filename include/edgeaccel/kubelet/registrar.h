@@ -96,6 +96,8 @@ class ResourceRegistrar {
   bool endpoint_lost() const { return endpoint_lost_.load() && !registered(); }
   // The other plugin's socket while we leave the resource to it; "" otherwise.
   std::string left_to() const;
+  // Looks now: another plugin that serves the resource (for --discover).
+  std::optional<OtherPlugin> FindOtherServer() const;
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
@@ -123,6 +125,7 @@ class ResourceRegistrar {
   };
 
   void Run();
+  OtherPluginQuery OtherPluginQueryNow() const;
   // Whether to leave the resource to another plugin now; sets or clears left_to_. Logs each
   // change of mind once.
   bool LeaveToOtherPlugin();
