@@ -40,6 +40,7 @@ components:
   - ../../../manifests/components/jetson-l4t
   - ../../../manifests/components/nvidia-discrete
   - ../../../manifests/components/cdi
+  - ../../../manifests/components/coral-only
 YAML
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all"; do
