@@ -491,6 +491,37 @@ TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
   EXPECT_TRUE(daemon->WaitForLog("registering it anyway, as --take-over asks")) << daemon->Log();
 }
 
+// Switching from a plugin that registered through plugins_registry/ (here: the daemon itself with
+// --registration=plugin-watcher) to one that uses kubelet.sock. The kubelet's late
+// deregistration of the old socket drops the new endpoint; while the daemon cannot register again
+// (the kubelet refuses, here) /healthz fails, so a liveness probe would act; then it recovers.
+TEST_F(E2eTest, ALostEndpointFailsHealthzUntilRegisteredAgain) {
+  kubelet_.Start();
+  auto old = StartDaemon({"--registration=plugin-watcher", "--metrics-address="});
+  ASSERT_TRUE(Advertised(2, 2)) << old->Log();
+  old->Signal(SIGTERM);
+  ASSERT_EQ(old->Wait(absl::Seconds(5)), 0);
+  auto daemon = StartDaemon({"--registration=kubelet"});
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet"; }))
+      << daemon->Log();
+  kubelet_.RefuseRegistrations("registrations paused for this test");
+  ASSERT_TRUE(daemon->WaitForLog("it dropped our endpoint")) << daemon->Log();
+  httplib::Client client("127.0.0.1", MetricsPort(*daemon));
+  EXPECT_TRUE(Eventually([&] {
+    auto health = client.Get("/healthz");
+    return health && health->status == 503 &&
+           health->body.find("coral.ai/edgetpu: the kubelet dropped our endpoint") != std::string::npos;
+  })) << daemon->Log();
+  EXPECT_EQ(kubelet_.Allocatable(kTpu), 0) << "the kubelet counts them Unhealthy meanwhile";
+
+  kubelet_.RefuseRegistrations("");
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  EXPECT_TRUE(Eventually([&] {
+    auto health = client.Get("/healthz");
+    return health && health->status == 200;
+  }));
+}
+
 // NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),
 // and the daemon runs with umask 0077: the feature file must still be readable to it.
 TEST_F(E2eTest, NfdFeatureFileIsReadableByNfdsUnprivilegedWorker) {
