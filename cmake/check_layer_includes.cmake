@@ -1,8 +1,9 @@
 # Fails the build when a file of one layer includes what its layer may not use.
 #
 # Run by edgeaccel_layer() (CMakeLists.txt) before a layer library compiles, as
-#   cmake -DLAYER=<name> -DALLOWED_LAYERS=<a;b> -DFORBIDDEN=<regex;...> -DFILES=<f;...>
+#   cmake -DLAYER=<name> -DALLOWED_LAYERS=<a,b> -DFORBIDDEN=<regex,...> -DFILES=<f,...>
 #         -DSTAMP=<file> -P check_layer_includes.cmake
+# (comma-separated lists: a ";" would not survive the build tool's command line).
 # Our own headers are edgeaccel/<layer>/<module>.h: a file may include those of ALLOWED_LAYERS
 # only. FORBIDDEN holds regular expressions for third-party headers the layer must not see
 # (gRPC and protobuf outside kubelet/, for example). The check reads the sources as text, so it
