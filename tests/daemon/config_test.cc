@@ -65,6 +65,17 @@ TEST(ConfigTest, FamiliesParse) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown family \"cuda\""));
 }
 
+TEST(ConfigTest, TakeOverParses) {
+  EXPECT_TRUE(ParseTakeOver("")->empty());
+  EXPECT_EQ(*ParseTakeOver("nvidia.com/gpu, coral.ai/edgetpu"),
+            (std::set<std::string>{"coral.ai/edgetpu", "nvidia.com/gpu"}));
+  for (const char* bad : {"nvidia.com/gpu,", "all", "amd.com/gpu", "\x01"}) {
+    absl::StatusOr<std::set<std::string>> parsed = ParseTakeOver(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr("--take-over"));
+  }
+}
+
 TEST(ConfigTest, ReplicasParse) {
   EXPECT_TRUE(ParseReplicas("")->empty());
   EXPECT_EQ(*ParseReplicas("nvidia.com/gpu=4,coral.ai/edgetpu=2"),

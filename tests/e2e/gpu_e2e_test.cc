@@ -336,6 +336,9 @@ TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
   result = RunCommand(kDaemon, {"--families=coral,cuda"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.err, HasSubstr("--families: unknown family"));
+  result = RunCommand(kDaemon, {"--take-over=amd.com/gpu"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.err, HasSubstr("--take-over: unknown resource \"amd.com/gpu\""));
 }
 
 }  // namespace
