@@ -15,7 +15,7 @@
 # about 3 minutes, gRPC about 11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh curl dpkg-dev libre2-dev libc-ares-dev zlib1g-dev libssl-dev
+scripts/deps.sh curl dpkg-dev libre2-dev libc-ares-dev zlib1g-dev libssl-dev libprotoc-dev
 root=$PWD
 jobs=$(nproc)
 
