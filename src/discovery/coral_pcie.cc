@@ -58,8 +58,9 @@ CoralPcieDiscoverer::CoralPcieDiscoverer(const Host* host, CoralHealthPolicy pol
 std::string CoralPcieDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
 std::vector<WatchSpec> CoralPcieDiscoverer::WatchPaths() const {
-  // devtmpfs reports node creation and removal; sysfs entries come and go with the driver's
-  // bind/unbind, and inotify on /sys/class/apex sees those when the kernel reports them.
+  // devtmpfs (/dev) reports node creation and removal. sysfs sends no inotify events on a real
+  // kernel (checked: not for new entries, not for changed values), so the /sys/class/apex watch
+  // never fires on a node; what only sysfs says (driver status, temperature) is read on the probe.
   return {{"/dev", "apex_"}, {std::string(kApexClassDir), "apex_"}};
 }
 

@@ -44,6 +44,8 @@ CoralUsbDiscoverer::CoralUsbDiscoverer(const Host* host) : host_(host) {}
 std::string CoralUsbDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
 std::vector<WatchSpec> CoralUsbDiscoverer::WatchPaths() const {
+  // The device nodes under /dev/bus/usb are what the kernel announces (devtmpfs); sysfs sends no
+  // inotify events on a real node, so the /sys/bus/usb/devices watch only ever fires in fixtures.
   std::vector<WatchSpec> specs = {{std::string(kUsbDevicesDir), ""}, {"/dev/bus/usb", ""}};
   // Device nodes live one level down, in a directory per bus.
   absl::StatusOr<std::vector<std::string>> buses = host_->ListDirectory("/dev/bus/usb");

@@ -38,7 +38,7 @@ class CoralPcieDiscoverer : public Discoverer {
 
  private:
   // nullopt when the entry's sysfs tree vanished while it was being read (a removal in
-  // progress; the removal's own inotify event brings the next scan).
+  // progress; the device node's removal from /dev brings the next scan).
   std::optional<Device> ScanOne(const std::string& name);
 
   const Host* host_;
