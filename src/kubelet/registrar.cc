@@ -354,8 +354,9 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
                    << " to that plugin; to serve it from edgeaccel instead, remove that plugin "
                       "or pass --take-over="
                    << resource;
-      other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
     }
+    // A fresh stream each time: the last one may be what just ended (the plugin restarted).
+    other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
     other_grace_until_ = absl::InfinitePast();
     leave(other->socket);
     return true;

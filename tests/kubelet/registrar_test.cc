@@ -269,7 +269,7 @@ TEST_F(RegistrationTest, ALateDeregistrationThatDropsOurEndpointIsNoticedAndRepa
   }));
   ASSERT_TRUE(Eventually([&] { return log.Contains("it dropped our endpoint"); }));
   EXPECT_TRUE(log.Contains(kubelet_.DevicePluginsDir() + "/kubelet.sock is unchanged"));
-  EXPECT_TRUE(log.Contains("no other plugin serves it; registering again"));
+  EXPECT_TRUE(Eventually([&] { return log.Contains("no other plugin serves it; registering again"); }));
   // Registered again: the kubelet has our endpoint, a stream, every device healthy.
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 3; }));
   ASSERT_TRUE(Advertised(2));
