@@ -229,7 +229,8 @@ void BenchManyDevices(int samples) {
   }
   v1beta1::PreferredAllocationRequest preferred;
   auto* want = preferred.add_container_requests();
-  for (const Device& d : set.Current()->devices) want->add_available_deviceids(d.id);
+  const std::shared_ptr<const Snapshot> snapshot = set.Current();
+  for (const Device& d : snapshot->devices) want->add_available_deviceids(d.id);
   want->set_allocation_size(8);
   Percentiles p = time_calls([&] {
     grpc::ClientContext c;

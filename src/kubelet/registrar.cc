@@ -320,7 +320,9 @@ OtherPluginQuery ResourceRegistrar::OtherPluginQueryNow() const {
   query.device_plugin_dir = DirectoryFor(RegistrationMode::kKubelet);
   query.plugins_registry_dir = DirectoryFor(RegistrationMode::kPluginWatcher);
   query.own_socket_name = SocketFileName(query.resource);
-  for (const Device& device : set_->Current()->devices) query.own_ids.push_back(device.id);
+  // Held for the loop: a range-for over Current()->devices would outlive the temporary.
+  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
+  for (const Device& device : snapshot->devices) query.own_ids.push_back(device.id);
   query.timeout = options_.other_plugin_timeout;
   return query;
 }
