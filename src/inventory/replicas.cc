@@ -21,4 +21,8 @@ std::vector<Device> ExpandReplicas(std::vector<Device> devices, int replicas) {
   return out;
 }
 
+std::string PhysicalIdOf(absl::string_view advertised_id) {
+  return std::string(advertised_id.substr(0, advertised_id.rfind("::")));
+}
+
 }  // namespace edgeaccel

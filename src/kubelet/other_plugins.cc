@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
@@ -23,12 +24,6 @@ namespace {
 
 // More sockets than any node has plugins: a directory full of junk cannot stall us for long.
 constexpr size_t kMaxSocketsLooked = 32;
-
-// "GPU-a::3" -> "GPU-a": replicas are one device.
-std::string Physical(const std::string& id) {
-  const size_t sep = id.rfind("::");
-  return sep == std::string::npos ? id : id.substr(0, sep);
-}
 
 std::vector<std::string> SocketsIn(const std::string& directory, const std::string& skip) {
   std::vector<std::string> sockets;
@@ -102,8 +97,8 @@ std::optional<OtherPlugin> FindOtherPlugin(const OtherPluginQuery& query) {
   } else {
     VLOG(1) << query.resource << ": " << checkpoint.status().message();
   }
-  for (const std::string& id : kubelet_ids) held.insert(Physical(id));
-  for (const std::string& id : query.own_ids) held.insert(Physical(id));
+  for (const std::string& id : kubelet_ids) held.insert(PhysicalIdOf(id));
+  for (const std::string& id : query.own_ids) held.insert(PhysicalIdOf(id));
   for (const std::string& socket : sockets) {
     std::optional<std::vector<std::string>> ids = AdvertisedIds(socket, query.timeout);
     if (!ids.has_value()) {
@@ -112,10 +107,10 @@ std::optional<OtherPlugin> FindOtherPlugin(const OtherPluginQuery& query) {
       continue;
     }
     for (const std::string& id : *ids) {
-      if (!held.contains(Physical(id))) continue;
+      if (!held.contains(PhysicalIdOf(id))) continue;
       const bool ours = std::find_if(query.own_ids.begin(), query.own_ids.end(),
                                      [&](const std::string& own) {
-                                       return Physical(own) == Physical(id);
+                                       return PhysicalIdOf(own) == PhysicalIdOf(id);
                                      }) != query.own_ids.end();
       return OtherPlugin{
           socket, "kubelet",

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
@@ -373,11 +375,10 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
   if (checkpoint.ok() && !options_.take_over) {
     auto held = checkpoint->registered_devices.find(resource);
     if (held != checkpoint->registered_devices.end() && !held->second.empty()) {
-      auto physical = [](const std::string& id) { return id.substr(0, id.rfind("::")); };
+      absl::flat_hash_set<std::string> ours;
+      for (const std::string& own : query.own_ids) ours.insert(PhysicalIdOf(own));
       bool any_ours = false;
-      for (const std::string& id : held->second) {
-        for (const std::string& own : query.own_ids) any_ours |= physical(id) == physical(own);
-      }
+      for (const std::string& id : held->second) any_ours |= ours.contains(PhysicalIdOf(id));
       if (!any_ours) theirs = held->second.front();
     }
   }

@@ -35,5 +35,12 @@ TEST(ReplicasTest, OneOrFewerLeavesDevicesAsTheyAre) {
   }
 }
 
+TEST(ReplicasTest, PhysicalIdOfAnAdvertisedId) {
+  EXPECT_EQ(PhysicalIdOf("GPU-a::3"), "GPU-a");
+  EXPECT_EQ(PhysicalIdOf("GPU-a"), "GPU-a");
+  EXPECT_EQ(PhysicalIdOf("0000:03:00.0"), "0000:03:00.0") << "one colon is part of the id";
+  EXPECT_EQ(PhysicalIdOf(""), "");
+}
+
 }  // namespace
 }  // namespace edgeaccel
