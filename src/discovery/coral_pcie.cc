@@ -186,7 +186,19 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   if (policy_.temperature_threshold_mc.has_value()) {
     threshold = *policy_.temperature_threshold_mc;
   } else if (absl::StatusOr<int64_t> own = host_->ReadInteger(sys + "/hw_temp_warn2"); own.ok()) {
-    threshold = *own;
+    // The driver's shutdown line can be set to anything the chip's ADC encodes (about -90 to
+    // 166 °C). One that no one would choose (0, a value above what silicon survives) would
+    // mark a healthy TPU Unhealthy, or never protect it: ignored, with a warning.
+    if (*own >= kMinPlausibleShutdownTempMc && *own <= kMaxPlausibleShutdownTempMc) {
+      threshold = *own;
+    } else {
+      log_.Warn(absl::StrCat(sys, "/hw_temp_warn2 is ", Celsius(*own), ", outside ",
+                             Celsius(kMinPlausibleShutdownTempMc), " to ",
+                             Celsius(kMaxPlausibleShutdownTempMc), "; using ",
+                             Celsius(kApexDefaultShutdownTempMc),
+                             " (the driver's default) instead. Set --temperature-threshold "
+                             "to choose one."));
+    }
   }
   device.telemetry["temperature_threshold_celsius"] = static_cast<double>(threshold) / 1000.0;
   for (const char* attr : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "captured_log.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -153,6 +154,31 @@ TEST_F(CoralTest, ThresholdFlagOverridesTheDevice) {
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0].health, Health::kUnhealthy);
   EXPECT_DOUBLE_EQ(devices[0].telemetry["temperature_threshold_celsius"], 85.0);
+}
+
+// A shutdown line nobody would choose is not trusted: 0 would mark every TPU Unhealthy.
+TEST_F(CoralTest, AnImplausibleShutdownLineIsIgnoredWithAWarning) {
+  struct Case {
+    const char* warn2;
+    double threshold_celsius;
+  };
+  for (const Case& c : {Case{"0\n", 99.8}, Case{"-89700\n", 99.8}, Case{"166050\n", 99.8},
+                        Case{"59800\n", 99.8}, Case{"70050\n", 70.05}}) {
+    FixtureHost fixture;
+    fixture.AddCoralPcie({.index = 0});
+    fixture.SetApexAttribute(0, "hw_temp_warn2", c.warn2);
+    Host host(fixture.root());
+    CoralPcieDiscoverer discoverer(&host, {});
+    ::edgeaccel::testing::CapturedLog log;
+    std::vector<Device> devices = discoverer.Scan();
+    ASSERT_EQ(devices.size(), 1u);
+    EXPECT_EQ(devices[0].health, Health::kHealthy) << c.warn2 << devices[0].unhealthy_reason;
+    EXPECT_DOUBLE_EQ(devices[0].telemetry["temperature_threshold_celsius"], c.threshold_celsius)
+        << c.warn2;
+    discoverer.Scan();
+    // Said once, not on every scan; and never about a plausible line.
+    EXPECT_EQ(log.Count("hw_temp_warn2 is"), c.threshold_celsius == 99.8 ? 1 : 0) << c.warn2;
+  }
 }
 
 TEST_F(CoralTest, GarbageTemperatureKeepsDeviceButSaysSo) {

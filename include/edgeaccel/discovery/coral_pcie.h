@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/once_logger.h"
 
 namespace edgeaccel {
 
@@ -43,11 +44,16 @@ class CoralPcieDiscoverer : public Discoverer {
 
   const Host* host_;
   CoralHealthPolicy policy_;
+  OnceLogger log_;
   absl::flat_hash_set<std::string> overheated_;  // ids currently over the threshold
 };
 
 // Driver default for hw_temp_warn2 as read back from sysfs (100000 encodes to 99800).
 inline constexpr int64_t kApexDefaultShutdownTempMc = 99800;
+// A device's own hw_temp_warn2 outside these is not trusted (the default is used instead):
+// lowered for a hot enclosure is fine, 0 or above what the silicon survives is not.
+inline constexpr int64_t kMinPlausibleShutdownTempMc = 60000;
+inline constexpr int64_t kMaxPlausibleShutdownTempMc = 125000;
 
 }  // namespace edgeaccel
 
