@@ -161,6 +161,12 @@ absl::Status MetricsServer::Start() {
   });
   // Scrapes and probes are rare: two workers, not cpp-httplib's default of eight or more.
   server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // A worker serves one connection at a time, for as long as the client keeps it open: two
+  // Prometheus scrapers idling on kept-alive connections between scrapes would hold both while
+  // the kubelet's liveness probe waits for /healthz (1 s, then the pod is restarted). So one
+  // request per connection, and a client that sends nothing is dropped after a second.
+  server_->set_keep_alive_max_count(1);
+  server_->set_read_timeout(1, 0);
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+
 namespace edgeaccel {
 namespace {
 
@@ -85,6 +91,42 @@ TEST(MetricsTest, ServesMetricsAndHealth) {
   absl::Status status = second.Start();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("cannot listen on 127.0.0.1:"));
+  server.Stop();
+}
+
+// Prometheus keeps its connection open between scrapes. Two such scrapers must not hold both
+// workers, idle between their scrapes, while the kubelet's liveness probe waits for /healthz (it
+// gives up after 1 s, and the pod is restarted after a few such failures).
+TEST(MetricsTest, HealthzIsAnsweredBesideKeepAliveScrapers) {
+  MetricsServer server(
+      "127.0.0.1:0", [] { return std::string(20000, '#') + "\n"; },
+      [](std::string*) { return true; });
+  ASSERT_TRUE(server.Start().ok());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> scrapers;
+  for (int i = 0; i < 2; ++i) {
+    scrapers.emplace_back([&] {
+      httplib::Client client("127.0.0.1", server.port());
+      client.set_keep_alive(true);
+      while (!stop.load()) {
+        client.Get("/metrics");
+        absl::SleepFor(absl::Milliseconds(300));  // a scrape interval, the connection kept
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  httplib::Client probe("127.0.0.1", server.port());
+  probe.set_connection_timeout(1, 0);
+  probe.set_read_timeout(1, 0);
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    auto health = probe.Get("/healthz");
+    ASSERT_TRUE(health) << "probe " << i << " got no answer within 1 s";
+    EXPECT_EQ(health->status, 200);
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(500)) << "probe " << i;
+  }
+  stop.store(true);
+  for (std::thread& t : scrapers) t.join();
   server.Stop();
 }
 
