@@ -97,7 +97,9 @@ Daemon::~Daemon() { Stop(); }
 absl::Status Daemon::Start() {
   for (auto& resource : resources_) {
     Resource* r = resource.get();
-    // The CDI spec is rewritten whenever the devices change, before anyone can be told of them.
+    // The CDI spec is rewritten whenever the devices change. Listeners run in no set order, so
+    // the kubelet may hear of a device first; Allocate then names it only once the spec holding
+    // it is on disk (CdiSpecFile::NameOnDisk).
     if (r->cdi != nullptr) {
       r->cdi_listener = r->set->Subscribe(
           [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, std::move(snapshot)); });
