@@ -23,6 +23,8 @@ namespace edgeaccel {
 namespace {
 
 constexpr absl::Duration kInitialBackoff = absl::Milliseconds(100);
+// The least time between two looks at a plugin we leave a resource to.
+constexpr absl::Duration kOtherPluginLookInterval = absl::Seconds(1);
 // Wait() with this timeout sleeps until an inotify event or Stop().
 constexpr absl::Duration kUntilEvent = -absl::InfiniteDuration();
 
@@ -334,6 +336,7 @@ std::optional<OtherPlugin> ResourceRegistrar::FindOtherServer() const {
 }
 
 bool ResourceRegistrar::LeaveToOtherPlugin() {
+  last_other_look_ = absl::Now();
   const std::string resource = set_->resource_name();
   const OtherPluginQuery query = OtherPluginQueryNow();
   std::optional<OtherPlugin> other = FindOtherPlugin(query);
@@ -466,10 +469,16 @@ void ResourceRegistrar::Run() {
       CheckEndpoint(mode);
     }
 
-    // 0. Left to another plugin: look again only when something changed.
+    // 0. Left to another plugin: look again only when something changed, and at most once a
+    //    second: a plugin that ends every stream at once (or a directory that never settles)
+    //    must not turn the look into a busy loop.
     if (!left_to().empty()) {
-      if (recheck_other_ || absl::Now() >= recheck_other_at_) {
-        recheck_other_ = false;
+      if (recheck_other_) {
+        recheck_other_at_ = std::min(
+            recheck_other_at_, std::max(absl::Now(), last_other_look_ + kOtherPluginLookInterval));
+      }
+      recheck_other_ = false;
+      if (absl::Now() >= recheck_other_at_) {
         recheck_other_at_ = absl::InfiniteFuture();
         LeaveToOtherPlugin();
       }

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -332,6 +333,52 @@ TEST_F(RegistrationTest, HungForeignSocketsDelayRegistrationByAtMostTheirTimeout
   ASSERT_TRUE(Advertised(2));
   // 500 ms at most (Options::other_plugin_timeout) before the Register call.
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(1000));
+}
+
+// A plugin that ends every ListAndWatch stream right after its first message: the stream we
+// hold to it ends at once, every time. Looking again must not become a busy loop.
+class StreamEndingPlugin final : public v1beta1::DevicePlugin::CallbackService {
+ public:
+  grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(
+      grpc::CallbackServerContext*, const v1beta1::Empty*) override {
+    calls_.fetch_add(1);
+    class Reactor : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+     public:
+      Reactor() {
+        response_.add_devices()->set_id("apex_0");  // one of ours: it serves our resource
+        StartWrite(&response_);
+      }
+      void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
+      void OnDone() override { delete this; }
+
+     private:
+      v1beta1::ListAndWatchResponse response_;
+    };
+    return new Reactor();
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  std::atomic<int> calls_{0};
+};
+
+TEST_F(RegistrationTest, APluginThatEndsEveryStreamIsLookedAtNoMoreThanOnceASecond) {
+  kubelet_.Start();
+  StreamEndingPlugin plugin;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + kubelet_.DevicePluginsDir() + "/impatient.sock",
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(&plugin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet);
+  ASSERT_TRUE(Eventually([&] { return !registrar->left_to().empty(); }));
+  absl::SleepFor(absl::Milliseconds(2500));
+  // A look and a held stream at start, then one of each per second at most.
+  EXPECT_LE(plugin.calls(), 10);
+  EXPECT_EQ(kubelet_.Registrations(kTpu), 0) << "still left to it";
+  registrar->Stop();
+  server->Shutdown();
 }
 
 TEST_F(RegistrationTest, TakeOverRegistersWhereAnotherPluginServes) {

@@ -177,6 +177,7 @@ class ResourceRegistrar {
   bool recheck_other_ = false;             // something changed while we leave it to another
   absl::Time other_grace_until_ = absl::InfinitePast();
   absl::Time recheck_other_at_ = absl::InfiniteFuture();
+  absl::Time last_other_look_ = absl::InfinitePast();
   std::unique_ptr<OtherPluginWatch> other_watch_;
 
   mutable absl::Mutex mu_;
