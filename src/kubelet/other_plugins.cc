@@ -14,7 +14,6 @@
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
-#include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 #include "pluginregistration_v1.grpc.pb.h"
@@ -86,19 +85,10 @@ std::optional<OtherPlugin> FindOtherPlugin(const OtherPluginQuery& query) {
 
   const std::vector<std::string> sockets = SocketsIn(query.device_plugin_dir, query.own_socket_name);
   if (sockets.empty()) return std::nullopt;
-  // Devices tied to the resource: the kubelet's, and ours.
-  absl::flat_hash_set<std::string> held;
-  std::vector<std::string> kubelet_ids;
-  absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
-      absl::StrCat(query.device_plugin_dir, "/", kKubeletCheckpointName));
-  if (checkpoint.ok()) {
-    auto registered = checkpoint->registered_devices.find(query.resource);
-    if (registered != checkpoint->registered_devices.end()) kubelet_ids = registered->second;
-  } else {
-    VLOG(1) << query.resource << ": " << checkpoint.status().message();
-  }
-  for (const std::string& id : kubelet_ids) held.insert(PhysicalIdOf(id));
-  for (const std::string& id : query.own_ids) held.insert(PhysicalIdOf(id));
+  // Devices tied to the resource: ours, and the kubelet's.
+  absl::flat_hash_set<std::string> ours, kubelets;
+  for (const std::string& id : query.own_ids) ours.insert(PhysicalIdOf(id));
+  for (const std::string& id : query.kubelet_ids) kubelets.insert(PhysicalIdOf(id));
   for (const std::string& socket : sockets) {
     std::optional<std::vector<std::string>> ids = AdvertisedIds(socket, query.timeout);
     if (!ids.has_value()) {
@@ -107,16 +97,16 @@ std::optional<OtherPlugin> FindOtherPlugin(const OtherPluginQuery& query) {
       continue;
     }
     for (const std::string& id : *ids) {
-      if (!held.contains(PhysicalIdOf(id))) continue;
-      const bool ours = std::find_if(query.own_ids.begin(), query.own_ids.end(),
-                                     [&](const std::string& own) {
-                                       return PhysicalIdOf(own) == PhysicalIdOf(id);
-                                     }) != query.own_ids.end();
-      return OtherPlugin{
-          socket, "kubelet",
-          absl::StrCat("it advertises ", id, ", ",
-                       ours ? "a device we found too"
-                            : absl::StrCat("which the kubelet holds for ", query.resource))};
+      const std::string physical = PhysicalIdOf(id);
+      if (ours.contains(physical)) {
+        return OtherPlugin{socket, "kubelet",
+                           absl::StrCat("it advertises ", id, ", a device we found too")};
+      }
+      if (kubelets.contains(physical)) {
+        return OtherPlugin{socket, "kubelet",
+                           absl::StrCat("it advertises ", id, ", which the kubelet holds for ",
+                                        query.resource)};
+      }
     }
   }
   return std::nullopt;

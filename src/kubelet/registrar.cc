@@ -327,6 +327,14 @@ OtherPluginQuery ResourceRegistrar::OtherPluginQueryNow() const {
   // Held for the loop: a range-for over Current()->devices would outlive the temporary.
   const std::shared_ptr<const Snapshot> snapshot = set_->Current();
   for (const Device& device : snapshot->devices) query.own_ids.push_back(device.id);
+  absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
+      absl::StrCat(query.device_plugin_dir, "/", kKubeletCheckpointName));
+  if (checkpoint.ok()) {
+    auto held = checkpoint->registered_devices.find(query.resource);
+    if (held != checkpoint->registered_devices.end()) query.kubelet_ids = held->second;
+  } else {
+    VLOG(1) << query.resource << ": " << checkpoint.status().message();
+  }
   query.timeout = options_.other_plugin_timeout;
   return query;
 }
@@ -372,18 +380,13 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
   // No plugin serves it now. If the kubelet still holds devices of the resource that are not
   // ours, the plugin that served them may be on its way back (after a kubelet restart every
   // plugin registers again): give it a moment rather than take the resource from it.
-  absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
-      absl::StrCat(query.device_plugin_dir, "/", kKubeletCheckpointName));
   std::string theirs;
-  if (checkpoint.ok() && !options_.take_over) {
-    auto held = checkpoint->registered_devices.find(resource);
-    if (held != checkpoint->registered_devices.end() && !held->second.empty()) {
-      absl::flat_hash_set<std::string> ours;
-      for (const std::string& own : query.own_ids) ours.insert(PhysicalIdOf(own));
-      bool any_ours = false;
-      for (const std::string& id : held->second) any_ours |= ours.contains(PhysicalIdOf(id));
-      if (!any_ours) theirs = held->second.front();
-    }
+  if (!options_.take_over && !query.kubelet_ids.empty()) {
+    absl::flat_hash_set<std::string> ours;
+    for (const std::string& own : query.own_ids) ours.insert(PhysicalIdOf(own));
+    bool any_ours = false;
+    for (const std::string& id : query.kubelet_ids) any_ours |= ours.contains(PhysicalIdOf(id));
+    if (!any_ours) theirs = query.kubelet_ids.front();
   }
   if (!theirs.empty()) {
     if (other_grace_until_ == absl::InfinitePast()) {

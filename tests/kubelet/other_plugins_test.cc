@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "absl/time/clock.h"
@@ -39,10 +40,9 @@ class OtherPluginsTest : public ::testing::Test {
     mkdir(device_plugins_.c_str(), 0755);
     mkdir(registry_.c_str(), 0755);
   }
-  void WriteCheckpoint(const std::string& registered_json) {
-    std::ofstream(device_plugins_ + "/kubelet_internal_checkpoint")
-        << R"({"Data":{"PodDeviceEntries":null,"RegisteredDevices":)" << registered_json
-        << R"(},"Checksum":0})";
+  // What the kubelet holds per resource (its checkpoint's RegisteredDevices).
+  void KubeletHolds(std::map<std::string, std::vector<std::string>> held) {
+    kubelet_holds_ = std::move(held);
   }
   // Another vendor's plugin for nvidia.com/gpu, as NVIDIA's names its socket.
   std::unique_ptr<PluginServer> Serve(const std::string& path, std::vector<Device> devices,
@@ -60,6 +60,7 @@ class OtherPluginsTest : public ::testing::Test {
     query.plugins_registry_dir = registry_;
     query.own_socket_name = "edgeaccel-nvidia.com-gpu.sock";
     query.own_ids = std::move(own_ids);
+    query.kubelet_ids = kubelet_holds_[query.resource];
     return query;
   }
 
@@ -67,18 +68,18 @@ class OtherPluginsTest : public ::testing::Test {
   const std::string device_plugins_ = dir_.path() + "/device-plugins";
   const std::string registry_ = dir_.path() + "/plugins_registry";
   std::vector<std::unique_ptr<DeviceSet>> sets_;
+  std::map<std::string, std::vector<std::string>> kubelet_holds_;
   PluginCounters counters_;
 };
 
 TEST_F(OtherPluginsTest, NothingElseThereIsNobody) {
-  WriteCheckpoint(R"({})");
   auto ours = Serve(device_plugins_ + "/edgeaccel-nvidia.com-gpu.sock", {Gpu("tegra234-igpu0")});
   EXPECT_FALSE(FindOtherPlugin(Query()).has_value()) << "our own socket is not another plugin";
 }
 
 TEST_F(OtherPluginsTest, ASocketAdvertisingWhatTheKubeletHoldsForTheResourceServesIt) {
   // NVIDIA's plugin on a Jetson: one device "tegra", which the kubelet holds for nvidia.com/gpu.
-  WriteCheckpoint(R"({"nvidia.com/gpu":["tegra"],"coral.ai/edgetpu":["0000:03:00.0"]})");
+  KubeletHolds({{"nvidia.com/gpu", {"tegra"}}, {"coral.ai/edgetpu", {"0000:03:00.0"}}});
   auto nvidia = Serve(device_plugins_ + "/nvidia-gpu.sock", {Gpu("tegra")});
   std::optional<OtherPlugin> other = FindOtherPlugin(Query());
   ASSERT_TRUE(other.has_value());
@@ -89,13 +90,14 @@ TEST_F(OtherPluginsTest, ASocketAdvertisingWhatTheKubeletHoldsForTheResourceServ
   // The same plugin, asked about another resource: not it.
   OtherPluginQuery tpu = Query({"0000:04:00.0"});
   tpu.resource = "coral.ai/edgetpu";
+  tpu.kubelet_ids = kubelet_holds_["coral.ai/edgetpu"];
   tpu.own_socket_name = "edgeaccel-coral.ai-edgetpu.sock";
   EXPECT_FALSE(FindOtherPlugin(tpu).has_value());
 }
 
 TEST_F(OtherPluginsTest, ASocketAdvertisingOurOwnDevicesServesThemTwice) {
   // A discrete GPU: NVIDIA's plugin and we both call it by its UUID. The kubelet holds nothing
-  // yet (its checkpoint is gone), but the same physical device must not be served twice.
+  // yet, but the same physical device must not be served twice.
   auto nvidia = Serve(device_plugins_ + "/nvidia-gpu.sock", {Gpu("GPU-a::0"), Gpu("GPU-a::1")});
   std::optional<OtherPlugin> other = FindOtherPlugin(Query({"GPU-a"}));
   ASSERT_TRUE(other.has_value());
@@ -103,7 +105,6 @@ TEST_F(OtherPluginsTest, ASocketAdvertisingOurOwnDevicesServesThemTwice) {
 }
 
 TEST_F(OtherPluginsTest, APluginWatcherSocketSaysWhatItIs) {
-  WriteCheckpoint(R"({})");
   PluginWatcherService info("nvidia.com/gpu");
   auto watcher = Serve(registry_ + "/nvidia.com-gpu.sock", {Gpu("x")}, &info);
   std::optional<OtherPlugin> other = FindOtherPlugin(Query());
@@ -113,7 +114,7 @@ TEST_F(OtherPluginsTest, APluginWatcherSocketSaysWhatItIs) {
 }
 
 TEST_F(OtherPluginsTest, HungDeadOrUnrelatedSocketsDoNotCountAndDoNotHoldUsUp) {
-  WriteCheckpoint(R"({"nvidia.com/gpu":["tegra"]})");
+  KubeletHolds({{"nvidia.com/gpu", {"tegra"}}});
   HungSocket hung_device_plugin(device_plugins_ + "/hung.sock");
   HungSocket hung_registry(registry_ + "/hung.sock");
   ::edgeaccel::testing::MakeStaleSocket(device_plugins_ + "/crashed.sock");

@@ -25,13 +25,15 @@ struct OtherPluginQuery {
   std::string plugins_registry_dir;
   std::string own_socket_name;       // ours: skipped in both directories
   std::vector<std::string> own_ids;  // the ids we advertise (or would) for the resource
+  // The ids the kubelet holds for the resource (RegisteredDevices in its checkpoint).
+  std::vector<std::string> kubelet_ids;
   absl::Duration timeout = absl::Milliseconds(500);  // for each socket's answer
 };
 
 // The first live socket other than ours and kubelet.sock that serves `query.resource`:
 //  * in plugins_registry/, one whose GetInfo names the resource;
 //  * in device-plugins/, one whose ListAndWatch advertises a device the kubelet holds for the
-//    resource (RegisteredDevices in its checkpoint) or one of our own devices (the same physical
+//    resource (`kubelet_ids`) or one of our own devices (the same physical
 //    device served twice). The DevicePlugin API has no call that names a plugin's resource:
 //    the device ids are what tie a socket to it.
 // A socket that does not answer within the timeout (a hung or half-dead plugin) does not count,
