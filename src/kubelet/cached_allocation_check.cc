@@ -29,13 +29,16 @@ PreStartHook CachedAllocationCheck(std::string checkpoint_path, std::string reso
       }
       for (const DeviceNode& node : device->nodes) current_nodes.insert(node.host_path);
     }
-    absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(checkpoint_path);
+    // A device already gone refuses the start; the cached answer matters only otherwise.
+    absl::StatusOr<KubeletCheckpoint> checkpoint =
+        gone.empty() ? ReadKubeletCheckpoint(checkpoint_path)
+                     : absl::StatusOr<KubeletCheckpoint>(KubeletCheckpoint());
     const KubeletCheckpoint::Entry* entry =
         checkpoint.ok() ? checkpoint->FindEntry(resource, ids) : nullptr;
     if (!checkpoint.ok()) {
       VLOG(1) << resource << ": PreStartContainer cannot check the cached answer: "
               << checkpoint.status().message();
-    } else if (entry != nullptr && gone.empty()) {
+    } else if (entry != nullptr) {
       std::vector<std::string> missing;
       for (const v1beta1::DeviceSpec& spec : entry->allocate_response.devices()) {
         if (!current_nodes.contains(spec.host_path())) missing.push_back(spec.host_path());

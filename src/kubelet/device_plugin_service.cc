@@ -16,7 +16,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 }  // namespace
 
-
 class DevicePluginService::Stream final
     : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
  public:

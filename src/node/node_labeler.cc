@@ -5,19 +5,12 @@
 #include <openssl/x509.h>
 #include <pthread.h>
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "edgeaccel/host/backoff.h"
-#include "edgeaccel/host/host.h"
 #include "edgeaccel/node/label_ownership.h"
 #include "glog/logging.h"
 
