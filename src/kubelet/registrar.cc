@@ -362,6 +362,11 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
     return false;
   }
   if (other.has_value()) {
+    // A fresh stream each time: the last one may be what just ended (the plugin restarted).
+    other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
+    other_grace_until_ = absl::InfinitePast();
+    leave(other->socket);
+    // Said once the state holds: /healthz and left_to() agree with the log from this line on.
     if (was_left_to != other->socket) {
       LOG(WARNING) << resource << ": not registering it: another device plugin serves it ("
                    << other->socket << ", registered through " << other->registration << ": "
@@ -370,10 +375,6 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
                       "or pass --take-over="
                    << resource;
     }
-    // A fresh stream each time: the last one may be what just ended (the plugin restarted).
-    other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
-    other_grace_until_ = absl::InfinitePast();
-    leave(other->socket);
     return true;
   }
   other_watch_.reset();
@@ -389,17 +390,18 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
     if (!any_ours) theirs = query.kubelet_ids.front();
   }
   if (!theirs.empty()) {
-    if (other_grace_until_ == absl::InfinitePast()) {
-      other_grace_until_ = absl::Now() + options_.other_plugin_grace;
-      LOG(INFO) << resource << ": the kubelet holds devices of " << resource
-                << " that are not ours (" << theirs
-                << ", ...) but no plugin serves them now; waiting up to "
-                << absl::FormatDuration(options_.other_plugin_grace)
-                << " for the plugin that did to register again before registering ours";
-    }
+    const bool first_look = other_grace_until_ == absl::InfinitePast();
+    if (first_look) other_grace_until_ = absl::Now() + options_.other_plugin_grace;
     if (absl::Now() < other_grace_until_) {
       recheck_other_at_ = other_grace_until_;
       leave("(waiting for the plugin that served it)");
+      if (first_look) {
+        LOG(INFO) << resource << ": the kubelet holds devices of " << resource
+                  << " that are not ours (" << theirs
+                  << ", ...) but no plugin serves them now; waiting up to "
+                  << absl::FormatDuration(options_.other_plugin_grace)
+                  << " for the plugin that did to register again before registering ours";
+      }
       return true;
     }
   }
