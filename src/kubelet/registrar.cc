@@ -355,6 +355,7 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
       left_to_ = to;
     }
     StopServing();
+    registrations_when_left_ = registrations();
   };
   if (other.has_value() && options_.take_over) {
     Complain(absl::StrCat(other->socket, " serves ", resource, " too (", other->evidence,
@@ -380,9 +381,12 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
   other_watch_.reset();
   // No plugin serves it now. If the kubelet still holds devices of the resource that are not
   // ours, the plugin that served them may be on its way back (after a kubelet restart every
-  // plugin registers again): give it a moment rather than take the resource from it.
+  // plugin registers again): give it a moment rather than take the resource from it. Not when
+  // the last registration of the resource was ours: then what the kubelet holds is what we
+  // advertised, devices unplugged since included.
+  const bool last_registered_by_us = registrations() > registrations_when_left_;
   std::string theirs;
-  if (!options_.take_over && !query.kubelet_ids.empty()) {
+  if (!options_.take_over && !last_registered_by_us && !query.kubelet_ids.empty()) {
     absl::flat_hash_set<std::string> ours;
     for (const std::string& own : query.own_ids) ours.insert(PhysicalIdOf(own));
     bool any_ours = false;

@@ -381,6 +381,24 @@ TEST_F(RegistrationTest, APluginThatEndsEveryStreamIsLookedAtNoMoreThanOnceASeco
   server->Shutdown();
 }
 
+// The kubelet's checkpoint still holds devices we advertised before it went down and that have
+// been unplugged since. They are not "another plugin's": no wait before registering again.
+TEST_F(RegistrationTest, DevicesUnpluggedWhileTheKubeletWasDownAreNotAnotherPlugins) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto registrar = StartRegistrar(RegistrationMode::kKubelet, [](ResourceRegistrar::Options* o) {
+    o->other_plugin_grace = absl::Seconds(30);
+  });
+  ASSERT_TRUE(Advertised(2));
+  kubelet_.Stop();
+  set_.Update({Tpu("apex_2")});  // apex_0 and apex_1 unplugged, another one plugged in
+  kubelet_.Start();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; },
+                               absl::Seconds(5)));
+  ASSERT_TRUE(Advertised(1));
+  EXPECT_FALSE(log.Contains("that are not ours"));
+}
+
 TEST_F(RegistrationTest, TakeOverRegistersWhereAnotherPluginServes) {
   CapturedLog log;
   kubelet_.Start();

@@ -178,6 +178,9 @@ class ResourceRegistrar {
   absl::Time other_grace_until_ = absl::InfinitePast();
   absl::Time recheck_other_at_ = absl::InfiniteFuture();
   absl::Time last_other_look_ = absl::InfinitePast();
+  // registrations() when we last left the resource to another plugin (0: never): a higher
+  // count now means the last registration of the resource was ours.
+  uint64_t registrations_when_left_ = 0;
   std::unique_ptr<OtherPluginWatch> other_watch_;
 
   mutable absl::Mutex mu_;
