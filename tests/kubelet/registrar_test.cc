@@ -302,7 +302,10 @@ TEST_F(RegistrationTest, AResourceAnotherPluginServesIsLeftToItUntilItIsGone) {
   const std::string other_socket = kubelet_.DevicePluginsDir() + "/vendor-edgetpu.sock";
   auto registrar = StartRegistrar(RegistrationMode::kKubelet);
   ASSERT_TRUE(Eventually([&] { return registrar->left_to() == other_socket; }));
-  EXPECT_TRUE(log.Contains("not registering it: another device plugin serves it (" + other_socket));
+  // The line comes once the state holds.
+  EXPECT_TRUE(Eventually([&] {
+    return log.Contains("not registering it: another device plugin serves it (" + other_socket);
+  }));
   EXPECT_TRUE(log.Contains("--take-over=coral.ai/edgetpu"));
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(kubelet_.Registrations(kTpu), 1) << "no second registration: no war";
