@@ -251,7 +251,10 @@ TEST_F(GpuE2eTest, CdiNamesOnlyOnceTheSpecIsOnDisk) {
   // The directory appears: the retry writes the spec, and Allocate names the device again.
   unlink(cdi_dir.c_str());
   mkdir(cdi_dir.c_str(), 0755);
-  EXPECT_TRUE(daemon_->WaitForLog("on retry", absl::Seconds(15))) << daemon_->Log();
+  // The GPU's spec (the Edge TPU resource has one too, retried on its own clock).
+  EXPECT_TRUE(daemon_->WaitForLog("wrote the CDI spec " + cdi_dir + "/edgeaccel.io-gpu.json on retry",
+                                  absl::Seconds(15)))
+      << daemon_->Log();
   r = Allocate(kGpu, {kUuid0});
   ASSERT_EQ(r.cdi_devices_size(), 1) << daemon_->Log();
   // Someone deletes the spec (a tmpfs /var/run/cdi cleared): no name pointing at nothing.
@@ -307,7 +310,7 @@ TEST_F(GpuE2eTest, CdiOnAFullDiskIsLoggedAllocateStillServesAndTheSpecIsRetried)
   disk.MakeRoom();
   const std::string spec = cdi_dir + "/edgeaccel.io-gpu.json";
   EXPECT_TRUE(Eventually([&] { return access(spec.c_str(), F_OK) == 0; })) << daemon_->Log();
-  EXPECT_TRUE(daemon_->WaitForLog("on retry")) << daemon_->Log();
+  EXPECT_TRUE(daemon_->WaitForLog("wrote the CDI spec " + spec + " on retry")) << daemon_->Log();
   r = Allocate(kGpu, {kUuid0});
   EXPECT_EQ(r.cdi_devices_size(), 1);
   daemon_->Signal(SIGTERM);
