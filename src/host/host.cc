@@ -2,18 +2,27 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <deque>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -34,55 +43,262 @@ absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path
   }
 }
 
-// Closes an fd on scope exit.
+// Owns an fd; closes it on scope exit.
 class Fd {
  public:
-  explicit Fd(int fd) : fd_(fd) {}
+  explicit Fd(int fd = -1) : fd_(fd) {}
   ~Fd() {
     if (fd_ >= 0) close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) close(fd_);
+      fd_ = other.release();
+    }
+    return *this;
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;
 };
 
+// The same status with its leading verb replaced ("cannot open x" -> "cannot stat x").
+absl::Status ErrnoStatusRenamed(const absl::Status& status, absl::string_view verb) {
+  absl::string_view message = status.message();
+  if (absl::ConsumePrefix(&message, "cannot open")) {
+    return absl::Status(status.code(), absl::StrCat(verb, message));
+  }
+  return status;
+}
+
+FileInfo InfoOf(const struct stat& st) {
+  FileInfo info;
+  if (S_ISREG(st.st_mode)) {
+    info.type = FileInfo::Type::kRegular;
+  } else if (S_ISDIR(st.st_mode)) {
+    info.type = FileInfo::Type::kDirectory;
+  } else if (S_ISCHR(st.st_mode)) {
+    info.type = FileInfo::Type::kCharDevice;
+  } else if (S_ISBLK(st.st_mode)) {
+    info.type = FileInfo::Type::kBlockDevice;
+  } else if (S_ISSOCK(st.st_mode)) {
+    info.type = FileInfo::Type::kSocket;
+  } else if (S_ISLNK(st.st_mode)) {
+    info.type = FileInfo::Type::kSymlink;
+  }
+  info.major = major(st.st_rdev);
+  info.minor = minor(st.st_rdev);
+  info.permissions = st.st_mode & 07777;
+  info.inode = st.st_ino;
+  return info;
+}
+
+int OpenRoot(const std::string& root) {
+  return open(root.empty() ? "/" : root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+// Path components without empty ones and ".".
+std::deque<std::string> Components(absl::string_view path) {
+  std::deque<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part != ".") parts.emplace_back(part);
+  }
+  return parts;
+}
+
+// "/a/../b" -> "/b", ".." stopping at "/", without looking at the filesystem.
+std::string Lexical(absl::string_view host_path) {
+  std::vector<std::string> done;
+  for (std::string& part : Components(host_path)) {
+    if (part == "..") {
+      if (!done.empty()) done.pop_back();
+    } else {
+      done.push_back(std::move(part));
+    }
+  }
+  return absl::StrCat("/", absl::StrJoin(done, "/"));
+}
+
+// What openat2 resolves relative to the root descriptor.
+std::string RelativePath(absl::string_view host_path) {
+  std::string lexical = Lexical(host_path);
+  return lexical == "/" ? "." : lexical.substr(1);
+}
+
+// openat2 is Linux 5.6+, and a container's seccomp profile may refuse it (ENOSYS, or EPERM
+// from older runtimes' default profiles). Asked once.
+bool KernelResolvesInRoot() {
+  static const bool available = [] {
+    struct open_how how = {};
+    how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT;
+    int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how)));
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+  }();
+  return available;
+}
+
+// Resolves `host_path` inside the directory `root` the way RESOLVE_IN_ROOT does, one component
+// at a time, holding an O_PATH descriptor per resolved component: ".." pops a descriptor (it is
+// never looked up, so it cannot climb above the root), and a symlink's target is walked from the
+// root (absolute) or from its directory (relative). Race-free: nothing already resolved is
+// looked up again by name. Sets *resolved to the host path reached: the missing tail, if any,
+// is appended as written (for inotify's stand-in watches). With `chain`, the descriptors
+// (outermost first) are handed over; then a missing component is an error.
+absl::Status WalkInRoot(int root, absl::string_view host_path, bool follow_last,
+                        std::string* resolved, std::vector<Fd>* chain = nullptr) {
+  std::vector<Fd> fds;
+  std::vector<std::string> names;    // parallel to fds
+  std::vector<std::string> missing;  // the part that does not exist, lexically
+  std::deque<std::string> todo = Components(host_path);
+  int links = 0;
+  while (!todo.empty()) {
+    std::string part = std::move(todo.front());
+    todo.pop_front();
+    if (part == "..") {
+      if (!missing.empty()) {
+        missing.pop_back();
+      } else if (!fds.empty()) {
+        fds.pop_back();
+        names.pop_back();
+      }
+      continue;
+    }
+    if (!missing.empty()) {
+      missing.push_back(std::move(part));
+      continue;
+    }
+    const int dir = fds.empty() ? root : fds.back().get();
+    Fd fd(openat(dir, part.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno != ENOENT || chain != nullptr) return ErrnoStatus(errno, "cannot open", host_path);
+      missing.push_back(std::move(part));
+      continue;
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot open", host_path);
+    if (S_ISLNK(st.st_mode) && (follow_last || !todo.empty())) {
+      if (++links > 40) return ErrnoStatus(ELOOP, "cannot open", host_path);
+      char target[PATH_MAX];
+      ssize_t n = readlinkat(fd.get(), "", target, sizeof(target));
+      if (n < 0) return ErrnoStatus(errno, "cannot open", host_path);
+      absl::string_view link(target, static_cast<size_t>(n));
+      if (absl::StartsWith(link, "/")) {
+        fds.clear();
+        names.clear();
+      }
+      std::deque<std::string> parts = Components(link);
+      todo.insert(todo.begin(), parts.begin(), parts.end());
+      continue;
+    }
+    if (!todo.empty() && !S_ISDIR(st.st_mode)) return ErrnoStatus(ENOTDIR, "cannot open", host_path);
+    fds.push_back(std::move(fd));
+    names.push_back(std::move(part));
+  }
+  names.insert(names.end(), missing.begin(), missing.end());
+  *resolved = absl::StrCat("/", absl::StrJoin(names, "/"));
+  if (chain != nullptr) *chain = std::move(fds);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-Host::Host(std::string root) {
+Host::Host(std::string root, Resolution resolution) : resolution_(resolution) {
   // Normalise: "/" -> "", "/host/" -> "/host".
   while (!root.empty() && root.back() == '/') root.pop_back();
   root_ = std::move(root);
 }
 
 std::string Host::Resolve(absl::string_view host_path) const {
-  std::string out = root_;
-  for (absl::string_view part : absl::StrSplit(host_path, '/', absl::SkipEmpty())) {
-    if (part == "." || part == "..") continue;
-    absl::StrAppend(&out, "/", part);
+  Fd root(OpenRoot(root_));
+  std::string resolved;
+  if (root.get() < 0 || !WalkInRoot(root.get(), host_path, /*follow_last=*/true, &resolved).ok()) {
+    resolved = Lexical(host_path);  // unreadable root or a symlink loop: no links to follow
   }
-  if (out.empty()) out = "/";
-  return out;
+  if (resolved == "/") return root_.empty() ? "/" : root_;
+  return root_ + resolved;
+}
+
+absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
+  Fd root(OpenRoot(root_));
+  if (root.get() < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
+  if (resolution_ == Resolution::kKernel && KernelResolvesInRoot()) {
+    const std::string relative = RelativePath(host_path);
+    struct open_how how = {};
+    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      // EAGAIN: a rename somewhere in the path raced with the lookup; the kernel asks to retry.
+      int fd = static_cast<int>(syscall(SYS_openat2, root.get(), relative.c_str(), &how, sizeof(how)));
+      if (fd >= 0) return fd;
+      if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
+    }
+    return ErrnoStatus(EAGAIN, "cannot open", host_path);
+  }
+  return OpenWithWalk(host_path, flags);
+}
+
+absl::StatusOr<int> Host::OpenWithWalk(absl::string_view host_path, int flags) const {
+  Fd root(OpenRoot(root_));
+  if (root.get() < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
+  std::string resolved;
+  std::vector<Fd> chain;
+  const bool follow_last = (flags & O_NOFOLLOW) == 0;
+  if (absl::Status walked = WalkInRoot(root.get(), host_path, follow_last, &resolved, &chain);
+      !walked.ok()) {
+    return walked;
+  }
+  if (flags & O_PATH) {
+    if (chain.empty()) return dup(root.get());
+    struct stat st;
+    if ((flags & O_DIRECTORY) && (fstat(chain.back().get(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+      return ErrnoStatus(ENOTDIR, "cannot open", host_path);
+    }
+    return chain.back().release();
+  }
+  // Open the last entry by name from its (already resolved) directory. O_NOFOLLOW: had it been
+  // swapped for a symlink since the walk, the open fails instead of following it.
+  int parent = chain.size() >= 2 ? chain[chain.size() - 2].get() : root.get();
+  std::string name = chain.empty() ? "." : resolved.substr(resolved.find_last_of('/') + 1);
+  if (chain.empty()) parent = root.get();
+  int fd = openat(parent, name.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", host_path);
+  return fd;
 }
 
 absl::StatusOr<std::string> Host::ReadFile(absl::string_view host_path, size_t max_bytes) const {
-  const std::string path = Resolve(host_path);
   // Never open a device node or FIFO: opening /dev/apex_N resets the Edge TPU, and a FIFO
-  // blocks. Check before opening, and again on what was opened.
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
-  if (!S_ISREG(st.st_mode)) {
+  // blocks. Look at what the path names first (O_PATH opens nothing), then open it and check
+  // that the same file was opened.
+  absl::StatusOr<int> looked = Open(host_path, O_PATH);
+  if (!looked.ok()) return looked.status();
+  struct stat seen;
+  {
+    Fd path_fd(*looked);
+    if (fstat(path_fd.get(), &seen) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
+  }
+  if (!S_ISREG(seen.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read ", host_path, ": not a regular file"));
   }
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) return ErrnoStatus(errno, "cannot open", host_path);
+  absl::StatusOr<int> opened = Open(host_path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (!opened.ok()) return opened.status();
+  Fd fd(*opened);
+  struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", host_path, ": not a regular file"));
+        absl::StrCat("cannot read ", host_path, ": it changed while being opened"));
   }
   std::string content;
   char buffer[4096];
@@ -126,9 +342,16 @@ absl::StatusOr<int64_t> Host::ReadInteger(absl::string_view host_path) const {
 }
 
 absl::StatusOr<std::vector<std::string>> Host::ListDirectory(absl::string_view host_path) const {
-  const std::string path = Resolve(host_path);
-  DIR* dir = opendir(path.c_str());
-  if (dir == nullptr) return ErrnoStatus(errno, "cannot list", host_path);
+  absl::StatusOr<int> opened = Open(host_path, O_RDONLY | O_DIRECTORY);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrReplaceAll(opened.status().message(), {{"cannot open", "cannot list"}}));
+  }
+  DIR* dir = fdopendir(*opened);
+  if (dir == nullptr) {
+    close(*opened);
+    return ErrnoStatus(errno, "cannot list", host_path);
+  }
   std::vector<std::string> names;
   while (struct dirent* entry = readdir(dir)) {
     absl::string_view name = entry->d_name;
@@ -141,33 +364,50 @@ absl::StatusOr<std::vector<std::string>> Host::ListDirectory(absl::string_view h
 }
 
 absl::StatusOr<FileInfo> Host::Stat(absl::string_view host_path) const {
-  const std::string path = Resolve(host_path);
+  absl::StatusOr<int> opened = Open(host_path, O_PATH);
+  if (!opened.ok()) return ErrnoStatusRenamed(opened.status(), "cannot stat");
+  Fd fd(*opened);
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
-  FileInfo info;
-  if (S_ISREG(st.st_mode)) {
-    info.type = FileInfo::Type::kRegular;
-  } else if (S_ISDIR(st.st_mode)) {
-    info.type = FileInfo::Type::kDirectory;
-  } else if (S_ISCHR(st.st_mode)) {
-    info.type = FileInfo::Type::kCharDevice;
-  } else if (S_ISBLK(st.st_mode)) {
-    info.type = FileInfo::Type::kBlockDevice;
-  } else if (S_ISSOCK(st.st_mode)) {
-    info.type = FileInfo::Type::kSocket;
-  } else if (S_ISLNK(st.st_mode)) {
-    info.type = FileInfo::Type::kSymlink;
-  }
-  info.major = major(st.st_rdev);
-  info.minor = minor(st.st_rdev);
-  info.permissions = st.st_mode & 07777;
-  info.inode = st.st_ino;
-  return info;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
+  return InfoOf(st);
+}
+
+absl::StatusOr<FileInfo> Host::Lstat(absl::string_view host_path) const {
+  absl::StatusOr<int> opened = Open(host_path, O_PATH | O_NOFOLLOW);
+  if (!opened.ok()) return ErrnoStatusRenamed(opened.status(), "cannot stat");
+  Fd fd(*opened);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
+  return InfoOf(st);
 }
 
 bool Host::Exists(absl::string_view host_path) const {
-  const std::string path = Resolve(host_path);
-  return access(path.c_str(), F_OK) == 0;
+  absl::StatusOr<int> opened = Open(host_path, O_PATH);
+  if (!opened.ok()) return false;
+  close(*opened);
+  return true;
+}
+
+bool Host::IsSilentToInotify(absl::string_view host_path) const {
+  const std::string path = Lexical(host_path);
+  if (path == "/sys" || path == "/proc" || absl::StartsWith(path, "/sys/") ||
+      absl::StartsWith(path, "/proc/")) {
+    return true;
+  }
+  absl::StatusOr<int> opened = Open(host_path, O_PATH);
+  if (!opened.ok()) return false;  // not there yet: its ancestor stands in, and is checked then
+  Fd fd(*opened);
+  struct statfs fs;
+  if (fstatfs(fd.get(), &fs) != 0) return false;
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case SYSFS_MAGIC:
+    case PROC_SUPER_MAGIC:
+    case DEBUGFS_MAGIC:
+    case TRACEFS_MAGIC:
+      return true;
+    default:
+      return false;
+  }
 }
 
 absl::string_view FileTypeName(FileInfo::Type type) {

@@ -14,7 +14,8 @@ TEST(HostTest, ResolvesUnderRootAndNeverEscapesIt) {
   Host host("/tmp/fixture/");
   EXPECT_EQ(host.Resolve("/dev/apex_0"), "/tmp/fixture/dev/apex_0");
   EXPECT_EQ(host.Resolve("/../../etc/shadow"), "/tmp/fixture/etc/shadow");
-  EXPECT_EQ(host.Resolve("/sys/class/../../../etc"), "/tmp/fixture/sys/class/etc");
+  // ".." climbs as it would on the host, and stops at the root.
+  EXPECT_EQ(host.Resolve("/sys/class/../../../etc"), "/tmp/fixture/etc");
   EXPECT_EQ(Host("/").Resolve("/dev/apex_0"), "/dev/apex_0");
   EXPECT_EQ(Host("/").Resolve("/"), "/");
 }
@@ -66,6 +67,108 @@ TEST(HostTest, ListsAndStats) {
   EXPECT_EQ(host.Stat("/dev/not_a_node")->type, FileInfo::Type::kRegular);
   EXPECT_TRUE(host.Exists("/dev/apex_0"));
   EXPECT_FALSE(host.Exists("/dev/apex_9"));
+}
+
+// Every resolution test runs with the kernel's openat2 RESOLVE_IN_ROOT and with the walk used on
+// kernels before 5.6 (Jetson Nano's 4.9): both must give the same answers.
+class ResolutionTest : public ::testing::TestWithParam<Host::Resolution> {
+ protected:
+  Host MakeHost() const { return Host(fixture_.root(), GetParam()); }
+  FixtureHost fixture_;
+};
+
+TEST_P(ResolutionTest, AbsoluteSymlinksResolveInsideTheRoot) {
+  // As on a node: /proc/device-tree is an absolute link into /sys.
+  fixture_.WriteFile("/sys/firmware/devicetree/base/model", std::string("Jetson\0", 7));
+  fixture_.Symlink("/sys/firmware/devicetree/base", "/proc/device-tree");
+  Host host = MakeHost();
+  EXPECT_EQ(*host.ReadAttribute("/proc/device-tree/model"), "Jetson");
+  EXPECT_EQ(*host.ListDirectory("/proc/device-tree"), std::vector<std::string>{"model"});
+  EXPECT_EQ(host.Resolve("/proc/device-tree/model"),
+            fixture_.root() + "/sys/firmware/devicetree/base/model");
+}
+
+TEST_P(ResolutionTest, LinksCannotLeaveTheRoot) {
+  // This process's own /etc/passwd exists; the fixture's does not. Every way out lands inside.
+  fixture_.MakeDirectory("/etc");
+  fixture_.Symlink("/etc/passwd", "/sys/absolute");
+  fixture_.Symlink("../../../../../../../../../../etc/passwd", "/sys/relative");
+  fixture_.Symlink("/..", "/sys/up");
+  fixture_.Symlink("/proc/self/root/etc/passwd", "/sys/magic");
+  Host host = MakeHost();
+  for (const char* path : {"/sys/absolute", "/sys/relative", "/sys/up/etc/passwd",
+                           "/sys/up/../../etc/passwd", "/sys/magic"}) {
+    SCOPED_TRACE(path);
+    EXPECT_EQ(host.ReadFile(path).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_FALSE(host.Exists(path));
+  }
+  EXPECT_EQ(host.Resolve("/sys/relative"), fixture_.root() + "/etc/passwd");
+  EXPECT_EQ(host.Resolve("/sys/up/etc"), fixture_.root() + "/etc");
+  // Once the fixture has the file, the same links find it, and only it.
+  fixture_.WriteFile("/etc/passwd", "fixture\n");
+  EXPECT_EQ(*host.ReadAttribute("/sys/absolute"), "fixture");
+  EXPECT_EQ(*host.ReadAttribute("/sys/relative"), "fixture");
+  EXPECT_EQ(*host.ReadAttribute("/sys/up/etc/passwd"), "fixture");
+}
+
+TEST_P(ResolutionTest, LstatSeesTheLinkAndStatItsTarget) {
+  fixture_.MakeCharDevice("/dev/sda", 8, 0);
+  fixture_.Symlink("/dev/sda", "/dev/nvhost-gpu");
+  Host host = MakeHost();
+  absl::StatusOr<FileInfo> link = host.Lstat("/dev/nvhost-gpu");
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(link->type, FileInfo::Type::kSymlink);
+  absl::StatusOr<FileInfo> target = host.Stat("/dev/nvhost-gpu");
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->type, FileInfo::Type::kCharDevice);  // the fixture makes char devices only
+  EXPECT_EQ(target->major, 8u);
+  EXPECT_EQ(host.Lstat("/dev/missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(ResolutionTest, SymlinkLoopsAreAnErrorNotAHang) {
+  fixture_.Symlink("/sys/b", "/sys/a");
+  fixture_.Symlink("/sys/a", "/sys/b");
+  Host host = MakeHost();
+  absl::StatusOr<std::string> read = host.ReadFile("/sys/a");
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), ::testing::HasSubstr("/sys/a"));
+  EXPECT_FALSE(host.Stat("/sys/a").ok());
+  EXPECT_TRUE(host.Lstat("/sys/a").ok());
+  EXPECT_EQ(host.Resolve("/sys/a"), fixture_.root() + "/sys/a");  // lexical: nothing to follow
+}
+
+TEST_P(ResolutionTest, MissingTailIsAppendedAsWritten) {
+  fixture_.MakeDirectory("/sys/devices/real");
+  fixture_.Symlink("../devices/real", "/sys/class/link");
+  Host host = MakeHost();
+  EXPECT_EQ(host.Resolve("/sys/class/link/not/yet/../there"),
+            fixture_.root() + "/sys/devices/real/not/there");
+  EXPECT_EQ(host.ListDirectory("/sys/class/link/not").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(host.Resolve("/"), fixture_.root());
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelAndWalk, ResolutionTest,
+                         ::testing::Values(Host::Resolution::kKernel, Host::Resolution::kWalk),
+                         [](const ::testing::TestParamInfo<Host::Resolution>& info) {
+                           return info.param == Host::Resolution::kKernel ? "Kernel" : "Walk";
+                         });
+
+TEST(HostTest, SysAndProcAreSilentToInotify) {
+  FixtureHost fixture;
+  fixture.MakeDirectory("/sys/class/apex");
+  fixture.MakeDirectory("/dev");
+  Host host(fixture.root());
+  // By host path: a fixture's sys/ and proc/ behave as a node's do.
+  EXPECT_TRUE(host.IsSilentToInotify("/sys/class/apex"));
+  EXPECT_TRUE(host.IsSilentToInotify("/proc/driver/nvidia"));
+  EXPECT_TRUE(host.IsSilentToInotify("/dev/../sys/bus"));
+  EXPECT_FALSE(host.IsSilentToInotify("/dev"));
+  EXPECT_FALSE(host.IsSilentToInotify("/dev/bus/usb"));
+  EXPECT_FALSE(host.IsSilentToInotify("/system"));
+  // By filesystem type: this machine's own procfs and sysfs, wherever they are mounted.
+  EXPECT_TRUE(Host("/proc").IsSilentToInotify("/self"));
+  EXPECT_TRUE(Host("/sys").IsSilentToInotify("/class"));
 }
 
 }  // namespace

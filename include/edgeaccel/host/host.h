@@ -30,14 +30,25 @@ struct FileInfo {
 
 class Host {
  public:
+  enum class Resolution {
+    kKernel,  // openat2 RESOLVE_IN_ROOT where the kernel has it, else the walk
+    kWalk,    // always the walk (tests compare the two)
+  };
+
   // `root` is where the host's / is visible to this process: "/" on the node itself.
-  explicit Host(std::string root);
+  explicit Host(std::string root, Resolution resolution = Resolution::kKernel);
 
   const std::string& root() const { return root_; }
 
-  // The path this process opens for `host_path` (which must be absolute). Any ".." component is
-  // dropped, so a host path can never name something outside the root.
+  // The path this process opens for `host_path` (which must be absolute), with every symlink in
+  // it resolved inside the root. The part that does not exist yet is appended as written, with
+  // "." and ".." applied. Never names anything outside the root. For inotify, which needs a path;
+  // reads go through file descriptors resolved by the kernel.
   std::string Resolve(absl::string_view host_path) const;
+
+  // Opens `host_path` resolved inside the root, with `flags` (O_CLOEXEC is added). The caller
+  // owns the descriptor.
+  absl::StatusOr<int> Open(absl::string_view host_path, int flags) const;
 
   // Reads a whole small file (sysfs attribute, /proc entry). Files larger than `max_bytes` are
   // an error: host files we read are tiny, and a huge one means we are reading the wrong thing.
@@ -53,13 +64,25 @@ class Host {
   // Entry names in a directory, sorted, without "." and "..".
   absl::StatusOr<std::vector<std::string>> ListDirectory(absl::string_view host_path) const;
 
-  // stat(2) of the path (following symlinks).
+  // stat(2) of the path (following symlinks, inside the root).
   absl::StatusOr<FileInfo> Stat(absl::string_view host_path) const;
+
+  // lstat(2): the entry itself, a symlink reported as kSymlink and never followed. Symlinks in
+  // the directories above it are followed inside the root.
+  absl::StatusOr<FileInfo> Lstat(absl::string_view host_path) const;
 
   bool Exists(absl::string_view host_path) const;
 
+  // True where the kernel sends no inotify events for changes it makes itself: anything under
+  // /sys or /proc (by host path, so fixture trees behave as a node does), and anything whose
+  // filesystem is sysfs, procfs, debugfs or tracefs. Such paths are read on the probe.
+  bool IsSilentToInotify(absl::string_view host_path) const;
+
  private:
+  absl::StatusOr<int> OpenWithWalk(absl::string_view host_path, int flags) const;
+
   std::string root_;  // without trailing slash; empty for "/"
+  Resolution resolution_;
 };
 
 // Human-readable name of a file type, for log lines ("a regular file").
