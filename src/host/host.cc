@@ -106,11 +106,15 @@ int OpenRoot(const std::string& root) {
   return open(root.empty() ? "/" : root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
-// Path components without empty ones and ".".
+// Path components without empty ones and ".", except that a trailing slash becomes a final "."
+// (as for the kernel, "name/" must be a directory).
 std::deque<std::string> Components(absl::string_view path) {
   std::deque<std::string> parts;
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
     if (part != ".") parts.emplace_back(part);
+  }
+  if (!parts.empty() && (absl::EndsWith(path, "/") || absl::EndsWith(path, "/."))) {
+    parts.emplace_back(".");
   }
   return parts;
 }
@@ -119,6 +123,7 @@ std::deque<std::string> Components(absl::string_view path) {
 std::string Lexical(absl::string_view host_path) {
   std::vector<std::string> done;
   for (std::string& part : Components(host_path)) {
+    if (part == ".") continue;
     if (part == "..") {
       if (!done.empty()) done.pop_back();
     } else {
@@ -128,10 +133,12 @@ std::string Lexical(absl::string_view host_path) {
   return absl::StrCat("/", absl::StrJoin(done, "/"));
 }
 
-// What openat2 resolves relative to the root descriptor.
+// What openat2 resolves relative to the root descriptor: the path as given ("dev/.." must fail
+// when dev is missing, as it does on the host), without its leading slashes.
 std::string RelativePath(absl::string_view host_path) {
-  std::string lexical = Lexical(host_path);
-  return lexical == "/" ? "." : lexical.substr(1);
+  while (absl::ConsumePrefix(&host_path, "/")) {
+  }
+  return host_path.empty() ? "." : std::string(host_path);
 }
 
 // openat2 is Linux 5.6+, and a container's seccomp profile may refuse it (ENOSYS, or EPERM
@@ -165,6 +172,14 @@ absl::Status WalkInRoot(int root, absl::string_view host_path, bool follow_last,
   while (!todo.empty()) {
     std::string part = std::move(todo.front());
     todo.pop_front();
+    if (part == ".") {  // from a trailing slash: what came before must be a directory
+      struct stat st;
+      if (missing.empty() && fstat(fds.empty() ? root : fds.back().get(), &st) == 0 &&
+          !S_ISDIR(st.st_mode)) {
+        return ErrnoStatus(ENOTDIR, "cannot open", host_path);
+      }
+      continue;
+    }
     if (part == "..") {
       if (!missing.empty()) {
         missing.pop_back();

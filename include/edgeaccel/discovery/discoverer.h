@@ -32,9 +32,15 @@ class Discoverer {
   // one thread at a time.
   virtual std::vector<Device> Scan() = 0;
 
-  // Where the kernel tells us about changes (inotify). Anything else is read on the probe
-  // interval.
+  // Where the kernel tells us about changes through inotify: device nodes in /dev (devtmpfs).
+  // Never sysfs or procfs, which send no inotify events (HostWatcher refuses to watch them).
+  // Anything else is read on the probe interval.
   virtual std::vector<WatchSpec> WatchPaths() const = 0;
+
+  // Kernel uevent subsystems ("usb", "apex") whose add/remove/bind/unbind/change messages
+  // trigger a rescan. They arrive where a uevent socket can be opened and the kernel delivers
+  // to it (see host/uevent_socket.h); never the only way a change is seen.
+  virtual std::vector<std::string> UeventSubsystems() const { return {}; }
 
   // One line for the log when nothing of this family is present, saying what was looked for.
   virtual std::string NothingFoundHint() const = 0;

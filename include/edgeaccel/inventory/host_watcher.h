@@ -1,12 +1,21 @@
-// HostWatcher: keeps every DeviceSet current, driven by the kernel.
+// HostWatcher: keeps every DeviceSet current, driven by what the kernel announces.
 //
-// One thread sleeps in epoll on an inotify fd (device nodes and sysfs class directories each
-// discoverer names), a timerfd for the probe interval (temperature and driver status have no
-// inotify events), and an eventfd to stop. A change under a watched directory rescans just the
-// discoverers that care, at once, so a removed device reaches ListAndWatch in well under a
-// millisecond. Directories that do not exist yet (driver not loaded) are covered by watching
-// their nearest existing ancestor and re-arming when it changes. When idle the thread wakes only
-// for the probe interval.
+// What is seen at once, and what only at the probe:
+//   - a device node appearing or vanishing in /dev (devtmpfs sends inotify events): at once, so a
+//     removed device reaches ListAndWatch in well under a millisecond;
+//   - a kernel uevent for a subsystem a discoverer names (add, remove, bind, unbind, change):
+//     at once, where the uevent socket works (host/uevent_socket.h);
+//   - anything that only sysfs or procfs says (driver status DEAD, temperature, GPU load, the
+//     NVIDIA driver's /proc files): at the next probe. sysfs and procfs send no inotify events,
+//     so they are never watched, not even in test fixtures (Host::IsSilentToInotify).
+// After a change is seen, the families it concerned are scanned once more a moment later
+// (`settle`): the kernel removes a device node before the sysfs directory that describes it, and
+// adds it after, so the first look can catch a device half-gone.
+//
+// One thread sleeps in epoll on the inotify fd, the uevent socket, a timerfd for the probe, a
+// timerfd for the settle look and an eventfd to stop. Directories that do not exist yet (driver
+// not loaded) are covered by watching their nearest existing ancestor. When idle the thread
+// wakes only for the probe interval.
 #ifndef EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 #define EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 
@@ -17,11 +26,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/directory_watcher.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/uevent_socket.h"
 #include "edgeaccel/inventory/device_set.h"
 
 namespace edgeaccel {
@@ -32,6 +43,10 @@ class HostWatcher {
     // How often devices are probed for what inotify cannot tell (temperature, driver status).
     // Zero disables the probe.
     absl::Duration probe_interval = absl::Seconds(5);
+    // Listen for kernel uevents (where a socket can be opened).
+    bool uevents = true;
+    // The second look after a change.
+    absl::Duration settle = absl::Milliseconds(100);
   };
 
   HostWatcher(const Host* host, Options options);
@@ -57,6 +72,9 @@ class HostWatcher {
   // Number of rescans triggered so far, for tests and metrics.
   uint64_t scans() const { return scans_.load(); }
 
+  // Whether kernel uevents are being received (the socket opened).
+  bool listening_to_uevents() const { return uevents_.ok(); }
+
  private:
   struct Family {
     Discoverer* discoverer;
@@ -74,6 +92,9 @@ class HostWatcher {
   void Publish(DeviceSet* set);
   void ArmWatches();
   void HandleInotify();
+  void HandleUevents();
+  // Rescans `dirty` now and once more after the settle delay.
+  void RescanChanged(const absl::flat_hash_set<size_t>& dirty);
 
   const Host* host_;
   const Options options_;
@@ -81,6 +102,10 @@ class HostWatcher {
   absl::flat_hash_map<DeviceSet*, int> replicas_;
   std::vector<Target> targets_;  // parallel to the directories armed in watcher_
   DirectoryWatcher watcher_;
+  UeventSocket uevents_;
+  absl::flat_hash_set<std::string> silent_logged_;  // directories we said we would not watch
+  absl::flat_hash_set<size_t> settling_;            // families due for the second look
+  int settle_fd_ = -1;
   int timer_fd_ = -1;
   int stop_fd_ = -1;
   int epoll_fd_ = -1;
