@@ -58,10 +58,15 @@ CoralPcieDiscoverer::CoralPcieDiscoverer(const Host* host, CoralHealthPolicy pol
 std::string CoralPcieDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
 std::vector<WatchSpec> CoralPcieDiscoverer::WatchPaths() const {
-  // devtmpfs (/dev) reports node creation and removal. sysfs sends no inotify events on a real
-  // kernel (checked: not for new entries, not for changed values), so the /sys/class/apex watch
-  // never fires on a node; what only sysfs says (driver status, temperature) is read on the probe.
-  return {{"/dev", "apex_"}, {std::string(kApexClassDir), "apex_"}};
+  // devtmpfs (/dev) reports node creation and removal; the kernel creates /dev/apex_N after
+  // /sys/class/apex/apex_N is complete and removes it first. sysfs itself sends no inotify events
+  // (checked on a real kernel: not for new entries, not for changed values), so what only sysfs
+  // says (driver status, temperature) is read on the probe.
+  return {{"/dev", "apex_"}};
+}
+
+std::vector<std::string> CoralPcieDiscoverer::UeventSubsystems() const {
+  return {"apex"};  // the driver's class: add and remove of apex_N
 }
 
 std::string CoralPcieDiscoverer::NothingFoundHint() const {

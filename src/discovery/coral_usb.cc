@@ -44,9 +44,9 @@ CoralUsbDiscoverer::CoralUsbDiscoverer(const Host* host) : host_(host) {}
 std::string CoralUsbDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
 std::vector<WatchSpec> CoralUsbDiscoverer::WatchPaths() const {
-  // The device nodes under /dev/bus/usb are what the kernel announces (devtmpfs); sysfs sends no
-  // inotify events on a real node, so the /sys/bus/usb/devices watch only ever fires in fixtures.
-  std::vector<WatchSpec> specs = {{std::string(kUsbDevicesDir), ""}, {"/dev/bus/usb", ""}};
+  // The device nodes under /dev/bus/usb are what the kernel announces (devtmpfs), including the
+  // bus directories, which appear with the first device on a bus. sysfs sends no inotify events.
+  std::vector<WatchSpec> specs = {{"/dev/bus/usb", ""}};
   // Device nodes live one level down, in a directory per bus.
   absl::StatusOr<std::vector<std::string>> buses = host_->ListDirectory("/dev/bus/usb");
   if (buses.ok()) {
@@ -54,6 +54,8 @@ std::vector<WatchSpec> CoralUsbDiscoverer::WatchPaths() const {
   }
   return specs;
 }
+
+std::vector<std::string> CoralUsbDiscoverer::UeventSubsystems() const { return {"usb"}; }
 
 std::string CoralUsbDiscoverer::NothingFoundHint() const {
   return "no USB Edge TPU found (looked in /sys/bus/usb/devices for 1a6e:089a or 18d1:9302)";

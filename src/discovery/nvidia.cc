@@ -69,6 +69,10 @@ std::vector<WatchSpec> NvidiaGpuDiscoverer::WatchPaths() const {
   return {{"/dev", "nvidia"}};
 }
 
+std::vector<std::string> NvidiaGpuDiscoverer::UeventSubsystems() const {
+  return {"pci"};  // the driver binding to (or leaving) a GPU
+}
+
 std::string NvidiaGpuDiscoverer::NothingFoundHint() const {
   return "no discrete NVIDIA GPU found (looked for /proc/driver/nvidia/gpus/*/information); is "
          "the nvidia kernel module loaded?";

@@ -80,8 +80,7 @@ std::vector<WatchSpec> TegraGpuDiscoverer::WatchPaths() const {
   std::vector<WatchSpec> specs = {{"/dev", "nv"},
                                   {"/dev", "host1x"},
                                   {"/dev/dri", ""},
-                                  {"/dev/nvgpu", ""},
-                                  {std::string(kDevfreqDir), ""}};
+                                  {"/dev/nvgpu", ""}};
   absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu");
   if (gpus.ok()) {
     for (const std::string& gpu : *gpus) specs.push_back({absl::StrCat("/dev/nvgpu/", gpu), ""});

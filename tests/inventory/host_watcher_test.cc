@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "edgeaccel/discovery/coral_pcie.h"
+#include "edgeaccel/discovery/coral_usb.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -16,9 +17,11 @@ constexpr absl::Duration kPatience = absl::Seconds(5);  // generous for loaded C
 
 class HealthTest : public ::testing::Test {
  protected:
-  void StartWatcher(absl::Duration probe = absl::ZeroDuration()) {
-    watcher_ = std::make_unique<HostWatcher>(&host_, HostWatcher::Options{probe});
-    watcher_->Add(&coral_, &set_);
+  void StartWatcher(absl::Duration probe = absl::ZeroDuration(), Discoverer* discoverer = nullptr) {
+    HostWatcher::Options options;
+    options.probe_interval = probe;
+    watcher_ = std::make_unique<HostWatcher>(&host_, options);
+    watcher_->Add(discoverer != nullptr ? discoverer : &coral_, &set_);
     ASSERT_TRUE(watcher_->Start().ok());
   }
   // Waits for the next version and returns it.
@@ -96,6 +99,102 @@ TEST_F(HealthTest, IdleWithoutProbeMeansNoRescans) {
   const uint64_t scans = watcher_->scans();
   // Unrelated activity in /dev does not rescan either.
   fixture_.WriteFile("/dev/ttyS0", "");
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(watcher_->scans(), scans);
+}
+
+// sysfs and procfs send no inotify events on a node; the fixture's sys/ and proc/ must not
+// either, or tests pass that a node fails.
+TEST_F(HealthTest, ChangesUnderSysAloneAreNotSeenWithoutTheProbe) {
+  fixture_.AddCoralPcie({.index = 0});
+  StartWatcher();  // no probe
+  const uint64_t scans = watcher_->scans();
+  fixture_.MakeDirectory("/sys/devices/pci0000:00/0000:04:00.0/apex/apex_1");
+  fixture_.Symlink("../../devices/pci0000:00/0000:04:00.0/apex/apex_1", "/sys/class/apex/apex_1");
+  fixture_.SetApexAttribute(0, "status", "DEAD\n");
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(watcher_->scans(), scans);
+  EXPECT_EQ(set_.Current()->HealthyCount(), 1);
+}
+
+TEST_F(HealthTest, DriverStatusDeadIsSeenAtTheProbe) {
+  fixture_.AddCoralPcie({.index = 0});
+  StartWatcher(absl::Milliseconds(100));
+  fixture_.SetApexAttribute(0, "status", "DEAD\n");
+  auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 0; });
+  ASSERT_EQ(s->devices.size(), 1u);
+  EXPECT_THAT(s->devices[0].unhealthy_reason, ::testing::HasSubstr("DEAD"));
+}
+
+// A discoverer that asks for what the kernel never delivers: a sysfs and a procfs directory.
+class SysfsWatchingDiscoverer : public Discoverer {
+ public:
+  std::string ResourceName() const override { return "example.com/thing"; }
+  std::string Family() const override { return "sysfs-watcher"; }
+  std::vector<Device> Scan() override { return {}; }
+  std::vector<WatchSpec> WatchPaths() const override {
+    return {{"/sys/class/thing", ""}, {"/proc/driver/thing", ""}, {"/dev", "thing"}};
+  }
+  std::vector<std::string> UeventSubsystems() const override { return subsystems; }
+  std::string NothingFoundHint() const override { return "no thing"; }
+  std::vector<std::string> subsystems;
+};
+
+TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
+  fixture_.MakeDirectory("/sys/class/thing");
+  fixture_.MakeDirectory("/proc/driver/thing");
+  fixture_.MakeDirectory("/dev");
+  SysfsWatchingDiscoverer thing;
+  StartWatcher(absl::ZeroDuration(), &thing);
+  uint64_t scans = watcher_->scans();
+  fixture_.WriteFile("/sys/class/thing/thing0", "");
+  fixture_.WriteFile("/proc/driver/thing/thing0", "");
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(watcher_->scans(), scans);
+  // /dev is devtmpfs on a node, and is watched: a rescan now, and the settle look after it.
+  fixture_.MakeCharDevice("/dev/thing0", 240, 0);
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (watcher_->scans() < scans + 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(watcher_->scans(), scans + 2);
+}
+
+TEST_F(HealthTest, UsbBusDirectoryThatAppearsLaterIsWatched) {
+  // No /dev/bus/usb at all: the first device on bus 3 brings /dev/bus/usb/003 with it.
+  CoralUsbDiscoverer usb(&host_);
+  StartWatcher(absl::ZeroDuration(), &usb);
+  const FixtureHost::CoralUsb tpu{.port = "3-1", .bus = 3, .dev = 4, .firmware_loaded = true};
+  fixture_.AddCoralUsb(tpu);
+  auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
+  ASSERT_EQ(s->HealthyCount(), 1);
+  // Unplugged: the node goes first (Unhealthy at once), the sysfs side a moment later, which
+  // only the settle look can see (sysfs is silent).
+  fixture_.UnplugCoralUsb(tpu);
+  s = WaitUntil([](const Snapshot& s) { return s.devices.empty(); });
+  EXPECT_TRUE(s->devices.empty());
+}
+
+// Kernel uevents, from the real kernel: loop devices added and removed through /dev/loop-control
+// announce themselves in the "block" subsystem.
+TEST_F(HealthTest, KernelUeventsOfAWatchedSubsystemTriggerARescan) {
+  SysfsWatchingDiscoverer block;
+  block.subsystems = {"block"};
+  StartWatcher(absl::ZeroDuration(), &block);
+  if (!watcher_->listening_to_uevents()) GTEST_SKIP() << "no uevent socket here";
+  const uint64_t scans = watcher_->scans();
+  absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
+  if (!loop.ok()) GTEST_SKIP() << loop.status();
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (watcher_->scans() == scans && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_GT(watcher_->scans(), scans);
+}
+
+TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
+  SysfsWatchingDiscoverer usb_only;
+  usb_only.subsystems = {"usb"};
+  StartWatcher(absl::ZeroDuration(), &usb_only);
+  const uint64_t scans = watcher_->scans();
+  absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
+  if (!loop.ok()) GTEST_SKIP() << loop.status();
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(watcher_->scans(), scans);
 }

@@ -1,6 +1,8 @@
 #include "fixture_host.h"
 
 #include <fcntl.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
 #include <ftw.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -169,6 +171,28 @@ void FixtureHost::Symlink(absl::string_view target, absl::string_view host_path)
 }
 
 void FixtureHost::Remove(absl::string_view host_path) const { RemoveTree(Path(host_path)); }
+
+absl::StatusOr<std::string> AnnounceLoopDevice() {
+  int control = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (control < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open /dev/loop-control: ", strerror(errno)));
+  }
+  // A high index that does not exist: LOOP_CTL_ADD fails with EEXIST for one that does, and
+  // never touches a loop device someone else uses.
+  for (int index = 4000 + getpid() % 1000; index < 6000; index += 7) {
+    if (ioctl(control, LOOP_CTL_ADD, index) < 0) {
+      if (errno == EEXIST) continue;
+      const int err = errno;
+      close(control);
+      return absl::UnavailableError(absl::StrCat("LOOP_CTL_ADD: ", strerror(err)));
+    }
+    ioctl(control, LOOP_CTL_REMOVE, index);
+    close(control);
+    return absl::StrCat("loop", index);
+  }
+  close(control);
+  return absl::UnavailableError("no free loop index");
+}
 
 void FixtureHost::AddCoralPcie(const CoralPcie& tpu) const {
   const std::string name = absl::StrCat("apex_", tpu.index);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 #include "absl/strings/string_view.h"
 
 namespace edgeaccel::testing {
@@ -85,6 +87,12 @@ class ReadOnlyDisk {
   bool mounted_ = false;
   std::string why_;
 };
+
+// Makes the real kernel announce a device: adds a loop device through /dev/loop-control at an
+// index nobody uses and removes it again, which sends "add" and "remove" uevents in the "block"
+// subsystem. Returns its name ("loop4711"), or an error saying why not (no CAP_SYS_ADMIN, no
+// loop driver): for GTEST_SKIP.
+absl::StatusOr<std::string> AnnounceLoopDevice();
 
 class FixtureHost {
  public:

@@ -35,6 +35,7 @@ class CoralPcieDiscoverer : public Discoverer {
   std::string Family() const override { return "coral-pcie"; }
   std::vector<Device> Scan() override;
   std::vector<WatchSpec> WatchPaths() const override;
+  std::vector<std::string> UeventSubsystems() const override;
   std::string NothingFoundHint() const override;
 
  private:

@@ -31,6 +31,7 @@ class CoralUsbDiscoverer : public Discoverer {
   std::string Family() const override { return "coral-usb"; }
   std::vector<Device> Scan() override;
   std::vector<WatchSpec> WatchPaths() const override;
+  std::vector<std::string> UeventSubsystems() const override;
   std::string NothingFoundHint() const override;
 
  private:

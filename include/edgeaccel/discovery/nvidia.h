@@ -40,6 +40,7 @@ class NvidiaGpuDiscoverer : public Discoverer {
   std::string Family() const override { return "nvidia"; }
   std::vector<Device> Scan() override;
   std::vector<WatchSpec> WatchPaths() const override;
+  std::vector<std::string> UeventSubsystems() const override;
   std::string NothingFoundHint() const override;
 
  private:
