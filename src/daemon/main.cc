@@ -70,6 +70,10 @@ ABSL_FLAG(std::string, replicas, "",
 ABSL_FLAG(bool, nvidia_runtime_envs, true,
           "Answer NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES for nvidia.com/gpu, for "
           "the NVIDIA container runtime (on Jetson it mounts the driver libraries from them).");
+ABSL_FLAG(bool, tegra_display_nodes, false,
+          "On Jetson, also hand out the display nodes with the integrated GPU (/dev/dri/card*, "
+          "/dev/fb*, /dev/tegra_dc_*, Orin's /dev/nvidia*), for containers that drive a display. "
+          "Off: the GPU's compute and media nodes only.");
 ABSL_FLAG(bool, cdi, false,
           "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
           "keep matching CDI specs in --cdi-dir, removed on exit.");
@@ -133,6 +137,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   if (!replicas.ok()) return replicas.status();
   config.replicas = *replicas;
   config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
+  config.tegra_display_nodes = absl::GetFlag(FLAGS_tegra_display_nodes);
   config.cdi = absl::GetFlag(FLAGS_cdi);
   config.cdi_dir = absl::GetFlag(FLAGS_cdi_dir);
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);

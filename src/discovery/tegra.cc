@@ -3,7 +3,7 @@
 #include <regex>
 
 #include "absl/algorithm/container.h"
-
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -24,10 +24,106 @@ constexpr absl::string_view kDeviceTreeDirs[] = {"/proc/device-tree",
                                                  "/sys/firmware/devicetree/base"};
 constexpr absl::string_view kGpuNames[] = {"gk20a", "gm20b", "gp10b", "gv11b", "ga10b", "gb10b"};
 
-// Names in /dev that belong to the integrated GPU and its engines.
-bool IsTegraGpuNodeName(absl::string_view name) {
-  return absl::StartsWith(name, "nvhost-") || name == "nvmap" || name == "host1x-fence" ||
-         absl::StartsWith(name, "nvidia") || name == "nvsciipc";
+// What a /dev entry is to the integrated GPU, judged by its name, and how the kernel must have
+// registered it for the name to be believed. Sources: the nvgpu, nvhost, nvmap, host1x-fence and
+// tegra_dc drivers in NVIDIA's L4T kernels (R32, R35, R36), NVIDIA's devices.csv for R36, and the
+// node sets nvidia-ctk lists on real boards (docs/tegra-device-nodes.md has the details).
+enum class NodeRole { kNone, kCompute, kDisplay };
+
+struct NodeRule {
+  NodeRole role = NodeRole::kNone;
+  // /proc/devices names the node's major may have; empty: not known, not checked. kGpuRegion
+  // stands for the GPU platform device's name ("57000000.gpu"), which nvgpu registers under.
+  std::vector<std::string> regions;
+  // Made by device_create, so /sys/dev/char/M:m names it (DEVNAME). False for nodes made with
+  // mknod by a helper (nvidia-modprobe, a udev RUN rule).
+  bool kernel_named = true;
+  // A fixed major:minor, where the node is a stand-in (JetPack's v4l2 codec markers are c 1 3).
+  std::optional<std::pair<unsigned, unsigned>> fixed;
+};
+
+NodeRule Rule(NodeRole role, std::vector<std::string> regions, bool kernel_named = true,
+              std::optional<std::pair<unsigned, unsigned>> fixed = std::nullopt) {
+  NodeRule rule;
+  rule.role = role;
+  rule.regions = std::move(regions);
+  rule.kernel_named = kernel_named;
+  rule.fixed = fixed;
+  return rule;
+}
+
+constexpr absl::string_view kGpuRegion = "<gpu>";
+constexpr absl::string_view kEngines[] = {"vic", "nvdec", "msenc", "nvenc", "nvjpg",
+                                          "ofa", "nvdla", "pva"};
+
+NodeRule RuleFor(absl::string_view name, absl::string_view soc) {
+  const bool thor = soc == "tegra264";  // its iGPU runs on OpenRM: /dev/nvidia* are compute
+  auto digits = [](absl::string_view s) {
+    return !s.empty() && absl::c_all_of(s, [](char c) { return absl::ascii_isdigit(c); });
+  };
+  NodeRule rule;
+  if (name == "nvmap") {
+    rule = Rule(NodeRole::kCompute, {"misc"});
+  } else if (absl::StartsWith(name, "nvgpu/igpu") ||
+             (absl::StartsWith(name, "nvhost-") && absl::EndsWith(name, "-gpu")) ||
+             name == "nvhost-gpu") {
+    rule = Rule(NodeRole::kCompute, {std::string(kGpuRegion)});
+  } else if (name == "nvhost-ctrl") {
+    rule = Rule(NodeRole::kCompute, {"nvhost"});
+  } else if (absl::StartsWith(name, "nvhost-")) {
+    absl::string_view engine = absl::StripPrefix(absl::StripPrefix(name, "nvhost-"), "ctrl-");
+    for (absl::string_view known : kEngines) {
+      if (absl::StartsWith(engine, known) && digits(engine.substr(known.size())) ==
+                                                 (engine.size() > known.size())) {
+        rule = Rule(NodeRole::kCompute, {"nvhost"});
+      }
+    }
+  } else if (name == "host1x-fence") {
+    rule = Rule(NodeRole::kCompute, {"host1x-fence"});
+  } else if (name == "nvsciipc") {
+    rule = Rule(NodeRole::kCompute, {});  // its driver's region name is not known: DEVNAME decides
+  } else if (absl::StartsWith(name, "dri/renderD") && digits(name.substr(11))) {
+    rule = Rule(NodeRole::kCompute, {"drm"});
+  } else if (name == "v4l2-nvenc" || name == "v4l2-nvdec") {
+    rule = Rule(NodeRole::kCompute, {"mem"}, false, std::make_pair(1u, 3u));
+  } else if (absl::StartsWith(name, "dri/card") && digits(name.substr(8))) {
+    rule = Rule(NodeRole::kDisplay, {"drm"});
+  } else if (absl::StartsWith(name, "fb") && digits(name.substr(2))) {
+    rule = Rule(NodeRole::kDisplay, {"fb"});
+  } else if (absl::StartsWith(name, "tegra_dc_")) {
+    rule = Rule(NodeRole::kDisplay, {"tegra_dc_ext"});
+  } else if (name == "nvidia-modeset") {
+    rule = Rule(NodeRole::kDisplay, {"nvidia-frontend", "nvidia"}, false);
+  } else if (name == "nvidiactl" || (absl::StartsWith(name, "nvidia") && digits(name.substr(6)))) {
+    // Orin's nvidia.ko is its display driver (NVIDIA calls it "the iGPU display kernel driver").
+    rule = Rule(thor ? NodeRole::kCompute : NodeRole::kDisplay, {"nvidia-frontend", "nvidia"}, false);
+  } else if (thor && (name == "nvidia-uvm" || name == "nvidia-uvm-tools")) {
+    rule = Rule(NodeRole::kCompute, {"nvidia-uvm"}, false);
+  }
+  return rule;
+}
+
+// Character-device majors and the names their drivers registered, from /proc/devices.
+absl::flat_hash_map<unsigned, std::string> CharacterMajors(absl::string_view text) {
+  absl::flat_hash_map<unsigned, std::string> majors;
+  bool characters = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line == "Character devices:") {
+      characters = true;
+      continue;
+    }
+    if (line.empty() || line == "Block devices:") {
+      characters = false;
+      continue;
+    }
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    unsigned major;
+    if (characters && parts.size() == 2 && absl::SimpleAtoi(parts[0], &major)) {
+      majors[major] = std::string(parts[1]);
+    }
+  }
+  return majors;
 }
 
 }  // namespace
@@ -125,28 +221,123 @@ std::optional<std::string> TegraGpuDiscoverer::FindDevfreq() const {
   return std::nullopt;
 }
 
-std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes() const {
-  std::vector<std::string> paths;
-  auto add_char_devices = [&](const std::string& dir, auto&& wanted) {
-    absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(dir);
-    if (!names.ok()) return;
-    for (const std::string& name : *names) {
-      if (!wanted(name)) continue;
-      const std::string path = absl::StrCat(dir, "/", name);
-      absl::StatusOr<FileInfo> info = host_->Stat(path);
-      if (info.ok() && info->type == FileInfo::Type::kCharDevice) paths.push_back(path);
-    }
+std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
+                                                     const std::optional<std::string>& devfreq,
+                                                     bool discrete_gpu) {
+  // Candidates by name: /dev, /dev/dri and /dev/nvgpu/igpu*.
+  std::vector<std::string> names;
+  auto list = [&](const std::string& dir, absl::string_view prefix) {
+    absl::StatusOr<std::vector<std::string>> entries = host_->ListDirectory(dir);
+    if (!entries.ok()) return;
+    for (const std::string& entry : *entries) names.push_back(absl::StrCat(prefix, entry));
   };
-  add_char_devices("/dev", IsTegraGpuNodeName);
-  add_char_devices("/dev", [](absl::string_view name) { return absl::StartsWith(name, "v4l2-nv"); });
-  add_char_devices("/dev/dri", [](absl::string_view name) {
-    return absl::StartsWith(name, "renderD") || absl::StartsWith(name, "card");
-  });
-  absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu");
-  if (gpus.ok()) {
+  list("/dev", "");
+  list("/dev/dri", "dri/");
+  if (absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu"); gpus.ok()) {
     for (const std::string& gpu : *gpus) {
-      add_char_devices(absl::StrCat("/dev/nvgpu/", gpu), [](absl::string_view) { return true; });
+      if (absl::StartsWith(gpu, "igpu")) list(absl::StrCat("/dev/nvgpu/", gpu), absl::StrCat("nvgpu/", gpu, "/"));
     }
+  }
+
+  std::optional<absl::flat_hash_map<unsigned, std::string>> majors;
+  absl::StatusOr<std::string> proc_devices = host_->ReadFile("/proc/devices");
+  // Verdicts hold while the node is the same file and the drivers' majors are unchanged (a module
+  // reload re-registers them): then only the lstat is repeated on each probe.
+  const std::string registered = proc_devices.ok() ? *proc_devices : std::string();
+  if (registered != verdicts_registered_) {
+    verdicts_.clear();
+    verdicts_registered_ = registered;
+  }
+  if (absl::StatusOr<std::string>& text = proc_devices; text.ok()) {
+    majors = CharacterMajors(*text);
+  } else {
+    log_.Warn(absl::StrCat("cannot read /proc/devices (", text.status().message(),
+                           "); Jetson device nodes are checked by their sysfs name only"));
+  }
+  const bool sysfs_dev = host_->Exists("/sys/dev/char");
+  if (!sysfs_dev) {
+    log_.Warn("/sys/dev/char is missing (is the host's /sys mounted?); Jetson device nodes are "
+              "checked by their driver's major only");
+  }
+  auto gpu_region = [&](absl::string_view region) {
+    if (devfreq.has_value()) return region == *devfreq;  // devfreq is named after the device too
+    absl::string_view suffix = region.substr(std::min(region.size(), region.rfind('.') + 1));
+    return suffix == "gpu" || absl::c_linear_search(kGpuNames, suffix);
+  };
+
+  std::vector<std::string> paths;
+  for (const std::string& name : names) {
+    const NodeRule rule = RuleFor(name, soc);
+    if (rule.role == NodeRole::kNone) continue;
+    if (rule.role == NodeRole::kDisplay && !options_.display_nodes) continue;
+    const bool nvidia_ko = absl::StartsWith(name, "nvidia");
+    if (nvidia_ko && discrete_gpu) continue;  // the discrete GPU's nodes, never the iGPU's
+    const std::string path = absl::StrCat("/dev/", name);
+    auto refuse = [&](absl::string_view why) {
+      log_.Warn(absl::StrCat("not handing out ", path, " with the integrated GPU: ", why));
+    };
+    absl::StatusOr<FileInfo> info = host_->Lstat(path);
+    if (!info.ok()) continue;  // gone since the listing
+    if (info->type != FileInfo::Type::kCharDevice) {
+      refuse(absl::StrCat("it is ", FileTypeName(info->type),
+                          info->type == FileInfo::Type::kSymlink ? ", which is never followed" : "",
+                          ", not a character device"));
+      continue;
+    }
+    const std::string numbers = absl::StrCat(info->major, ":", info->minor);
+    const std::string key = absl::StrCat(name, " ", numbers, " ", info->inode, " ", options_.display_nodes, discrete_gpu);
+    if (auto verdict = verdicts_.find(key); verdict != verdicts_.end()) {
+      if (verdict->second) paths.push_back(path);
+      continue;
+    }
+    verdicts_[key] = false;  // until every check below has passed
+    if (rule.fixed.has_value()) {
+      if (std::make_pair(info->major, info->minor) != *rule.fixed) {
+        refuse(absl::StrFormat("it is %s; this stand-in node is always %u:%u", numbers,
+                               rule.fixed->first, rule.fixed->second));
+        continue;
+      }
+      verdicts_[key] = true;
+      paths.push_back(path);
+      continue;
+    }
+    if (majors.has_value() && !rule.regions.empty()) {
+      auto region = majors->find(info->major);
+      if (region == majors->end()) {
+        refuse(absl::StrCat("its major ", info->major, " is not registered in /proc/devices"));
+        continue;
+      }
+      const bool expected = absl::c_any_of(rule.regions, [&](const std::string& want) {
+        return want == kGpuRegion ? gpu_region(region->second) : want == region->second;
+      });
+      if (!expected) {
+        refuse(absl::StrCat("its major ", info->major, " belongs to \"", region->second,
+                            "\" (/proc/devices), not to the driver that makes this node"));
+        continue;
+      }
+    }
+    if (rule.kernel_named && sysfs_dev) {
+      absl::StatusOr<std::string> uevent =
+          host_->ReadFile(absl::StrCat("/sys/dev/char/", numbers, "/uevent"));
+      if (!uevent.ok()) {
+        refuse(absl::StrCat("the kernel has no device ", numbers, " (/sys/dev/char/", numbers, ")"));
+        continue;
+      }
+      std::string devname;
+      for (absl::string_view line : absl::StrSplit(*uevent, '\n')) {
+        if (absl::ConsumePrefix(&line, "DEVNAME=")) devname = std::string(line);
+      }
+      if (devname != name) {
+        refuse(absl::StrCat("the kernel's device ", numbers, " is /dev/", devname.empty() ? "?" : devname));
+        continue;
+      }
+    }
+    if (nvidia_ko && info->major != 195) {
+      refuse(absl::StrCat("its major is ", info->major, ", not the NVIDIA driver's 195"));
+      continue;
+    }
+    verdicts_[key] = true;
+    paths.push_back(path);
   }
   std::sort(paths.begin(), paths.end());
   std::vector<DeviceNode> nodes;
@@ -219,8 +410,13 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     }
   }
 
+  // A discrete NVIDIA GPU beside the iGPU (an IGX board in dGPU mode): its driver lists it here.
+  absl::StatusOr<std::vector<std::string>> discrete = host_->ListDirectory("/proc/driver/nvidia/gpus");
+  const bool discrete_gpu = discrete.ok() && !discrete->empty();
+
   std::vector<std::string> problems;
-  device.nodes = GpuNodes();
+  std::optional<std::string> devfreq = FindDevfreq();
+  device.nodes = GpuNodes(soc.value_or(""), devfreq, discrete_gpu);
   auto has_node = [&](auto&& match) {
     return std::any_of(device.nodes.begin(), device.nodes.end(),
                        [&](const DeviceNode& n) { return match(n.host_path); });
@@ -234,7 +430,6 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
       })) {
     problems.push_back("GPU control node missing (neither /dev/nvhost-ctrl-gpu nor /dev/nvgpu/*/ctrl)");
   }
-  std::optional<std::string> devfreq = FindDevfreq();
   if (!devfreq.has_value()) {
     problems.push_back("GPU devfreq device not found in /sys/class/devfreq (driver not loaded yet?)");
   } else {
@@ -261,10 +456,16 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
       break;
     }
   }
-  if (options_.runtime_envs) {
-    // The NVIDIA runtime on L4T mounts the driver libraries (CSV mode) when these are set.
+  if (options_.runtime_envs && !discrete_gpu) {
+    // The NVIDIA runtime on L4T mounts the driver libraries (CSV mode) when these are set. The
+    // board has this one GPU, so "all" names exactly what was allocated.
     device.envs["NVIDIA_VISIBLE_DEVICES"] = "all";
     device.envs["NVIDIA_DRIVER_CAPABILITIES"] = "all";
+  } else if (options_.runtime_envs) {
+    // With a discrete GPU beside it, the runtime would add the discrete GPU's nodes (and "all"
+    // would name both): the iGPU's answer carries its own device nodes only.
+    log_.Warn("a discrete NVIDIA GPU is present too: the integrated GPU is allocated with its own "
+              "device nodes only, without NVIDIA_VISIBLE_DEVICES");
   }
   SetHealthFromProblems(problems, &device);
   devices.push_back(std::move(device));

@@ -3,11 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+#include "captured_log.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::FixtureHost;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -88,14 +91,20 @@ const JetsonCase kJetsonCases[] = {
      {"/dev/nvhost-as-gpu", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-dbg-gpu",
       "/dev/nvhost-gpu", "/dev/nvhost-msenc", "/dev/nvhost-nvdec", "/dev/nvhost-nvjpg",
       "/dev/nvhost-prof-gpu", "/dev/nvhost-tsg-gpu", "/dev/nvhost-vic", "/dev/nvmap"},
-     {}},
+     {"/dev/tegra_dc_0", "/dev/tegra_dc_1", "/dev/tegra_dc_ctrl", "/dev/fb0", "/dev/ttyTHS1"}},
     {"XavierNxR35", FixtureHost::Jetson::kXavierNxR35, "tegra194-igpu0",
      "NVIDIA Jetson Xavier NX Developer Kit", "35.4.1", "t186ref", "gv11b", "7.2",
-     "17000000.gv11b", 20, {"/dev/nvgpu/igpu0/ctrl", "/dev/nvidiactl", "/dev/nvhost-nvdla0"}, {}},
+     "17000000.gv11b", 31,
+     {"/dev/nvgpu/igpu0/ctrl", "/dev/nvhost-nvdla0", "/dev/nvhost-ctrl-pva1", "/dev/nvhost-nvenc1",
+      "/dev/nvhost-ctrl"},
+     {"/dev/fb0", "/dev/fb1", "/dev/tegra_dc_0", "/dev/tegra_dc_ctrl"}},
     {"AgxOrinR36", FixtureHost::Jetson::kAgxOrinR36, "tegra234-igpu0",
      "NVIDIA Jetson AGX Orin Developer Kit", "36.4.7", "generic", "ga10b", "8.7", "17000000.gpu",
-     29, {"/dev/dri/renderD128", "/dev/host1x-fence", "/dev/nvgpu/igpu0/nvsched_ctrl_fifo"},
-     {"/dev/ttyTHS1", "/dev/nvme0n1"}},
+     35,
+     {"/dev/dri/renderD128", "/dev/host1x-fence", "/dev/nvgpu/igpu0/nvsched_ctrl_fifo",
+      "/dev/nvsciipc", "/dev/v4l2-nvenc", "/dev/nvhost-ctrl-nvdla0"},
+     {"/dev/ttyTHS1", "/dev/nvme0n1", "/dev/dri/card0", "/dev/fb0", "/dev/nvidia0",
+      "/dev/nvidiactl", "/dev/nvidia-modeset"}},
 };
 
 class JetsonBoardTest : public ::testing::TestWithParam<JetsonCase> {};
@@ -197,6 +206,83 @@ TEST(TegraTest, RuntimeEnvsCanBeTurnedOff) {
   FixtureHost fixture;
   fixture.AddJetson(FixtureHost::Jetson::kNanoR32);
   EXPECT_TRUE(ScanOne(fixture, {.runtime_envs = false}).envs.empty());
+}
+
+TEST(TegraTest, DisplayNodesOnlyWhenAskedFor) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  Device d = ScanOne(fixture, {.display_nodes = true});
+  for (const char* node : {"/dev/dri/card0", "/dev/fb0", "/dev/nvidia0", "/dev/nvidiactl",
+                           "/dev/nvidia-modeset", "/dev/dri/renderD128"}) {
+    EXPECT_THAT(HostPaths(d), Contains(node));
+  }
+  EXPECT_EQ(d.nodes.size(), 40u);
+}
+
+// An IGX Orin in dGPU mode: the Orin iGPU beside a discrete GPU (/dev/nvidia0, nvidiactl,
+// nvidia-uvm, /proc/driver/nvidia/gpus/...). Nothing of the discrete GPU goes with the iGPU.
+TEST(TegraTest, IgxBoardKeepsTheDiscreteGpuOutOfTheIgpusAnswer) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
+  fixture.AddNvidiaGpu({.pci_address = "0005:01:00.0", .model = "NVIDIA RTX A6000"});
+  for (bool display : {false, true}) {
+    Device d = ScanOne(fixture, {.display_nodes = display});
+    EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+    for (const std::string& path : HostPaths(d)) {
+      EXPECT_FALSE(absl::StartsWith(path, "/dev/nvidia")) << path;
+    }
+    EXPECT_THAT(HostPaths(d), Contains("/dev/nvgpu/igpu0/ctrl"));
+    EXPECT_EQ(d.envs.count("NVIDIA_VISIBLE_DEVICES"), 0u);
+  }
+}
+
+// Nodes whose names match but that are not what the kernel made for the GPU.
+TEST(TegraTest, HostileNodesAreNotHandedOut) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  fixture.RegisterCharMajor(4, "tty");
+  // A symlink to a disk, under a GPU node's name.
+  fixture.MakeBlockDevice("/dev/sda", 8, 0);
+  fixture.Remove("/dev/nvhost-gpu");
+  fixture.Symlink("/dev/sda", "/dev/nvhost-gpu");
+  // A symlink to a genuine GPU node: still a symlink, never followed.
+  fixture.Symlink("/dev/nvmap", "/dev/nvhost-ctrl-pva1");
+  // The right name, a major that belongs to another driver.
+  fixture.Remove("/dev/nvhost-ctrl-nvdla1");
+  fixture.MakeCharDevice("/dev/nvhost-ctrl-nvdla1", 238, 1);  // ttyTHS
+  fixture.MakeCharDevice("/dev/nvhost-vic", 4, 0);           // a tty
+  // The right driver (misc), but the kernel's device 10:200 is another one.
+  fixture.MakeKernelCharDevice("net/tun", 10, 200);
+  fixture.Remove("/dev/nvmap");
+  fixture.MakeCharDevice("/dev/nvmap", 10, 200);
+  // A stand-in that is not /dev/null's numbers.
+  fixture.Remove("/dev/v4l2-nvenc");
+  fixture.MakeCharDevice("/dev/v4l2-nvenc", 8, 0);
+  // A GPU node's name on a major unknown to the kernel.
+  fixture.MakeCharDevice("/dev/nvhost-ofa", 777, 0);
+
+  Device d = ScanOne(fixture);
+  for (const char* node : {"/dev/nvhost-gpu", "/dev/nvhost-ctrl-pva1", "/dev/nvhost-ctrl-nvdla1",
+                           "/dev/nvhost-vic", "/dev/nvmap", "/dev/v4l2-nvenc", "/dev/nvhost-ofa",
+                           "/dev/sda", "/dev/net/tun"}) {
+    EXPECT_THAT(HostPaths(d), Not(Contains(node)));
+  }
+  // What is left is still the GPU, and still served, minus what was refused.
+  EXPECT_THAT(HostPaths(d), Contains("/dev/nvgpu/igpu0/ctrl"));
+  EXPECT_THAT(HostPaths(d), Contains("/dev/nvhost-ctrl-nvdla0"));
+  // Without its /dev/nvmap the GPU is not usable: it says so.
+  EXPECT_EQ(d.health, Health::kUnhealthy);
+  EXPECT_THAT(d.unhealthy_reason, HasSubstr("/dev/nvmap"));
+}
+
+TEST(TegraTest, RefusalsSayWhy) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kNanoR32);
+  fixture.MakeCharDevice("/dev/nvhost-vic2", 238, 1);
+  CapturedLog log;
+  ScanOne(fixture);
+  EXPECT_TRUE(log.Contains("not handing out /dev/nvhost-vic2 with the integrated GPU: its major "
+                           "238 belongs to \"ttyTHS\""));
 }
 
 }  // namespace

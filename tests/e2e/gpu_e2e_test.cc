@@ -2,6 +2,8 @@
 // binary, fixture hosts built from FACTS.md, and the test kubelet.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,9 +83,9 @@ const JetsonCase kJetsonCases[] = {
      {"/dev/nvhost-as-gpu", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-dbg-gpu",
       "/dev/nvhost-gpu", "/dev/nvhost-msenc", "/dev/nvhost-nvdec", "/dev/nvhost-nvjpg",
       "/dev/nvhost-prof-gpu", "/dev/nvhost-tsg-gpu", "/dev/nvhost-vic", "/dev/nvmap"}},
-    {"XavierNxR35", FixtureHost::Jetson::kXavierNxR35, "tegra194-igpu0", 20,
+    {"XavierNxR35", FixtureHost::Jetson::kXavierNxR35, "tegra194-igpu0", 31,
      {"/dev/nvgpu/igpu0/ctrl", "/dev/nvmap"}},
-    {"AgxOrinR36", FixtureHost::Jetson::kAgxOrinR36, "tegra234-igpu0", 29,
+    {"AgxOrinR36", FixtureHost::Jetson::kAgxOrinR36, "tegra234-igpu0", 35,
      {"/dev/nvgpu/igpu0/ctrl", "/dev/nvmap", "/dev/dri/renderD128"}},
 };
 
@@ -118,8 +120,39 @@ TEST_F(GpuE2eTest, RuntimeEnvsCanBeSwitchedOff) {
   StartKubeletAndDaemon({"--nvidia-runtime-envs=false"});
   ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
   v1beta1::ContainerAllocateResponse r = Allocate(kGpu, {"tegra234-igpu0"});
-  EXPECT_EQ(HostPaths(r).size(), 29u);
+  EXPECT_EQ(HostPaths(r).size(), 35u);
   EXPECT_EQ(r.envs_size(), 0) << "runtime envs switched off";
+}
+
+TEST_F(GpuE2eTest, DisplayNodesComeWithTheFlag) {
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  StartKubeletAndDaemon({"--tegra-display-nodes"});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  std::vector<std::string> paths = HostPaths(Allocate(kGpu, {"tegra234-igpu0"}));
+  EXPECT_EQ(paths.size(), 40u);
+  EXPECT_THAT(paths, ::testing::Contains("/dev/dri/card0"));
+  EXPECT_THAT(paths, ::testing::Contains("/dev/nvidia-modeset"));
+}
+
+// An IGX Orin in dGPU mode: both GPUs are nvidia.com/gpu; each answer carries only its own.
+TEST_F(GpuE2eTest, IgxBoardAllocatesEachGpuWithOnlyItsOwnNodes) {
+  host_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
+  host_.AddNvidiaGpu({.pci_address = "0005:01:00.0", .minor = 0,
+                      .uuid = "GPU-8d3e2a5c-1b7f-4c0e-9a6d-2f4b8e1c7a90",
+                      .model = "NVIDIA RTX A6000"});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 2, 2)) << daemon_->Log();
+  v1beta1::ContainerAllocateResponse igpu = Allocate(kGpu, {"tegra234-igpu0"});
+  for (const std::string& path : HostPaths(igpu)) {
+    EXPECT_FALSE(absl::StartsWith(path, "/dev/nvidia")) << path;
+  }
+  EXPECT_THAT(HostPaths(igpu), ::testing::Contains("/dev/nvgpu/igpu0/ctrl"));
+  EXPECT_EQ(igpu.envs().count("NVIDIA_VISIBLE_DEVICES"), 0u);
+  v1beta1::ContainerAllocateResponse dgpu =
+      Allocate(kGpu, {"GPU-8d3e2a5c-1b7f-4c0e-9a6d-2f4b8e1c7a90"});
+  EXPECT_THAT(HostPaths(dgpu), ::testing::Contains("/dev/nvidia0"));
+  EXPECT_THAT(HostPaths(dgpu), ::testing::Not(::testing::Contains("/dev/nvmap")));
+  EXPECT_EQ(dgpu.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-8d3e2a5c-1b7f-4c0e-9a6d-2f4b8e1c7a90");
 }
 
 TEST_F(GpuE2eTest, TwoGpuServerAdvertisesUuidsAndAllocatesByMinor) {

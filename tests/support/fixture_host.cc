@@ -15,11 +15,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "glog/logging.h"
 
 namespace edgeaccel::testing {
@@ -163,6 +168,14 @@ void FixtureHost::MakeCharDevice(absl::string_view host_path, unsigned major, un
       << "mknod " << path << " (the tests must run as root)";
 }
 
+void FixtureHost::MakeBlockDevice(absl::string_view host_path, unsigned major,
+                                  unsigned minor) const {
+  const std::string path = Path(host_path);
+  MakeParents(path);
+  unlink(path.c_str());
+  PCHECK(mknod(path.c_str(), S_IFBLK | 0660, makedev(major, minor)) == 0) << "mknod " << path;
+}
+
 void FixtureHost::Symlink(absl::string_view target, absl::string_view host_path) const {
   const std::string path = Path(host_path);
   MakeParents(path);
@@ -192,6 +205,44 @@ absl::StatusOr<std::string> AnnounceLoopDevice() {
   }
   close(control);
   return absl::UnavailableError("no free loop index");
+}
+
+void FixtureHost::RegisterCharMajor(unsigned major, absl::string_view name) const {
+  // /proc/devices: "Character devices:" then "%3d %s" lines by major, a blank line, then
+  // "Block devices:".
+  std::map<unsigned, std::string> majors;
+  if (FILE* f = fopen(Path("/proc/devices").c_str(), "r")) {
+    char line[256];
+    bool chars = false;
+    while (fgets(line, sizeof(line), f)) {
+      absl::string_view text = absl::StripAsciiWhitespace(line);
+      if (text == "Character devices:") chars = true;
+      if (text == "Block devices:" || text.empty()) chars = false;
+      unsigned number;
+      std::vector<absl::string_view> parts = absl::StrSplit(text, ' ', absl::SkipEmpty());
+      if (chars && parts.size() == 2 && absl::SimpleAtoi(parts[0], &number)) {
+        majors[number] = std::string(parts[1]);
+      }
+    }
+    fclose(f);
+  }
+  majors[major] = std::string(name);
+  std::string out = "Character devices:\n";
+  for (const auto& [number, driver] : majors) absl::StrAppendFormat(&out, "%3u %s\n", number, driver);
+  out += "\nBlock devices:\n  8 sd\n259 blkext\n";
+  WriteFile("/proc/devices", out);
+}
+
+void FixtureHost::MakeKernelCharDevice(absl::string_view dev_name, unsigned major, unsigned minor,
+                                       mode_t mode) const {
+  MakeCharDevice(absl::StrCat("/dev/", dev_name), major, minor, mode);
+  const std::string device =
+      absl::StrCat("/sys/devices/virtual/fixture/", absl::StrReplaceAll(dev_name, {{"/", "!"}}));
+  WriteFile(device + "/dev", absl::StrCat(major, ":", minor, "\n"));
+  WriteFile(device + "/uevent",
+            absl::StrCat("MAJOR=", major, "\nMINOR=", minor, "\nDEVNAME=", dev_name, "\n"));
+  Symlink(absl::StrCat("../../devices/virtual/fixture/", absl::StrReplaceAll(dev_name, {{"/", "!"}})),
+          absl::StrCat("/sys/dev/char/", major, ":", minor));
 }
 
 void FixtureHost::AddCoralPcie(const CoralPcie& tpu) const {
@@ -285,7 +336,9 @@ void FixtureHost::AddJetson(Jetson board) const {
       spec.thermal_type = "GPU-therm";
       spec.nodes = {"nvhost-as-gpu", "nvhost-ctrl", "nvhost-ctrl-gpu", "nvhost-dbg-gpu",
                     "nvhost-gpu", "nvhost-msenc", "nvhost-nvdec", "nvhost-nvjpg",
-                    "nvhost-prof-gpu", "nvhost-tsg-gpu", "nvhost-vic", "nvmap"};
+                    "nvhost-prof-gpu", "nvhost-tsg-gpu", "nvhost-vic", "nvmap",
+                    // Display (tegra_dc, the framebuffer), never the GPU's to hand out.
+                    "tegra_dc_0", "tegra_dc_1", "tegra_dc_ctrl", "fb0"};
       break;
     case Jetson::kXavierNxR35:
       spec.release =
@@ -297,13 +350,19 @@ void FixtureHost::AddJetson(Jetson board) const {
       spec.family = "Tegra194";
       spec.devfreq = "17000000.gv11b";
       spec.thermal_type = "GPU-therm";
-      spec.nodes = {"nvhost-msenc", "nvhost-nvdec", "nvhost-nvdla0", "nvhost-nvdla1",
-                    "nvhost-nvjpg", "nvhost-prof-gpu", "nvhost-pva0", "nvhost-vic", "nvidiactl",
-                    "nvmap", "nvgpu/igpu0/as", "nvgpu/igpu0/channel", "nvgpu/igpu0/ctrl",
+      // As nvidia-ctk listed them on a Xavier NX with R35.5 (lf-edge/eve pkg/nvidia/cdi).
+      spec.nodes = {"fb0", "fb1", "nvhost-as-gpu", "nvhost-ctrl", "nvhost-ctrl-gpu",
+                    "nvhost-ctrl-nvdla0", "nvhost-ctrl-nvdla1", "nvhost-ctrl-pva0",
+                    "nvhost-ctrl-pva1", "nvhost-dbg-gpu", "nvhost-gpu", "nvhost-msenc",
+                    "nvhost-nvdec", "nvhost-nvdec1", "nvhost-nvdla0", "nvhost-nvdla1",
+                    "nvhost-nvenc1", "nvhost-nvjpg", "nvhost-prof-gpu", "nvhost-pva0",
+                    "nvhost-pva1", "nvhost-vic", "nvmap", "tegra_dc_0", "tegra_dc_1",
+                    "tegra_dc_ctrl", "nvgpu/igpu0/as", "nvgpu/igpu0/channel", "nvgpu/igpu0/ctrl",
                     "nvgpu/igpu0/ctxsw", "nvgpu/igpu0/dbg", "nvgpu/igpu0/power", "nvgpu/igpu0/prof",
                     "nvgpu/igpu0/prof-ctx", "nvgpu/igpu0/prof-dev", "nvgpu/igpu0/tsg"};
       break;
     case Jetson::kAgxOrinR36:
+    case Jetson::kIgxOrinR36:
       spec.release =
           "# R36 (release), REVISION: 4.7, GCID: 42132812, BOARD: generic, EABI: aarch64, DATE: "
           "Thu Sep 18 22:54:44 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\n"
@@ -321,7 +380,18 @@ void FixtureHost::AddJetson(Jetson board) const {
                     "nvgpu/igpu0/ctxsw", "nvgpu/igpu0/dbg", "nvgpu/igpu0/nvsched",
                     "nvgpu/igpu0/nvsched_ctrl_fifo", "nvgpu/igpu0/power", "nvgpu/igpu0/prof",
                     "nvgpu/igpu0/prof-ctx", "nvgpu/igpu0/prof-dev", "nvgpu/igpu0/sched",
-                    "nvgpu/igpu0/tsg", "dri/renderD128", "host1x-fence"};
+                    "nvgpu/igpu0/tsg", "dri/renderD128", "host1x-fence",
+                    // R36 on AGX Orin also has (nvidia-ctk's list, lf-edge/eve jp6): the DLA and
+                    // PVA control nodes, NvSciIpc, the V4L2 codec stand-ins, and display nodes.
+                    "nvhost-ctrl-nvdla0", "nvhost-ctrl-nvdla1", "nvhost-ctrl-pva0", "nvsciipc",
+                    "v4l2-nvenc", "v4l2-nvdec", "fb0", "dri/card0"};
+      if (board == Jetson::kAgxOrinR36) {
+        // The iGPU's display driver nvidia.ko. On an IGX board in dGPU mode it is not loaded
+        // (it conflicts with the discrete GPU's nvidia.ko; NVIDIA's IGX user guide).
+        for (const char* node : {"nvidia0", "nvidiactl", "nvidia-modeset"}) spec.nodes.push_back(node);
+      } else {
+        spec.model = NulTerminated({"NVIDIA IGX Orin Developer Kit"});  // [INF] model string
+      }
       break;
   }
   WriteFile("/etc/nv_tegra_release", spec.release);
@@ -348,18 +418,56 @@ void FixtureHost::AddJetson(Jetson board) const {
   WriteFile("/sys/class/thermal/thermal_zone1/temp", "26500\n");
   WriteFile("/sys/class/thermal/thermal_zone2/type", "PMIC-Die\n");
   WriteFile("/sys/class/thermal/thermal_zone2/temp", "100000\n");
-  unsigned minor = 0;
+  // Every node as the kernel registered it: a major per driver region (/proc/devices), and
+  // /sys/dev/char/M:m naming the node (DEVNAME) for those made by device_create (FACTS: research
+  // notes on nvgpu, nvhost, nvmap, host1x-fence, tegra_dc, drm). Majors are dynamic on a real
+  // board; these are plausible ones.
+  const unsigned gpu_major = 492;  // nvgpu: a region named after the GPU platform device
+  unsigned gpu_minor = 0;
+  unsigned next_nvhost_major = 500;  // nvhost: one region per engine, all named "nvhost"
+  std::map<std::string, std::pair<unsigned, unsigned>> nvhost_regions;  // engine -> major, next minor
+  RegisterCharMajor(1, "mem");
+  RegisterCharMajor(238, "ttyTHS");
   for (const std::string& node : spec.nodes) {
     if (node == "nvmap") {
-      MakeCharDevice("/dev/nvmap", 10, 62);
+      RegisterCharMajor(10, "misc");
+      MakeKernelCharDevice(node, 10, 62);
+      WriteFile("/sys/class/misc/nvmap/dev", "10:62\n");
     } else if (absl::StartsWith(node, "dri/")) {
-      MakeCharDevice("/dev/" + node, 226, 128);
-    } else {
-      MakeCharDevice("/dev/" + node, 234, minor++);
+      RegisterCharMajor(226, "drm");
+      MakeKernelCharDevice(node, 226, absl::StartsWith(node, "dri/renderD") ? 128 : 0);
+    } else if (absl::StartsWith(node, "fb")) {
+      RegisterCharMajor(29, "fb");
+      MakeKernelCharDevice(node, 29, static_cast<unsigned>(node.back() - '0'));
+    } else if (absl::StartsWith(node, "tegra_dc_")) {
+      RegisterCharMajor(489, "tegra_dc_ext");
+      MakeKernelCharDevice(node, 489, node == "tegra_dc_ctrl" ? 2 : static_cast<unsigned>(node.back() - '0'));
+    } else if (node == "host1x-fence") {
+      RegisterCharMajor(495, "host1x-fence");
+      MakeKernelCharDevice(node, 495, 0);
+    } else if (node == "nvsciipc") {
+      RegisterCharMajor(496, "nvsciipc");
+      MakeKernelCharDevice(node, 496, 0);
+    } else if (absl::StartsWith(node, "v4l2-nv")) {
+      // JetPack's udev rule: mknod -m 666 /dev/v4l2-nvenc c 1 3 (a stand-in named like /dev/null).
+      MakeCharDevice("/dev/" + node, 1, 3, 0666);
+    } else if (absl::StartsWith(node, "nvidia")) {
+      // The display driver nvidia.ko (fixed major 195) registers no sysfs device for its nodes.
+      RegisterCharMajor(195, "nvidia-frontend");
+      MakeCharDevice("/dev/" + node, 195, node == "nvidiactl" ? 255 : node == "nvidia-modeset" ? 254 : 0);
+    } else if (absl::StartsWith(node, "nvgpu/") || absl::EndsWith(node, "-gpu") || node == "nvhost-gpu") {
+      RegisterCharMajor(gpu_major, spec.devfreq);
+      MakeKernelCharDevice(node, gpu_major, gpu_minor++);
+    } else {  // nvhost-ctrl, nvhost-<engine>, nvhost-ctrl-<engine>
+      std::string engine(absl::StripPrefix(absl::StripPrefix(node, "nvhost-"), "ctrl-"));
+      auto [it, fresh] = nvhost_regions.try_emplace(engine, next_nvhost_major, 0);
+      if (fresh) ++next_nvhost_major;
+      RegisterCharMajor(it->second.first, "nvhost");
+      MakeKernelCharDevice(node, it->second.first, it->second.second++);
     }
   }
   // Not the GPU's: must not be handed out.
-  MakeCharDevice("/dev/ttyTHS1", 238, 1);
+  MakeKernelCharDevice("ttyTHS1", 238, 1);
   MakeCharDevice("/dev/nvme0n1", 259, 0);
 }
 
@@ -375,6 +483,8 @@ void FixtureHost::AddNvidiaGpu(const NvidiaGpu& gpu) const {
   WriteFile(absl::StrCat("/sys/bus/pci/devices/", gpu.pci_address, "/numa_node"),
             absl::StrCat(gpu.numa_node, "\n"));
   WriteFile(absl::StrCat("/sys/bus/pci/devices/", gpu.pci_address, "/vendor"), "0x10de\n");
+  RegisterCharMajor(195, "nvidia-frontend");
+  RegisterCharMajor(510, "nvidia-uvm");
   MakeCharDevice(absl::StrCat("/dev/nvidia", gpu.minor), 195, gpu.minor, 0666);
   MakeCharDevice("/dev/nvidiactl", 195, 255, 0666);
   MakeCharDevice("/dev/nvidia-modeset", 195, 254, 0666);

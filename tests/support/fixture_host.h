@@ -110,8 +110,15 @@ class FixtureHost {
   void MakeDirectory(absl::string_view host_path) const;
   void MakeCharDevice(absl::string_view host_path, unsigned major, unsigned minor,
                       mode_t mode = 0660) const;
+  void MakeBlockDevice(absl::string_view host_path, unsigned major, unsigned minor) const;
   void Symlink(absl::string_view target, absl::string_view host_path) const;
   void Remove(absl::string_view host_path) const;  // a file, or a directory tree
+  // A character device as device_create makes it: /dev/<dev_name>, and /sys/dev/char/M:m
+  // linking to a device whose uevent names it (DEVNAME=<dev_name>).
+  void MakeKernelCharDevice(absl::string_view dev_name, unsigned major, unsigned minor,
+                            mode_t mode = 0660) const;
+  // Adds "<major> <name>" to the character devices in /proc/devices.
+  void RegisterCharMajor(unsigned major, absl::string_view name) const;
 
   // A Coral PCIe/M.2 Edge TPU bound to the apex driver, with driver-default thresholds:
   // sys/devices/pci0000:00/<pci>/{vendor,device,class,numa_node,apex/apex_N/...},
@@ -146,7 +153,9 @@ class FixtureHost {
   void UnplugCoralUsb(const CoralUsb& usb) const;
 
   // Jetson boards as their L4T release exposes them (FACTS.md 3-4).
-  enum class Jetson { kNanoR32, kXavierNxR35, kAgxOrinR36 };
+  // kIgxOrinR36: an Orin module on an IGX board in dGPU mode (add the discrete GPU with
+  // AddNvidiaGpu): the iGPU's nodes without its display driver's /dev/nvidia*.
+  enum class Jetson { kNanoR32, kXavierNxR35, kAgxOrinR36, kIgxOrinR36 };
   void AddJetson(Jetson board) const;
 
   // A discrete NVIDIA GPU under the proprietary driver: /proc/driver/nvidia/{version,gpus/<pci>},

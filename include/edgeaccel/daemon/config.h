@@ -33,6 +33,8 @@ struct DaemonConfig {
   std::map<std::string, int> replicas;
   // Answer NVIDIA container runtime envs for nvidia.com/gpu.
   bool nvidia_runtime_envs = true;
+  // Hand out a Jetson's display nodes with its iGPU.
+  bool tegra_display_nodes = false;
   // Answer CDI device names and keep CDI specs in cdi_dir (as this process sees it).
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";

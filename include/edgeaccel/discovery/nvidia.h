@@ -23,6 +23,9 @@ struct NvidiaOptions {
   // Answer the envs the NVIDIA container runtime understands (NVIDIA_VISIBLE_DEVICES,
   // NVIDIA_DRIVER_CAPABILITIES). Off when the runtime is not installed, or CDI is used instead.
   bool runtime_envs = true;
+  // Hand out a Jetson's display nodes with its iGPU (/dev/dri/card*, /dev/fb*, /dev/tegra_dc_*,
+  // Orin's /dev/nvidia*): for containers that drive a display. Off: compute and media only.
+  bool display_nodes = false;
 };
 
 // "key: \t value" lines of /proc/driver/nvidia/gpus/<bus>/information.

@@ -2,10 +2,15 @@
 //
 // A Tegra host is recognised from /etc/nv_tegra_release, /sys/devices/soc0/family or
 // /proc/device-tree/compatible ("nvidia,tegra210" ...). Its one integrated GPU is a device whose
-// nodes are derived from what this host has: every /dev/nvhost-*, /dev/nvmap, /dev/nvgpu/*/*,
-// /dev/dri/{card,renderD}*, /dev/host1x-fence, /dev/nvidia* and /dev/nvsciipc character device
-// (the set differs between L4T R32, R35 and R36, so no fixed list). Healthy while /dev/nvmap, the
-// GPU control node (/dev/nvhost-ctrl-gpu or /dev/nvgpu/*/ctrl) and the GPU's devfreq device exist.
+// nodes are the ones this host has of those the GPU and its engines need (the set differs between
+// L4T R32, R35 and R36): /dev/nvmap, the GPU's own nodes (/dev/nvhost-*-gpu, /dev/nvgpu/igpu0/*),
+// /dev/nvhost-ctrl and the engines' nodes (VIC, NVDEC, NVENC, NVJPG, OFA, DLA, PVA),
+// /dev/host1x-fence, /dev/nvsciipc, /dev/dri/renderD*, and JetPack 6's /dev/v4l2-nv{enc,dec}
+// stand-ins. Each is lstat'ed (a symlink is never followed) and must be what the kernel says it
+// is: its major registered by the right driver in /proc/devices, and /sys/dev/char/M:m naming it.
+// Display nodes (/dev/dri/card*, /dev/fb*, /dev/tegra_dc_*, Orin's display driver /dev/nvidia*)
+// only with --tegra_display_nodes. Healthy while /dev/nvmap, the GPU control node
+// (/dev/nvhost-ctrl-gpu or /dev/nvgpu/*/ctrl) and the GPU's devfreq device exist.
 #ifndef EDGEACCEL_DISCOVERY_TEGRA_H_
 #define EDGEACCEL_DISCOVERY_TEGRA_H_
 
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/discovery/nvidia.h"
@@ -54,7 +60,10 @@ class TegraGpuDiscoverer : public Discoverer {
   std::string NothingFoundHint() const override;
 
  private:
-  std::vector<DeviceNode> GpuNodes() const;
+  // The device nodes the iGPU and its engines need, each checked against what the kernel says
+  // it is; display nodes only with NvidiaOptions::display_nodes; nothing of a discrete GPU.
+  std::vector<DeviceNode> GpuNodes(absl::string_view soc, const std::optional<std::string>& devfreq,
+                                   bool discrete_gpu);
   // /sys/class/devfreq entry of the GPU ("57000000.gpu"), if any.
   std::optional<std::string> FindDevfreq() const;
   // A device-tree property (compatible, model) and the path it was read from.
@@ -63,6 +72,9 @@ class TegraGpuDiscoverer : public Discoverer {
   const Host* host_;
   NvidiaOptions options_;
   OnceLogger log_;
+  // GpuNodes' verdicts per node (name, major:minor, inode), valid for one /proc/devices content.
+  absl::flat_hash_map<std::string, bool> verdicts_;
+  std::string verdicts_registered_;
 };
 
 }  // namespace edgeaccel
