@@ -10,6 +10,7 @@
 #include "edgeaccel/discovery/nvidia.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/discovery/tegra.h"
+#include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/cached_allocation_check.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/node/nfd_feature_file.h"
@@ -69,6 +70,11 @@ Daemon::Daemon(DaemonConfig config)
       options.plugin.cdi_device_name = [cdi = resource->cdi.get()](absl::string_view id) {
         return cdi->NameOnDisk(id);
       };
+      // And the kubelet hears of a device only once its spec has been written (WriteCdi).
+      options.plugin.advertise_now = [r = resource.get()](const Device& device) {
+        absl::MutexLock lock(&r->cdi_mu);
+        return r->cdi_settled.contains(PhysicalIdOf(device.id));
+      };
     }
     // Every container start checks that the answer the kubelet cached still fits the devices.
     options.plugin.pre_start = CachedAllocationCheck(
@@ -97,12 +103,12 @@ Daemon::~Daemon() { Stop(); }
 absl::Status Daemon::Start() {
   for (auto& resource : resources_) {
     Resource* r = resource.get();
-    // The CDI spec is rewritten whenever the devices change. Listeners run in no set order, so
-    // the kubelet may hear of a device first; Allocate then names it only once the spec holding
-    // it is on disk (CdiSpecFile::NameOnDisk).
+    // The CDI spec is rewritten whenever the devices change, on the sink thread. ListAndWatch
+    // names a new device only after that write (advertise_now), whatever order listeners run in.
     if (r->cdi != nullptr) {
-      r->cdi_listener = r->set->Subscribe(
-          [this, r](std::shared_ptr<const Snapshot> snapshot) { WriteCdi(r, std::move(snapshot)); });
+      r->cdi_listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot>) {
+        sinks_.Post(absl::StrCat("cdi ", r->set->resource_name()), [this, r] { WriteCdi(r); });
+      });
     }
     // Registrars start when a resource first has devices, from whichever thread sees that.
     r->listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
@@ -121,6 +127,15 @@ absl::Status Daemon::Start() {
   }
   absl::Status status = watcher_.Start();  // the first scan of every family happens in here
   if (!status.ok()) return status;
+  // The first specs before any registration, so the first ListAndWatch already names every
+  // device (on the sink thread, as every other write of them).
+  for (auto& resource : resources_) {
+    Resource* r = resource.get();
+    if (r->cdi != nullptr) {
+      sinks_.Post(absl::StrCat("cdi ", r->set->resource_name()), [this, r] { WriteCdi(r); });
+    }
+  }
+  sinks_.Drain(absl::Seconds(10));  // a hung disk only delays the first ListAndWatch's devices
   for (auto& resource : resources_) {
     if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
   }
@@ -128,11 +143,13 @@ absl::Status Daemon::Start() {
   // would hand the node labeller (and the NFD file) the half-scanned sets in between, and on a
   // daemon restart the node would briefly lose the labels of the families not yet scanned.
   // RefreshLabels after subscribing covers any change that came between the scan and here.
+  // Refreshes run one at a time on the sink thread, each from the sets as they are when it runs,
+  // so the last one applied is always the newest.
   for (auto& resource : resources_) {
-    resource->labels_listener =
-        resource->set->Subscribe([this](std::shared_ptr<const Snapshot>) { RefreshLabels(); });
+    resource->labels_listener = resource->set->Subscribe(
+        [this](std::shared_ptr<const Snapshot>) { sinks_.Post("labels", [this] { RefreshLabels(); }); });
   }
-  RefreshLabels();
+  sinks_.Post("labels", [this] { RefreshLabels(); });
   if (!config_.metrics_address.empty()) {
     metrics_ = std::make_unique<MetricsServer>(
         config_.metrics_address, [this] { return RenderMetrics(); },
@@ -204,15 +221,27 @@ bool Daemon::Healthy(std::string* why) const {
   return problems.empty();
 }
 
-void Daemon::WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot) {
+void Daemon::WriteCdi(Resource* resource) {
   CdiSpecFile* cdi = resource->cdi.get();
+  std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
   absl::Status status =
       resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
   if (!status.ok()) {
     LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
                << status.message()
-               << "; CDI-aware runtimes will not find these devices until a retry succeeds";
+               << "; CDI-aware runtimes will not find these devices until a retry succeeds "
+                  "(Allocate answers their device nodes, without CDI names, meanwhile)";
   }
+  {
+    // On disk now, or the write failed and Allocate names none of them (NameOnDisk): either
+    // way the kubelet may hear of them.
+    absl::MutexLock lock(&resource->cdi_mu);
+    resource->cdi_settled.clear();
+    for (const Device& device : snapshot->devices) {
+      resource->cdi_settled.insert(std::string(PhysicalIdOf(device.id)));
+    }
+  }
+  if (resource->registrar != nullptr) resource->registrar->Readvertise();
 }
 
 void Daemon::StartRegistrar(Resource* resource) {
@@ -234,6 +263,7 @@ void Daemon::Stop() {
   }
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
+  sinks_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
   if (nfd_writer_ != nullptr) nfd_writer_->Stop();
   for (auto& resource : resources_) {

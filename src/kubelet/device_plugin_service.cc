@@ -41,6 +41,16 @@ class DevicePluginService::Stream final
     StartWrite(&response_);
   }
 
+  // What advertise_now allows may have changed: send the list again if it differs.
+  void Redeliver() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || writing_ || !NeedsWriteLocked()) return;
+      PrepareWriteLocked();
+    }
+    StartWrite(&response_);
+  }
+
   // Ends the stream with OK (daemon shutdown or server restart).
   void End() { FinishOnce(grpc::Status::OK); }
 
@@ -81,8 +91,21 @@ class DevicePluginService::Stream final
   }
 
  private:
+  // The ids the kubelet may hear of now: every device, or those advertise_now allows.
+  std::vector<const Device*> AdvertisableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<const Device*> devices;
+    for (const Device& device : latest_->devices) {
+      if (!service_->options_.advertise_now || service_->options_.advertise_now(device)) {
+        devices.push_back(&device);
+      }
+    }
+    return devices;
+  }
+
   bool NeedsWriteLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return latest_ && (!sent_any_ || latest_->version != sent_version_);
+    if (!latest_) return false;
+    if (!sent_any_ || latest_->version != sent_version_) return true;
+    return AdvertisableLocked().size() != sent_count_;  // held devices became advertisable
   }
 
   void PrepareWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -90,7 +113,10 @@ class DevicePluginService::Stream final
     sent_any_ = true;
     sent_version_ = latest_->version;
     response_.Clear();
-    for (const Device& device : latest_->devices) {
+    const std::vector<const Device*> advertisable = AdvertisableLocked();
+    sent_count_ = advertisable.size();
+    for (const Device* device_ptr : advertisable) {
+      const Device& device = *device_ptr;
       v1beta1::Device* out = response_.add_devices();
       out->set_id(device.id);
       out->set_health(std::string(HealthName(device.health)));
@@ -120,6 +146,7 @@ class DevicePluginService::Stream final
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sent_version_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t sent_count_ ABSL_GUARDED_BY(mu_) = 0;  // devices in that message
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool end_pending_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
@@ -155,6 +182,15 @@ void DevicePluginService::EndStreams() {
     for (const auto& [ptr, stream] : streams_) open.push_back(stream);
   }
   for (const auto& stream : open) stream->End();
+}
+
+void DevicePluginService::Readvertise() {
+  std::vector<std::shared_ptr<Stream>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [ptr, stream] : streams_) open.push_back(stream);
+  }
+  for (const auto& stream : open) stream->Redeliver();
 }
 
 void DevicePluginService::Forget(Stream* stream) {

@@ -29,6 +29,10 @@ int PluginServer::OpenStreams() const {
   return service_ == nullptr ? 0 : service_->OpenStreams();
 }
 
+void PluginServer::Readvertise() {
+  if (service_ != nullptr) service_->Readvertise();
+}
+
 PluginServer::~PluginServer() { Stop(); }
 
 absl::Status PluginServer::Start() {

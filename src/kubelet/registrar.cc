@@ -128,6 +128,11 @@ void ResourceRegistrar::Stop() {
   }
 }
 
+void ResourceRegistrar::Readvertise() {
+  absl::MutexLock lock(&mu_);
+  if (server_ != nullptr) server_->Readvertise();
+}
+
 bool ResourceRegistrar::registered() const {
   absl::MutexLock lock(&mu_);
   if (server_ == nullptr || !server_->SocketPresent()) return false;

@@ -9,9 +9,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
 #include "daemon_process.h"
 #include "daemon_test.h"
@@ -650,6 +653,91 @@ TEST(CliTest, BadFlagsAreRefusedWithTheReason) {
   result = RunCommand(kDaemon, {"--probe-interval=banana"});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_THAT(result.err, HasSubstr("probe_interval"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A slow disk, made real: the daemon runs under strace, which holds every fsync and fdatasync
+// for a while before the kernel sees it, as an SD card near the end of its life does.
+
+class SlowDiskTest : public E2eTest {
+ protected:
+  std::unique_ptr<DaemonProcess> StartDaemonOnASlowDisk(absl::Duration fsync_delay,
+                                                        const std::vector<std::string>& extra) {
+    if (access("/usr/bin/strace", X_OK) != 0) return nullptr;
+    std::vector<std::string> args = {
+        "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync,fdatasync", "-e",
+        absl::StrCat("inject=fsync,fdatasync:delay_enter=", absl::ToInt64Microseconds(fsync_delay)),
+        kDaemon, "--host-root=" + host_.root(), "--kubelet-root=" + kubelet_.root(),
+        "--device-plugin-dir=" + kubelet_.DevicePluginsDir(), "--probe-interval=100ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto daemon = std::make_unique<DaemonProcess>("/usr/bin/strace", args);
+    strace_pid_ = daemon->pid();
+    return daemon;
+  }
+  // strace 6.1 leaves its tracee running when it is killed: end the daemon itself first.
+  void TearDown() override {
+    if (strace_pid_ <= 0) return;
+    std::ifstream children(absl::StrCat("/proc/", strace_pid_, "/task/", strace_pid_, "/children"));
+    pid_t child;
+    while (children >> child) kill(child, SIGKILL);
+  }
+  pid_t strace_pid_ = -1;
+  TempDir sinks_;
+};
+
+TEST_F(SlowDiskTest, ASlowDiskNeverDelaysListAndWatchOrTheNextRescan) {
+  kubelet_.Start();
+  auto daemon = StartDaemonOnASlowDisk(
+      absl::Seconds(2), {"--cdi", "--cdi-dir=" + sinks_.path() + "/cdi",
+                         "--nfd-features-dir=" + sinks_.path() + "/features.d"});
+  if (daemon == nullptr) GTEST_SKIP() << "no strace here";
+  if (!Advertised(2, 2)) {
+    if (daemon->Log().find("ptrace") != std::string::npos) GTEST_SKIP() << daemon->Log();
+    FAIL() << daemon->Log();
+  }
+  ASSERT_TRUE(daemon->WaitForLog("node labels:", absl::Seconds(20)));
+  // Each change below starts a CDI and an NFD write that take 2 s each to reach the disk.
+  absl::Time start = absl::Now();
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  const absl::Duration first = absl::Now() - start;
+  start = absl::Now();
+  host_.Remove("/dev/apex_0");
+  ASSERT_TRUE(Advertised(2, 0));
+  const absl::Duration second = absl::Now() - start;
+  EXPECT_LT(first, absl::Milliseconds(1000));
+  EXPECT_LT(second, absl::Milliseconds(1000)) << "the rescan waited for the disk";
+}
+
+// With CDI, the kubelet hears of a device only once the spec naming it is on disk, whatever the
+// disk's speed: checked the moment each ListAndWatch message arrives.
+TEST_F(SlowDiskTest, TheCdiSpecIsOnDiskBeforeTheKubeletHearsOfADevice) {
+  const std::string spec = sinks_.path() + "/cdi/edgeaccel.io-edgetpu.json";
+  absl::Mutex mu;
+  std::vector<std::string> early;  // ids the kubelet heard of before the spec held them
+  kubelet_.OnListAndWatch([&](const std::string& resource, const std::vector<std::string>& ids) {
+    if (resource != kTpu) return;
+    std::ifstream in(spec);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const std::string& id : ids) {
+      if (text.find(absl::StrCat("\"", id, "\"")) == std::string::npos) {
+        absl::MutexLock lock(&mu);
+        early.push_back(id);
+      }
+    }
+  });
+  kubelet_.Start();
+  auto daemon = StartDaemonOnASlowDisk(absl::Milliseconds(200),
+                                       {"--cdi", "--cdi-dir=" + sinks_.path() + "/cdi"});
+  if (daemon == nullptr) GTEST_SKIP() << "no strace here";
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  for (int i = 2; i < 6; ++i) {
+    host_.AddCoralPcie({.index = static_cast<unsigned>(i),
+                        .pci_address = absl::StrFormat("0000:%02x:00.0", 0x10 + i)});
+    ASSERT_TRUE(Advertised(i + 1, i + 1)) << daemon->Log();
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(early, ::testing::IsEmpty());
 }
 
 }  // namespace

@@ -249,6 +249,11 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
   return absl::OkStatus();
 }
 
+void TestKubelet::OnListAndWatch(ListAndWatchHook hook) {
+  absl::MutexLock lock(&mu_);
+  list_and_watch_hook_ = std::move(hook);
+}
+
 void TestKubelet::ReadStream(Endpoint* endpoint) {
   Note(absl::StrCat("ListAndWatch ", endpoint->resource));
   std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader =
@@ -261,6 +266,16 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
   }
   v1beta1::ListAndWatchResponse response;
   while (reader->Read(&response)) {
+    ListAndWatchHook hook;
+    {
+      absl::MutexLock lock(&mu_);
+      hook = list_and_watch_hook_;
+    }
+    if (hook) {
+      std::vector<std::string> ids;
+      for (const v1beta1::Device& device : response.devices()) ids.push_back(device.id());
+      hook(endpoint->resource, ids);
+    }
     absl::MutexLock lock(&mu_);
     ResourceState& state = resources_[endpoint->resource];
     if (state.generation != endpoint->generation) continue;

@@ -77,6 +77,11 @@ class TestKubelet {
   std::string RegisteredVia(const std::string& resource);
   // ListAndWatch messages received for the resource since construction.
   int Updates(const std::string& resource);
+  // Runs `hook` on the stream's thread as each ListAndWatch message arrives, before the kubelet
+  // acts on it, with the device ids it names: for checks of what held at that moment.
+  using ListAndWatchHook =
+      std::function<void(const std::string& resource, const std::vector<std::string>& ids)>;
+  void OnListAndWatch(ListAndWatchHook hook);
   bool StreamOpen(const std::string& resource);
   // The kubelet has a live endpoint for the resource (Allocate can reach the plugin).
   bool HasEndpoint(const std::string& resource);
@@ -154,6 +159,7 @@ class TestKubelet {
   void WatchPluginsRegistry();
   // The resource it registered.
   absl::StatusOr<std::string> RegisterFromWatcher(const std::string& socket);
+  ListAndWatchHook list_and_watch_hook_ ABSL_GUARDED_BY(mu_);
   void Note(const std::string& entry);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
   void WriteCheckpointLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,12 +9,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "edgeaccel/daemon/config.h"
 #include "edgeaccel/daemon/metrics.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/serial_worker.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/inventory/host_watcher.h"
 #include "edgeaccel/kubelet/registrar.h"
@@ -56,6 +58,10 @@ class Daemon {
     std::unique_ptr<RetryingFileWriter> cdi_writer;
     uint64_t listener = 0;
     uint64_t cdi_listener = 0;
+    // Physical ids a CDI write has been attempted for (on disk, or the write failed): the ones
+    // ListAndWatch may name (PluginOptions::advertise_now).
+    absl::Mutex cdi_mu;
+    absl::flat_hash_set<std::string> cdi_settled ABSL_GUARDED_BY(cdi_mu);
   };
 
   Resource* ResourceFor(const std::string& name);
@@ -64,12 +70,16 @@ class Daemon {
   std::string RenderMetrics() const;
   bool Healthy(std::string* why) const;
   void StartRegistrar(Resource* resource);
-  void WriteCdi(Resource* resource, std::shared_ptr<const Snapshot> snapshot);
+  // Writes the CDI spec for the resource's current devices, then lets ListAndWatch name them.
+  void WriteCdi(Resource* resource);
 
   const DaemonConfig config_;
   Host host_;
   HostWatcher watcher_;
   std::vector<std::unique_ptr<Resource>> resources_;
+  // Slow sinks (CDI specs, the NFD file, label refreshes) run here, in order, so the host
+  // watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk.
+  SerialWorker sinks_{"ea-sinks"};
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex labels_mu_;

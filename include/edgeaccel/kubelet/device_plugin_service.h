@@ -43,6 +43,9 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   void EndStreams();
   // ListAndWatch streams open now.
   int OpenStreams() const;
+  // Sends every stream the current list again if what PluginOptions::advertise_now allows has
+  // changed since its last message.
+  void Readvertise();
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
                                                    const v1beta1::Empty* request,

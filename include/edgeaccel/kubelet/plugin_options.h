@@ -32,6 +32,11 @@ struct PluginOptions {
   // Runs before every container start (restarts included) with the devices the kubelet assigned;
   // an error fails the start. Unset: the kubelet never calls PreStartContainer.
   PreStartHook pre_start;
+  // Whether ListAndWatch may name this device yet. Unset: every device at once. With CDI, a new
+  // device is named only once the spec holding it is on disk (or its write failed, and Allocate
+  // names no CDI device for it), so the kubelet never hears of a device a runtime cannot resolve.
+  // Removals and health changes are never held. When the answer changes, call Readvertise.
+  std::function<bool(const Device&)> advertise_now;
 };
 
 // The options the kubelet is told: each optional call is offered exactly when its hook is set.

@@ -42,6 +42,7 @@ class PluginServer {
 
   // ListAndWatch streams open now (0 when not serving).
   int OpenStreams() const;
+  void Readvertise();
 
   const std::string& socket_path() const { return socket_path_; }
   DevicePluginService* service() { return service_.get(); }

@@ -88,6 +88,8 @@ class ResourceRegistrar {
 
   // Registered with the kubelet and serving (either way).
   bool registered() const;
+  // What PluginOptions::advertise_now allows has changed: tell the open ListAndWatch streams.
+  void Readvertise();
   // Successful registrations so far (kubelet mode: Register calls; watcher: notifications).
   uint64_t registrations() const;
   // kubelet.sock re-creations seen after a first registration.
