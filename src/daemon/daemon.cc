@@ -224,6 +224,9 @@ bool Daemon::Healthy(std::string* why) const {
 void Daemon::WriteCdi(Resource* resource) {
   CdiSpecFile* cdi = resource->cdi.get();
   std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
+  // Already written (or failed, and being retried by cdi_writer): one attempt per change.
+  if (snapshot->version == resource->cdi_attempted_version) return;
+  resource->cdi_attempted_version = snapshot->version;
   absl::Status status =
       resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
   if (!status.ok()) {

@@ -60,6 +60,7 @@ class Daemon {
     uint64_t cdi_listener = 0;
     // Physical ids a CDI write has been attempted for (on disk, or the write failed): the ones
     // ListAndWatch may name (PluginOptions::advertise_now).
+    uint64_t cdi_attempted_version = 0;  // the snapshot last handed to cdi_writer (sink thread)
     absl::Mutex cdi_mu;
     absl::flat_hash_set<std::string> cdi_settled ABSL_GUARDED_BY(cdi_mu);
   };
