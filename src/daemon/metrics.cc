@@ -1,7 +1,5 @@
 #include "edgeaccel/daemon/metrics.h"
 
-#include <httplib.h>
-
 #include <map>
 #include <set>
 
@@ -152,56 +150,31 @@ MetricsServer::~MetricsServer() { Stop(); }
 absl::Status MetricsServer::Start() {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(address_);
   if (!listen.ok()) return listen.status();
-  server_ = std::make_unique<httplib::Server>();
-  // cpp-httplib's default also sets SO_REUSEPORT, which would let a second daemon bind the same
-  // port and silently take half the scrapes. SO_REUSEADDR alone: quick restarts, no sharing.
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  // Scrapes and probes are rare: two workers, not cpp-httplib's default of eight or more.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  // A worker serves one connection at a time, for as long as the client keeps it open: two
-  // Prometheus scrapers idling on kept-alive connections between scrapes would hold both while
-  // the kubelet's liveness probe waits for /healthz (1 s, then the pod is restarted). So one
-  // request per connection, and a client that sends nothing is dropped after a second.
-  server_->set_keep_alive_max_count(1);
-  server_->set_read_timeout(1, 0);
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
-    std::string why;
-    if (check_(&why)) {
-      response.set_content("ok\n", "text/plain");
-    } else {
-      response.status = 503;
-      response.set_content(why + "\n", "text/plain");
-    }
-  });
   const auto& [host, port] = *listen;
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-  } else {
-    port_ = server_->bind_to_port(host, port) ? port : -1;
-  }
-  if (port_ < 0) {
+  std::map<std::string, HttpEndpoint::Handler> handlers;
+  handlers["/metrics"] = [this] {
+    return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", render_()};
+  };
+  handlers["/healthz"] = [this] {
+    std::string why;
+    if (check_(&why)) return HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
+    return HttpAnswer{503, "text/plain; charset=utf-8", why + "\n"};
+  };
+  server_ = std::make_unique<HttpEndpoint>(host, port, std::move(handlers));
+  if (absl::Status started = server_->Start("ea-metrics"); !started.ok()) {
     server_.reset();
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address_, " for /metrics and /healthz (port taken? another "
-        "edgeaccel-device-plugin?); choose another --metrics-address, or --metrics-address= to turn it off"));
+        "cannot listen on ", address_, " for /metrics and /healthz (", started.message(),
+        "; port taken? another edgeaccel-device-plugin?); choose another --metrics-address, or "
+        "--metrics-address= to turn it off"));
   }
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-metrics");
-    server_->listen_after_bind();
-  });
+  port_ = server_->port();
   LOG(INFO) << "serving /metrics and /healthz on " << host << ":" << port_;
   return absl::OkStatus();
 }
 
 void MetricsServer::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_ != nullptr) server_->Stop();
   server_.reset();
 }
 

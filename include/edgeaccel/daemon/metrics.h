@@ -1,4 +1,4 @@
-// Prometheus metrics and a health endpoint over HTTP (cpp-httplib, from Debian).
+// Prometheus metrics and a health endpoint over HTTP (HttpEndpoint: one epoll thread).
 //
 //   /metrics  Prometheus text format: devices per resource and health, Edge TPU temperature and
 //             thresholds, Jetson GPU load and temperature, allocations and Allocate errors,
@@ -16,12 +16,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "edgeaccel/daemon/http_endpoint.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace edgeaccel {
 
@@ -59,8 +56,7 @@ class MetricsServer {
   const std::string address_;
   Render render_;
   Check check_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpEndpoint> server_;
   int port_ = 0;
 };
 

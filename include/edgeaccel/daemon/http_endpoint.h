@@ -1,0 +1,59 @@
+// HttpEndpoint: the tiny HTTP/1.1 server behind /metrics and /healthz.
+//
+// One thread, non-blocking sockets in epoll: no worker pool a slow or kept-alive client could
+// hold, so the kubelet's liveness probe is answered however hard /metrics is scraped. Each
+// connection carries one GET (or HEAD) and is closed after the answer (Connection: close, as
+// Prometheus and the kubelet's prober accept); a client that has not sent a whole request
+// within `request_timeout`, or that sends more than 8 KiB of headers, is dropped. While no
+// connection is open the thread sleeps in epoll with no timeout: nothing wakes it.
+#ifndef EDGEACCEL_DAEMON_HTTP_ENDPOINT_H_
+#define EDGEACCEL_DAEMON_HTTP_ENDPOINT_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace edgeaccel {
+
+struct HttpAnswer {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+class HttpEndpoint {
+ public:
+  using Handler = std::function<HttpAnswer()>;
+
+  // `host` is an address or name to bind ("0.0.0.0", "127.0.0.1", "::"); port 0 picks one.
+  HttpEndpoint(std::string host, int port, std::map<std::string, Handler> handlers,
+               absl::Duration request_timeout = absl::Seconds(1));
+  ~HttpEndpoint();  // Stop()
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // Binds, listens and starts serving on a thread named `thread_name`.
+  absl::Status Start(const std::string& thread_name);
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  void Run();
+
+  const std::string host_;
+  const int requested_port_;
+  const std::map<std::string, Handler> handlers_;
+  const absl::Duration request_timeout_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DAEMON_HTTP_ENDPOINT_H_

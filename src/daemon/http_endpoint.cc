@@ -1,0 +1,280 @@
+#include "edgeaccel/daemon/http_endpoint.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr size_t kMaxRequestBytes = 8 * 1024;
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+std::string Response(const HttpAnswer& answer, bool head) {
+  std::string out = absl::StrCat("HTTP/1.1 ", answer.status, " ", Reason(answer.status),
+                                 "\r\nContent-Type: ", answer.content_type,
+                                 "\r\nContent-Length: ", answer.body.size(),
+                                 "\r\nConnection: close\r\n\r\n");
+  if (!head) out += answer.body;
+  return out;
+}
+
+struct Connection {
+  int fd = -1;
+  std::string in;
+  std::string out;
+  size_t written = 0;
+  absl::Time deadline;
+  ~Connection() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+}  // namespace
+
+HttpEndpoint::HttpEndpoint(std::string host, int port, std::map<std::string, Handler> handlers,
+                           absl::Duration request_timeout)
+    : host_(std::move(host)),
+      requested_port_(port),
+      handlers_(std::move(handlers)),
+      request_timeout_(request_timeout) {}
+
+HttpEndpoint::~HttpEndpoint() { Stop(); }
+
+absl::Status HttpEndpoint::Start(const std::string& thread_name) {
+  struct addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  struct addrinfo* found = nullptr;
+  const std::string port = std::to_string(requested_port_);
+  if (int err = getaddrinfo(host_.c_str(), port.c_str(), &hints, &found); err != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve \"", host_, "\": ", gai_strerror(err)));
+  }
+  std::unique_ptr<struct addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+  int last_error = 0;
+  for (struct addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = errno;
+      continue;
+    }
+    // SO_REUSEADDR for quick restarts; never SO_REUSEPORT, which would let a second daemon
+    // bind the same port and silently take half the scrapes.
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+      break;
+    }
+    last_error = errno;
+    close(fd);
+  }
+  if (listen_fd_ < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host_, ":", requested_port_,
+                                               ": ", strerror(last_error)));
+  }
+  struct sockaddr_storage bound = {};
+  socklen_t length = sizeof(bound);
+  getsockname(listen_fd_, reinterpret_cast<struct sockaddr*>(&bound), &length);
+  port_ = ntohs(bound.ss_family == AF_INET6
+                    ? reinterpret_cast<struct sockaddr_in6*>(&bound)->sin6_port
+                    : reinterpret_cast<struct sockaddr_in*>(&bound)->sin_port);
+  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  thread_ = std::thread([this, thread_name] {
+    pthread_setname_np(pthread_self(), thread_name.substr(0, 15).c_str());
+    Run();
+  });
+  return absl::OkStatus();
+}
+
+void HttpEndpoint::Stop() {
+  if (thread_.joinable()) {
+    uint64_t one = 1;
+    (void)!write(stop_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  for (int* fd : {&listen_fd_, &stop_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+void HttpEndpoint::Run() {
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  const int timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (epoll_fd < 0 || timer_fd < 0) {
+    LOG(ERROR) << "the /metrics server cannot start: " << strerror(errno);
+    if (epoll_fd >= 0) close(epoll_fd);
+    if (timer_fd >= 0) close(timer_fd);
+    return;
+  }
+  auto add = [epoll_fd](int fd, uint32_t events) {
+    struct epoll_event ev = {};
+    ev.events = events;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(listen_fd_, EPOLLIN);
+  add(stop_fd_, EPOLLIN);
+  add(timer_fd, EPOLLIN);
+  std::unordered_map<int, std::unique_ptr<Connection>> connections;
+  absl::Time armed = absl::InfiniteFuture();
+
+  // Arms the timer for the earliest deadline, or disarms it when no connection is open.
+  auto rearm = [&] {
+    absl::Time earliest = absl::InfiniteFuture();
+    for (const auto& [fd, c] : connections) earliest = std::min(earliest, c->deadline);
+    if (earliest == armed) return;
+    armed = earliest;
+    struct itimerspec spec = {};
+    if (earliest != absl::InfiniteFuture()) {
+      absl::Duration in = std::max(earliest - absl::Now(), absl::Microseconds(1));
+      spec.it_value = absl::ToTimespec(in);
+    }
+    timerfd_settime(timer_fd, 0, &spec, nullptr);
+  };
+  auto drop = [&](int fd) {
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+    connections.erase(fd);  // closes it
+  };
+  // Sends what is left of the answer; true when the connection is done with.
+  auto flush = [&](Connection* c) {
+    while (c->written < c->out.size()) {
+      ssize_t n = send(c->fd, c->out.data() + c->written, c->out.size() - c->written, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno != EAGAIN;  // a broken connection is done with too
+      }
+      c->written += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  auto answer = [&](Connection* c, const HttpAnswer& a, bool head) {
+    c->out = Response(a, head);
+    struct epoll_event ev = {};
+    ev.events = EPOLLOUT;
+    ev.data.fd = c->fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
+    if (flush(c)) drop(c->fd);
+  };
+  // A whole request head has arrived: route it.
+  auto serve = [&](Connection* c) {
+    absl::string_view request_line = c->in;
+    request_line = request_line.substr(0, request_line.find("\r\n"));
+    std::vector<absl::string_view> parts = absl::StrSplit(request_line, ' ');
+    if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.")) {
+      answer(c, {400, "text/plain; charset=utf-8", "malformed request\n"}, false);
+      return;
+    }
+    const bool head = parts[0] == "HEAD";
+    if (parts[0] != "GET" && !head) {
+      answer(c, {405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false);
+      return;
+    }
+    absl::string_view path = parts[1].substr(0, parts[1].find('?'));
+    auto handler = handlers_.find(std::string(path));
+    if (handler == handlers_.end()) {
+      answer(c, {404, "text/plain; charset=utf-8", "not found\n"}, head);
+      return;
+    }
+    answer(c, handler->second(), head);
+  };
+
+  struct epoll_event events[32];
+  while (true) {
+    int n = epoll_wait(epoll_fd, events, 32, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      LOG(ERROR) << "the /metrics server stopped: epoll_wait: " << strerror(errno);
+      break;
+    }
+    bool stop = false;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == stop_fd_) {
+        stop = true;
+      } else if (fd == listen_fd_) {
+        while (true) {
+          int client = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (client < 0) break;  // EAGAIN, or out of fds: the backlog keeps the rest
+          auto c = std::make_unique<Connection>();
+          c->fd = client;
+          c->deadline = absl::Now() + request_timeout_;
+          add(client, EPOLLIN | EPOLLRDHUP);
+          connections[client] = std::move(c);
+        }
+      } else if (fd == timer_fd) {
+        uint64_t expirations;
+        (void)!read(timer_fd, &expirations, sizeof(expirations));
+        armed = absl::InfiniteFuture();
+        const absl::Time now = absl::Now();
+        std::vector<int> late;
+        for (const auto& [cfd, c] : connections) {
+          if (c->deadline <= now) late.push_back(cfd);
+        }
+        for (int cfd : late) drop(cfd);  // silent or stalled: the slot is not theirs to hold
+      } else if (auto it = connections.find(fd); it != connections.end()) {
+        Connection* c = it->second.get();
+        if (!c->out.empty()) {
+          if (flush(c)) drop(fd);
+          continue;
+        }
+        char buffer[4096];
+        bool closed = false;
+        while (true) {
+          ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
+          if (got > 0) {
+            c->in.append(buffer, static_cast<size_t>(got));
+            if (c->in.size() > kMaxRequestBytes) break;
+            continue;
+          }
+          if (got < 0 && errno == EINTR) continue;
+          closed = got == 0 || errno != EAGAIN;
+          break;
+        }
+        if (c->in.find("\r\n\r\n") != std::string::npos) {
+          serve(c);
+        } else if (c->in.size() > kMaxRequestBytes) {
+          answer(c, {431, "text/plain; charset=utf-8", "request too large\n"}, false);
+        } else if (closed) {
+          drop(fd);
+        }
+      }
+    }
+    if (stop) break;
+    rearm();
+  }
+  connections.clear();
+  close(timer_fd);
+  close(epoll_fd);
+}
+
+}  // namespace edgeaccel
