@@ -29,6 +29,11 @@ DirectoryWatcher::DirectoryWatcher() : fd_(inotify_init1(IN_NONBLOCK | IN_CLOEXE
   if (fd_ < 0) LOG(ERROR) << "inotify_init1 failed: " << strerror(errno);
 }
 
+bool DirectoryWatcher::Open() {
+  if (fd_ < 0) fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  return fd_ >= 0;
+}
+
 DirectoryWatcher::~DirectoryWatcher() {
   if (fd_ >= 0) close(fd_);
 }

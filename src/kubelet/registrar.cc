@@ -94,25 +94,66 @@ RegistrationMode ResourceRegistrar::EffectiveMode() const {
 }
 
 absl::Status ResourceRegistrar::Start() {
-  if (!inotify_.ok()) return absl::InternalError("cannot create an inotify instance");
-  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  call_done_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  stream_event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0 || call_done_fd_ < 0 || stream_event_fd_ < 0) {
-    return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
-  }
+  // What registering needs (an inotify instance, three eventfds) can be missing for a while: the
+  // node's fs.inotify.max_user_instances used up by other pods, or this process at its fd limit.
+  // The thread then keeps trying, with backoff, instead of the resource never registering.
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "ea-register");
-    Run();
+    if (SetUp()) Run();
   });
   return absl::OkStatus();
+}
+
+bool ResourceRegistrar::SetUp() {
+  Backoff backoff(absl::Seconds(1), options_.max_backoff, /*jitter=*/0.2);
+  std::string last_error;
+  int fds[3] = {-1, -1, -1};  // stop, call done, stream event
+  while (!stopping_.load()) {
+    std::string error;
+    if (!inotify_.Open()) {
+      error = absl::StrCat("no inotify instance (", strerror(errno),
+                           "; is fs.inotify.max_user_instances used up?)");
+    }
+    for (int& fd : fds) {
+      if (error.empty() && fd < 0) {
+        fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd < 0) error = absl::StrCat("eventfd: ", strerror(errno));
+      }
+    }
+    if (error.empty()) {
+      if (!last_error.empty()) LOG(INFO) << set_->resource_name() << ": registration can start now";
+      absl::MutexLock lock(&stop_mu_);  // Stop() reads stop_fd_ under it
+      stop_fd_ = fds[0];
+      call_done_fd_ = fds[1];
+      stream_event_fd_ = fds[2];
+      return !stop_requested_;
+    }
+    const absl::Duration wait = backoff.Next();
+    if (error != last_error) {
+      LOG(ERROR) << set_->resource_name() << ": cannot start registration: " << error
+                 << "; trying again (next in " << absl::FormatDuration(wait) << ")";
+      last_error = error;
+    }
+    absl::MutexLock lock(&stop_mu_);
+    stop_mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), wait);
+  }
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+  return false;
 }
 
 void ResourceRegistrar::Stop() {
   if (thread_.joinable()) {
     stopping_.store(true);
+    int stop_fd;
+    {
+      absl::MutexLock lock(&stop_mu_);
+      stop_requested_ = true;  // wakes SetUp's wait
+      stop_fd = stop_fd_;
+    }
     uint64_t one = 1;
-    (void)!write(stop_fd_, &one, sizeof(one));
+    if (stop_fd >= 0) (void)!write(stop_fd, &one, sizeof(one));
     thread_.join();
   }
   std::unique_ptr<PluginServer> server;

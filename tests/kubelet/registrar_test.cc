@@ -3,6 +3,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -412,6 +415,43 @@ TEST_F(RegistrationTest, TakeOverRegistersWhereAnotherPluginServes) {
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; }));
   ASSERT_TRUE(Advertised(2));
   EXPECT_TRUE(log.Contains("registering it anyway, as --take-over asks"));
+}
+
+// No inotify instance and no fd to spare when registration starts (the node's
+// fs.inotify.max_user_instances used up, or the fd limit reached): the registrar says so and
+// keeps trying, and registers once they are back.
+TEST_F(RegistrationTest, AStartWithoutInotifyOrFdsIsRetried) {
+  kubelet_.Start();
+  CapturedLog log;
+  std::unique_ptr<ResourceRegistrar> registrar;
+  {
+    // Every fd this process may open, taken.
+    struct rlimit saved;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit low = saved;
+    low.rlim_cur = 4096;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::vector<int> taken;
+    while (true) {
+      int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (fd < 0) break;
+      taken.push_back(fd);
+    }
+    ResourceRegistrar::Options options;
+    options.kubelet_root = kubelet_.root();
+    options.device_plugin_dir = kubelet_.DevicePluginsDir();
+    options.mode = RegistrationMode::kKubelet;
+    options.max_backoff = absl::Milliseconds(400);
+    registrar = std::make_unique<ResourceRegistrar>(options, &set_);  // its inotify fails here
+    EXPECT_TRUE(registrar->Start().ok());
+    EXPECT_TRUE(Eventually([&] { return log.Contains("cannot start registration"); }));
+    absl::SleepFor(absl::Milliseconds(300));
+    for (int fd : taken) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved);
+  }
+  EXPECT_TRUE(Advertised(2)) << "never registered after the fds came back";
+  EXPECT_TRUE(log.Contains("registration can start now"));
+  EXPECT_EQ(log.Count("cannot start registration"), 1) << "one line, not one per retry";
 }
 
 }  // namespace

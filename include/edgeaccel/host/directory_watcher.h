@@ -28,6 +28,9 @@ class DirectoryWatcher {
   DirectoryWatcher& operator=(const DirectoryWatcher&) = delete;
 
   bool ok() const { return fd_ >= 0; }
+  // Tries again to get an inotify instance if the constructor could not (fs.inotify.
+  // max_user_instances or the fd limit reached). True when there is one.
+  bool Open();
   int fd() const { return fd_; }  // readable when events are pending (for poll/epoll)
 
   // Watches `directories` (paths as this process opens them), replacing earlier watches.

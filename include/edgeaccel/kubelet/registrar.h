@@ -155,6 +155,10 @@ class ResourceRegistrar {
   PluginCounters counters_;
   PluginWatcherService watcher_service_;
   DirectoryWatcher inotify_;
+  // Gets what Run needs, retrying with backoff until it has it; false when stopped first.
+  bool SetUp();
+  absl::Mutex stop_mu_;
+  bool stop_requested_ ABSL_GUARDED_BY(stop_mu_) = false;
   int stop_fd_ = -1;
   int call_done_fd_ = -1;
   // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet, or
