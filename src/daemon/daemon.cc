@@ -206,6 +206,13 @@ std::string Daemon::RenderMetrics() const {
 bool Daemon::Healthy(std::string* why) const {
   std::vector<std::string> problems;
   for (const auto& resource : resources_) {
+    for (const auto& discoverer : resource->discoverers) {
+      if (std::string stale = discoverer->StaleHostView(); !stale.empty()) {
+        problems.push_back(absl::StrCat(discoverer->Family(), ": ", stale));
+      }
+    }
+  }
+  for (const auto& resource : resources_) {
     // A resource without devices is not registered on purpose, nor one left to another plugin.
     if (resource->set->Current()->devices.empty()) continue;
     if (!resource->registrar->left_to().empty()) continue;

@@ -78,8 +78,30 @@ std::string NvidiaGpuDiscoverer::NothingFoundHint() const {
          "the nvidia kernel module loaded?";
 }
 
+std::string NvidiaGpuDiscoverer::StaleHostView() const {
+  absl::MutexLock lock(&stale_mu_);
+  return stale_;
+}
+
 std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   std::vector<Device> devices;
+  // The DaemonSet bind-mounts the host's /proc/driver/nvidia. When the driver is unloaded or
+  // reloaded, that mount keeps the old, removed directory: it is still there but empty (the live
+  // one always holds "version"), or deleted outright (no links). The GPUs would simply vanish
+  // from a pod whose view can never come back; say so, and fail /healthz so it is restarted.
+  std::string stale;
+  if (absl::StatusOr<FileInfo> dir = host_->Stat("/proc/driver/nvidia");
+      dir.ok() && dir->type == FileInfo::Type::kDirectory &&
+      (dir->links == 0 || !host_->Exists("/proc/driver/nvidia/version"))) {
+    stale = "/proc/driver/nvidia is a stale mount (the NVIDIA driver was unloaded or reloaded "
+            "since this pod started): restart the pod for a fresh one";
+    log_.Warn(stale);
+  }
+  {
+    absl::MutexLock lock(&stale_mu_);
+    stale_ = stale;
+  }
+  if (!stale.empty()) return devices;
   absl::StatusOr<std::vector<std::string>> buses = host_->ListDirectory(kGpusDir);
   if (!buses.ok()) return devices;  // no driver: nothing to say beyond the start-up hint
   std::string driver_version;
@@ -138,7 +160,7 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
 
   std::vector<std::string> problems;
   const std::string node = absl::StrCat("/dev/nvidia", minor);
-  absl::StatusOr<FileInfo> stat = host_->Stat(node);
+  absl::StatusOr<FileInfo> stat = host_->Lstat(node);  // a symlink is never a device node
   if (!stat.ok()) {
     problems.push_back(absl::StrCat("device node ", node, " is missing"));
   } else if (stat->type != FileInfo::Type::kCharDevice || stat->major != kNvidiaMajor ||
@@ -148,7 +170,7 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
   }
   device.nodes.push_back({node, node, "rw"});
   for (absl::string_view control : kControlNodes) {
-    absl::StatusOr<FileInfo> control_stat = host_->Stat(control);
+    absl::StatusOr<FileInfo> control_stat = host_->Lstat(control);
     if (control_stat.ok() && control_stat->type == FileInfo::Type::kCharDevice) {
       device.nodes.push_back({std::string(control), std::string(control), "rw"});
     } else if (control == "/dev/nvidiactl") {

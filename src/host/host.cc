@@ -99,6 +99,7 @@ FileInfo InfoOf(const struct stat& st) {
   info.minor = minor(st.st_rdev);
   info.permissions = st.st_mode & 07777;
   info.inode = st.st_ino;
+  info.links = st.st_nlink;
   return info;
 }
 

@@ -99,6 +99,26 @@ TEST_F(NvidiaTest, InformationWithMissingFieldsMakesNoDevice) {
 TEST_F(NvidiaTest, NoDriverNoDevices) {
   fixture_.Remove("/proc/driver/nvidia");
   EXPECT_TRUE(Scan().empty());
+  EXPECT_EQ(discoverer_.StaleHostView(), "");  // no driver is not a stale view
+}
+
+// After a driver reload the pod's bind mount of /proc/driver/nvidia shows the removed
+// directory: empty, or deleted outright. Only a fresh pod sees the driver again.
+TEST_F(NvidiaTest, AStaleDriverMountIsCalledStale) {
+  ASSERT_EQ(Scan().size(), 2u);
+  {
+    ::edgeaccel::testing::StaleMount stale(fixture_.Path("/proc/driver/nvidia"));
+    if (!stale.mounted()) GTEST_SKIP() << stale.why();
+    EXPECT_TRUE(Scan().empty());
+    EXPECT_THAT(discoverer_.StaleHostView(), HasSubstr("/proc/driver/nvidia is a stale mount"));
+  }
+  ASSERT_EQ(Scan().size(), 2u);  // the mount gone (a fresh pod): seen again
+  EXPECT_EQ(discoverer_.StaleHostView(), "");
+  // The same when the directory is there but empty (procfs keeps the removed entry).
+  fixture_.Remove("/proc/driver/nvidia");
+  fixture_.MakeDirectory("/proc/driver/nvidia");
+  EXPECT_TRUE(Scan().empty());
+  EXPECT_THAT(discoverer_.StaleHostView(), HasSubstr("stale mount"));
 }
 
 }  // namespace

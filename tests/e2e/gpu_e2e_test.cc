@@ -2,6 +2,7 @@
 // binary, fixture hosts built from FACTS.md, and the test kubelet.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "absl/strings/match.h"
 #include <signal.h>
@@ -153,6 +154,25 @@ TEST_F(GpuE2eTest, IgxBoardAllocatesEachGpuWithOnlyItsOwnNodes) {
   EXPECT_THAT(HostPaths(dgpu), ::testing::Contains("/dev/nvidia0"));
   EXPECT_THAT(HostPaths(dgpu), ::testing::Not(::testing::Contains("/dev/nvmap")));
   EXPECT_EQ(dgpu.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-8d3e2a5c-1b7f-4c0e-9a6d-2f4b8e1c7a90");
+}
+
+// The NVIDIA driver reloaded under a running pod: its /proc/driver/nvidia mount is stale. The
+// GPUs leave Allocatable and /healthz fails, so the liveness probe restarts the pod with a fresh
+// mount.
+TEST_F(GpuE2eTest, AStaleDriverMountFailsHealthzSoThePodIsRestarted) {
+  host_.AddNvidiaGpu({.minor = 0, .uuid = kUuid0});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon_));
+  ASSERT_EQ(client.Get("/healthz")->status, 200);
+  ::edgeaccel::testing::StaleMount stale(host_.Path("/proc/driver/nvidia"));
+  if (!stale.mounted()) GTEST_SKIP() << stale.why();
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Allocatable(kGpu) <= 0; })) << daemon_->Log();
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, HasSubstr("nvidia: /proc/driver/nvidia is a stale mount"));
+  EXPECT_TRUE(daemon_->WaitForLog("restart the pod for a fresh one"));
 }
 
 TEST_F(GpuE2eTest, TwoGpuServerAdvertisesUuidsAndAllocatesByMinor) {

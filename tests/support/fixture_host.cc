@@ -102,6 +102,23 @@ void ReadOnlyDisk::MakeWritable() const {
       << "remount " << directory_ << " read-write";
 }
 
+StaleMount::StaleMount(std::string directory) : directory_(std::move(directory)) {
+  char source[] = "/tmp/edgeaccel-stale-XXXXXX";
+  PCHECK(mkdtemp(source) != nullptr);
+  mkdir(directory_.c_str(), 0755);
+  if (mount(source, directory_.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+    why_ = absl::StrCat("cannot bind-mount here (", strerror(errno), "): needs CAP_SYS_ADMIN");
+    rmdir(source);
+    return;
+  }
+  PCHECK(rmdir(source) == 0);
+  mounted_ = true;
+}
+
+StaleMount::~StaleMount() {
+  if (mounted_) umount2(directory_.c_str(), MNT_DETACH);
+}
+
 HungSocket::HungSocket(const std::string& path) {
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   PCHECK(fd_ >= 0) << "socket";

@@ -94,6 +94,25 @@ class ReadOnlyDisk {
 // loop driver): for GTEST_SKIP.
 absl::StatusOr<std::string> AnnounceLoopDevice();
 
+// What a pod's bind mount of /proc/driver/nvidia becomes when the driver is reloaded: the
+// directory it shows was removed. A directory is bind-mounted over `directory` and then deleted
+// at its source, so `directory` shows an empty directory with no links. Needs CAP_SYS_ADMIN,
+// like FullDisk. Unmounted when this object goes.
+class StaleMount {
+ public:
+  explicit StaleMount(std::string directory);
+  ~StaleMount();
+  StaleMount(const StaleMount&) = delete;
+  StaleMount& operator=(const StaleMount&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string directory_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
 class FixtureHost {
  public:
   FixtureHost();

@@ -44,6 +44,11 @@ class Discoverer {
 
   // One line for the log when nothing of this family is present, saying what was looked for.
   virtual std::string NothingFoundHint() const = 0;
+
+  // What is wrong with how this process sees the host, found by the last scan, when only a
+  // restart of the daemon (a fresh pod, with fresh mounts) fixes it; empty when nothing is.
+  // Makes /healthz fail. Called from any thread.
+  virtual std::string StaleHostView() const { return {}; }
 };
 
 }  // namespace edgeaccel

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
@@ -44,6 +45,7 @@ class NvidiaGpuDiscoverer : public Discoverer {
   std::vector<Device> Scan() override;
   std::vector<WatchSpec> WatchPaths() const override;
   std::vector<std::string> UeventSubsystems() const override;
+  std::string StaleHostView() const override;
   std::string NothingFoundHint() const override;
 
  private:
@@ -52,6 +54,8 @@ class NvidiaGpuDiscoverer : public Discoverer {
   const Host* host_;
   NvidiaOptions options_;
   OnceLogger log_;
+  mutable absl::Mutex stale_mu_;
+  std::string stale_ ABSL_GUARDED_BY(stale_mu_);
 };
 
 }  // namespace edgeaccel

@@ -26,6 +26,7 @@ struct FileInfo {
   unsigned minor = 0;
   mode_t permissions = 0;
   ino_t inode = 0;
+  nlink_t links = 1;  // 0 for a directory deleted while something (a bind mount) still holds it
 };
 
 class Host {
