@@ -15,6 +15,20 @@ using ::edgeaccel::testing::FixtureHost;
 
 constexpr absl::Duration kPatience = absl::Seconds(5);  // generous for loaded CI machines
 
+// A discoverer that asks for what the kernel never delivers: a sysfs and a procfs directory.
+class SysfsWatchingDiscoverer : public Discoverer {
+ public:
+  std::string ResourceName() const override { return "example.com/thing"; }
+  std::string Family() const override { return "sysfs-watcher"; }
+  std::vector<Device> Scan() override { return {}; }
+  std::vector<WatchSpec> WatchPaths() const override {
+    return {{"/sys/class/thing", ""}, {"/proc/driver/thing", ""}, {"/dev", "thing"}};
+  }
+  std::vector<std::string> UeventSubsystems() const override { return subsystems; }
+  std::string NothingFoundHint() const override { return "no thing"; }
+  std::vector<std::string> subsystems;
+};
+
 class HealthTest : public ::testing::Test {
  protected:
   void StartWatcher(absl::Duration probe = absl::ZeroDuration(), Discoverer* discoverer = nullptr) {
@@ -42,6 +56,13 @@ class HealthTest : public ::testing::Test {
   Host host_{fixture_.root()};
   CoralPcieDiscoverer coral_{&host_, {}};
   DeviceSet set_{"coral.ai/edgetpu"};
+  // Discoverers a test brings: owned here, so they outlive the watcher's thread.
+  template <typename T, typename... Args>
+  T* Own(Args&&... args) {
+    owned_.push_back(std::make_unique<T>(std::forward<Args>(args)...));
+    return static_cast<T*>(owned_.back().get());
+  }
+  std::vector<std::unique_ptr<Discoverer>> owned_;
   std::unique_ptr<HostWatcher> watcher_;
 };
 
@@ -126,26 +147,11 @@ TEST_F(HealthTest, DriverStatusDeadIsSeenAtTheProbe) {
   EXPECT_THAT(s->devices[0].unhealthy_reason, ::testing::HasSubstr("DEAD"));
 }
 
-// A discoverer that asks for what the kernel never delivers: a sysfs and a procfs directory.
-class SysfsWatchingDiscoverer : public Discoverer {
- public:
-  std::string ResourceName() const override { return "example.com/thing"; }
-  std::string Family() const override { return "sysfs-watcher"; }
-  std::vector<Device> Scan() override { return {}; }
-  std::vector<WatchSpec> WatchPaths() const override {
-    return {{"/sys/class/thing", ""}, {"/proc/driver/thing", ""}, {"/dev", "thing"}};
-  }
-  std::vector<std::string> UeventSubsystems() const override { return subsystems; }
-  std::string NothingFoundHint() const override { return "no thing"; }
-  std::vector<std::string> subsystems;
-};
-
 TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
   fixture_.MakeDirectory("/sys/class/thing");
   fixture_.MakeDirectory("/proc/driver/thing");
   fixture_.MakeDirectory("/dev");
-  SysfsWatchingDiscoverer thing;
-  StartWatcher(absl::ZeroDuration(), &thing);
+  StartWatcher(absl::ZeroDuration(), Own<SysfsWatchingDiscoverer>());
   uint64_t scans = watcher_->scans();
   fixture_.WriteFile("/sys/class/thing/thing0", "");
   fixture_.WriteFile("/proc/driver/thing/thing0", "");
@@ -160,8 +166,7 @@ TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
 
 TEST_F(HealthTest, UsbBusDirectoryThatAppearsLaterIsWatched) {
   // No /dev/bus/usb at all: the first device on bus 3 brings /dev/bus/usb/003 with it.
-  CoralUsbDiscoverer usb(&host_);
-  StartWatcher(absl::ZeroDuration(), &usb);
+  StartWatcher(absl::ZeroDuration(), Own<CoralUsbDiscoverer>(&host_));
   const FixtureHost::CoralUsb tpu{.port = "3-1", .bus = 3, .dev = 4, .firmware_loaded = true};
   fixture_.AddCoralUsb(tpu);
   auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
@@ -176,9 +181,9 @@ TEST_F(HealthTest, UsbBusDirectoryThatAppearsLaterIsWatched) {
 // Kernel uevents, from the real kernel: loop devices added and removed through /dev/loop-control
 // announce themselves in the "block" subsystem.
 TEST_F(HealthTest, KernelUeventsOfAWatchedSubsystemTriggerARescan) {
-  SysfsWatchingDiscoverer block;
-  block.subsystems = {"block"};
-  StartWatcher(absl::ZeroDuration(), &block);
+  auto* block = Own<SysfsWatchingDiscoverer>();
+  block->subsystems = {"block"};
+  StartWatcher(absl::ZeroDuration(), block);
   if (!watcher_->listening_to_uevents()) GTEST_SKIP() << "no uevent socket here";
   const uint64_t scans = watcher_->scans();
   absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
@@ -189,9 +194,9 @@ TEST_F(HealthTest, KernelUeventsOfAWatchedSubsystemTriggerARescan) {
 }
 
 TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
-  SysfsWatchingDiscoverer usb_only;
-  usb_only.subsystems = {"usb"};
-  StartWatcher(absl::ZeroDuration(), &usb_only);
+  auto* usb_only = Own<SysfsWatchingDiscoverer>();
+  usb_only->subsystems = {"usb"};
+  StartWatcher(absl::ZeroDuration(), usb_only);
   const uint64_t scans = watcher_->scans();
   absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
   if (!loop.ok()) GTEST_SKIP() << loop.status();

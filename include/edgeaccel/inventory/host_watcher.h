@@ -2,7 +2,7 @@
 //
 // What is seen at once, and what only at the probe:
 //   - a device node appearing or vanishing in /dev (devtmpfs sends inotify events): at once, so a
-//     removed device reaches ListAndWatch in well under a millisecond;
+//     removed device node reaches ListAndWatch within about a millisecond (edgeaccel-bench);
 //   - a kernel uevent for a subsystem a discoverer names (add, remove, bind, unbind, change):
 //     at once, where the uevent socket works (host/uevent_socket.h);
 //   - anything that only sysfs or procfs says (driver status DEAD, temperature, GPU load, the
