@@ -412,8 +412,10 @@ void FixtureHost::AddJetson(Jetson board) const {
       break;
   }
   WriteFile("/etc/nv_tegra_release", spec.release);
-  // The kernel's device tree, and /proc/device-tree linking to it (relative here, so that it
-  // stays inside the fixture; the real link is absolute).
+  // The kernel's device tree, and /proc/device-tree linking to it. Relative here: the fixture's
+  // own helpers (and the test kubelet) open fixture paths directly, where an absolute link would
+  // lead out of the tree; the daemon follows the board's absolute link inside --host-root
+  // (host_test's ResolutionTest).
   WriteFile("/sys/firmware/devicetree/base/model", spec.model);
   WriteFile("/sys/firmware/devicetree/base/compatible", spec.compatible);
   Symlink("../sys/firmware/devicetree/base", "/proc/device-tree");
