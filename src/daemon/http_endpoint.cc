@@ -23,6 +23,18 @@ namespace edgeaccel {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8 * 1024;
+// How long a client may take to read its answer.
+constexpr absl::Duration kWriteTimeout = absl::Seconds(10);
+// How long accepting pauses when this process is out of fds.
+constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
+
+// Deadlines on the clock the timerfd runs on: a wall-clock step must not drop or keep
+// connections.
+absl::Duration Monotonic() {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return absl::DurationFromTimespec(now);
+}
 
 const char* Reason(int status) {
   switch (status) {
@@ -50,7 +62,7 @@ struct Connection {
   std::string in;
   std::string out;
   size_t written = 0;
-  absl::Time deadline;
+  absl::Duration deadline;  // on Monotonic()
   ~Connection() {
     if (fd >= 0) close(fd);
   }
@@ -108,6 +120,12 @@ absl::Status HttpEndpoint::Start(const std::string& thread_name) {
                     ? reinterpret_cast<struct sockaddr_in6*>(&bound)->sin6_port
                     : reinterpret_cast<struct sockaddr_in*>(&bound)->sin_port);
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0) {
+    const int err = errno;
+    close(listen_fd_);
+    listen_fd_ = -1;
+    return absl::InternalError(absl::StrCat("eventfd: ", strerror(err)));
+  }
   thread_ = std::thread([this, thread_name] {
     pthread_setname_np(pthread_self(), thread_name.substr(0, 15).c_str());
     Run();
@@ -146,17 +164,25 @@ void HttpEndpoint::Run() {
   add(stop_fd_, EPOLLIN);
   add(timer_fd, EPOLLIN);
   std::unordered_map<int, std::unique_ptr<Connection>> connections;
-  absl::Time armed = absl::InfiniteFuture();
+  absl::Duration armed = absl::InfiniteDuration();
+  // Out of fds: the listening socket stays readable, so it leaves the epoll set until a
+  // connection closes or the pause is over (else this thread would spin).
+  absl::Duration accept_paused_until = absl::InfiniteDuration();
+  auto resume_accept = [&] {
+    if (accept_paused_until == absl::InfiniteDuration()) return;
+    accept_paused_until = absl::InfiniteDuration();
+    add(listen_fd_, EPOLLIN);
+  };
 
-  // Arms the timer for the earliest deadline, or disarms it when no connection is open.
+  // Arms the timer for the earliest deadline, or disarms it when nothing is due.
   auto rearm = [&] {
-    absl::Time earliest = absl::InfiniteFuture();
+    absl::Duration earliest = accept_paused_until;
     for (const auto& [fd, c] : connections) earliest = std::min(earliest, c->deadline);
     if (earliest == armed) return;
     armed = earliest;
     struct itimerspec spec = {};
-    if (earliest != absl::InfiniteFuture()) {
-      absl::Duration in = std::max(earliest - absl::Now(), absl::Microseconds(1));
+    if (earliest != absl::InfiniteDuration()) {
+      absl::Duration in = std::max(earliest - Monotonic(), absl::Microseconds(1));
       spec.it_value = absl::ToTimespec(in);
     }
     timerfd_settime(timer_fd, 0, &spec, nullptr);
@@ -164,6 +190,7 @@ void HttpEndpoint::Run() {
   auto drop = [&](int fd) {
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     connections.erase(fd);  // closes it
+    resume_accept();
   };
   // Sends what is left of the answer; true when the connection is done with.
   auto flush = [&](Connection* c) {
@@ -179,6 +206,7 @@ void HttpEndpoint::Run() {
   };
   auto answer = [&](Connection* c, const HttpAnswer& a, bool head) {
     c->out = Response(a, head);
+    c->deadline = Monotonic() + kWriteTimeout;  // the request is in: now the client reads
     struct epoll_event ev = {};
     ev.events = EPOLLOUT;
     ev.data.fd = c->fd;
@@ -224,18 +252,27 @@ void HttpEndpoint::Run() {
       } else if (fd == listen_fd_) {
         while (true) {
           int client = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (client < 0) break;  // EAGAIN, or out of fds: the backlog keeps the rest
+          if (client < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              // The backlog keeps the waiting clients until there is room again.
+              LOG_EVERY_N(WARNING, 100) << "/metrics server: cannot accept: " << strerror(errno);
+              epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd_, nullptr);
+              accept_paused_until = Monotonic() + kAcceptPause;
+            }
+            break;  // EAGAIN: all accepted
+          }
           auto c = std::make_unique<Connection>();
           c->fd = client;
-          c->deadline = absl::Now() + request_timeout_;
+          c->deadline = Monotonic() + request_timeout_;
           add(client, EPOLLIN | EPOLLRDHUP);
           connections[client] = std::move(c);
         }
       } else if (fd == timer_fd) {
         uint64_t expirations;
         (void)!read(timer_fd, &expirations, sizeof(expirations));
-        armed = absl::InfiniteFuture();
-        const absl::Time now = absl::Now();
+        armed = absl::InfiniteDuration();
+        const absl::Duration now = Monotonic();
+        if (accept_paused_until <= now) resume_accept();
         std::vector<int> late;
         for (const auto& [cfd, c] : connections) {
           if (c->deadline <= now) late.push_back(cfd);

@@ -92,7 +92,7 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   std::string stale;
   if (absl::StatusOr<FileInfo> dir = host_->Stat("/proc/driver/nvidia");
       dir.ok() && dir->type == FileInfo::Type::kDirectory &&
-      (dir->links == 0 || !host_->Exists("/proc/driver/nvidia/version"))) {
+      (dir->links == 0 || absl::IsNotFound(host_->Stat("/proc/driver/nvidia/version").status()))) {
     stale = "/proc/driver/nvidia is a stale mount (the NVIDIA driver was unloaded or reloaded "
             "since this pod started): restart the pod for a fresh one";
     log_.Warn(stale);

@@ -285,19 +285,22 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
       continue;
     }
     const std::string numbers = absl::StrCat(info->major, ":", info->minor);
-    const std::string key = absl::StrCat(name, " ", numbers, " ", info->inode, " ", options_.display_nodes, discrete_gpu);
-    if (auto verdict = verdicts_.find(key); verdict != verdicts_.end()) {
-      if (verdict->second) paths.push_back(path);
+    // Only passes are remembered: a refusal may come from a read that fails for a while (no fd
+    // to spare), and is looked at again on the next scan (logged once all the same).
+    const std::string key = absl::StrCat(name, " ", numbers, " ", info->inode, " ",
+                                         options_.display_nodes, discrete_gpu, sysfs_dev, " ",
+                                         devfreq.value_or(""));
+    if (verdicts_.contains(key)) {
+      paths.push_back(path);
       continue;
     }
-    verdicts_[key] = false;  // until every check below has passed
     if (rule.fixed.has_value()) {
       if (std::make_pair(info->major, info->minor) != *rule.fixed) {
         refuse(absl::StrFormat("it is %s; this stand-in node is always %u:%u", numbers,
                                rule.fixed->first, rule.fixed->second));
         continue;
       }
-      verdicts_[key] = true;
+      verdicts_.insert(key);
       paths.push_back(path);
       continue;
     }
@@ -336,7 +339,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
       refuse(absl::StrCat("its major is ", info->major, ", not the NVIDIA driver's 195"));
       continue;
     }
-    verdicts_[key] = true;
+    verdicts_.insert(key);
     paths.push_back(path);
   }
   std::sort(paths.begin(), paths.end());
@@ -411,8 +414,9 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   }
 
   // A discrete NVIDIA GPU beside the iGPU (an IGX board in dGPU mode): its driver lists it here.
+  // Not on Thor, whose iGPU itself runs on that driver (OpenRM) and is likely listed there too.
   absl::StatusOr<std::vector<std::string>> discrete = host_->ListDirectory("/proc/driver/nvidia/gpus");
-  const bool discrete_gpu = discrete.ok() && !discrete->empty();
+  const bool discrete_gpu = soc != "tegra264" && discrete.ok() && !discrete->empty();
 
   std::vector<std::string> problems;
   std::optional<std::string> devfreq = FindDevfreq();

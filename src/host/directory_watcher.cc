@@ -11,11 +11,14 @@
 namespace edgeaccel {
 namespace {
 
+// IN_DONT_FOLLOW: the paths given are already resolved inside --host-root; a symlink swapped in
+// since must not lead the watch out of it.
 constexpr uint32_t kDirectoryEvents = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
-                                      IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+                                      IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR |
+                                      IN_DONT_FOLLOW;
 // An ancestor matters only when something is created (or moved) into it, or it goes away.
 constexpr uint32_t kAncestorEvents =
-    IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+    IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW;
 
 std::string Parent(const std::string& path) {
   size_t slash = path.find_last_of('/');

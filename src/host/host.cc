@@ -253,13 +253,13 @@ absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
     struct open_how how = {};
     how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
     how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-    for (int attempt = 0; attempt < 4; ++attempt) {
-      // EAGAIN: a rename somewhere in the path raced with the lookup; the kernel asks to retry.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      // EAGAIN: a rename or mount anywhere on the host raced with a ".." step (the kernel's
+      // check is global). On a busy node that can repeat; the walk below never needs to retry.
       int fd = static_cast<int>(syscall(SYS_openat2, root.get(), relative.c_str(), &how, sizeof(how)));
       if (fd >= 0) return fd;
       if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
     }
-    return ErrnoStatus(EAGAIN, "cannot open", host_path);
   }
   return OpenWithWalk(host_path, flags);
 }
@@ -275,7 +275,11 @@ absl::StatusOr<int> Host::OpenWithWalk(absl::string_view host_path, int flags) c
     return walked;
   }
   if (flags & O_PATH) {
-    if (chain.empty()) return dup(root.get());
+    if (chain.empty()) {
+      int fd = fcntl(root.get(), F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) return ErrnoStatus(errno, "cannot open", host_path);
+      return fd;
+    }
     struct stat st;
     if ((flags & O_DIRECTORY) && (fstat(chain.back().get(), &st) != 0 || !S_ISDIR(st.st_mode))) {
       return ErrnoStatus(ENOTDIR, "cannot open", host_path);
@@ -365,8 +369,9 @@ absl::StatusOr<std::vector<std::string>> Host::ListDirectory(absl::string_view h
   }
   DIR* dir = fdopendir(*opened);
   if (dir == nullptr) {
+    const int err = errno;
     close(*opened);
-    return ErrnoStatus(errno, "cannot list", host_path);
+    return ErrnoStatus(err, "cannot list", host_path);
   }
   std::vector<std::string> names;
   while (struct dirent* entry = readdir(dir)) {

@@ -42,6 +42,7 @@ UeventSocket::~UeventSocket() {
 }
 
 absl::Status UeventSocket::Open() {
+  if (fd_ >= 0) return absl::OkStatus();
   fd_ = socket(AF_NETLINK, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
   if (fd_ < 0) {
     return absl::UnavailableError(absl::StrCat("cannot open a uevent socket: ", strerror(errno)));

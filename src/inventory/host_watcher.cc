@@ -157,8 +157,9 @@ void HostWatcher::Run() {
         (void)!read(timer_fd_, &expirations, sizeof(expirations));
         ScanAll();
       } else if (fd == settle_fd_) {
+        // Re-armed by a change handled earlier in this batch: not due yet.
         uint64_t expirations;
-        (void)!read(settle_fd_, &expirations, sizeof(expirations));
+        if (read(settle_fd_, &expirations, sizeof(expirations)) != sizeof(expirations)) continue;
         absl::flat_hash_set<size_t> settling = std::move(settling_);
         settling_.clear();
         for (size_t f : settling) Rescan(f);

@@ -5,14 +5,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
 namespace edgeaccel {
@@ -129,6 +135,62 @@ TEST(HttpEndpointTest, SilentClientsAreDroppedAfterTheTimeout) {
   EXPECT_EQ(recv(fd, buffer, sizeof(buffer), 0), 0);  // closed by the server
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   close(fd);
+}
+
+// CPU time, in clock ticks, of this process's thread named `name`.
+long ThreadTicks(const std::string& name) {
+  long total = 0;
+  for (const std::string& task : {std::string("/proc/self/task")}) {
+    DIR* dir = opendir(task.c_str());
+    if (dir == nullptr) return -1;
+    while (struct dirent* entry = readdir(dir)) {
+      const std::string base = task + "/" + entry->d_name;
+      std::ifstream comm(base + "/comm");
+      std::string thread_name;
+      if (!std::getline(comm, thread_name) || thread_name != name) continue;
+      std::ifstream stat(base + "/stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      std::vector<std::string> fields = absl::StrSplit(text.substr(text.rfind(')') + 2), ' ');
+      total += std::stol(fields[11]) + std::stol(fields[12]);  // utime + stime
+    }
+    closedir(dir);
+  }
+  return total;
+}
+
+// Out of fds, a listening socket stays readable forever: accepting must pause, not spin, and
+// the waiting client is answered once there is room again.
+TEST(HttpEndpointTest, OutOfFdsPausesAcceptingInsteadOfSpinning) {
+  HttpEndpoint endpoint("127.0.0.1", 0, Handlers());
+  ASSERT_TRUE(endpoint.Start("test-http-fds").ok());
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  struct rlimit low = saved;
+  low.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> taken;
+  while (true) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    taken.push_back(fd);
+  }
+  close(taken.back());  // one left, for the client's own socket
+  taken.pop_back();
+  int client = Dial(endpoint.port());
+  const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  (void)!send(client, request.data(), request.size(), MSG_NOSIGNAL);
+  const long before = ThreadTicks("test-http-fds");
+  absl::SleepFor(absl::Milliseconds(500));
+  const long spent = ThreadTicks("test-http-fds") - before;
+  for (int fd : taken) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_LT(spent, 10) << "clock ticks in 0.5 s: the accept loop spun";
+  std::string out;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(client, buffer, sizeof(buffer), 0)) > 0) out.append(buffer, static_cast<size_t>(n));
+  close(client);
+  EXPECT_THAT(out, HasSubstr("200 OK"));
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/discovery/nvidia.h"
@@ -72,8 +72,9 @@ class TegraGpuDiscoverer : public Discoverer {
   const Host* host_;
   NvidiaOptions options_;
   OnceLogger log_;
-  // GpuNodes' verdicts per node (name, major:minor, inode), valid for one /proc/devices content.
-  absl::flat_hash_map<std::string, bool> verdicts_;
+  // Nodes GpuNodes found to be what they claim, by name, major:minor, inode and what the checks
+  // depended on; valid for one /proc/devices content.
+  absl::flat_hash_set<std::string> verdicts_;
   std::string verdicts_registered_;
 };
 
