@@ -128,7 +128,7 @@ run_as_daemonset() {
   fi
   expect "$(cat "$kubelet.out")" \
     "coral.ai/edgetpu: 3 healthy, registered via kubelet; Allocate 0000:03:00.0 -> 1 node: /dev/apex_0" \
-    "nvidia.com/gpu: 1 healthy, registered via kubelet; Allocate tegra234-igpu0 -> 29 nodes: "
+    "nvidia.com/gpu: 1 healthy, registered via kubelet; Allocate tegra234-igpu0 -> 35 nodes: "
 }
 
 for arch in amd64 arm64; do
