@@ -55,8 +55,8 @@ void HostWatcher::Publish(DeviceSet* set) {
 absl::Status HostWatcher::Start() {
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (!watcher_.ok() || stop_fd_ < 0 || epoll_fd_ < 0) {
-    return absl::InternalError(absl::StrCat("cannot set up inotify/epoll: ", strerror(errno)));
+  if (stop_fd_ < 0 || epoll_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("cannot set up epoll: ", strerror(errno)));
   }
   settle_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (settle_fd_ < 0) return absl::InternalError(absl::StrCat("timerfd: ", strerror(errno)));
@@ -76,6 +76,13 @@ absl::Status HostWatcher::Start() {
     spec.it_interval = absl::ToTimespec(options_.probe_interval);
     spec.it_value = spec.it_interval;
     timerfd_settime(timer_fd_, 0, &spec, nullptr);
+  }
+  if (!watcher_.Open()) {
+    // The node's fs.inotify.max_user_instances is shared by every process of the user (root):
+    // other pods can use it up. Look every second, and take an instance once one is free.
+    LOG(WARNING) << "no inotify instance (" << strerror(errno)
+                 << "; is fs.inotify.max_user_instances used up?): looking at the devices every "
+                    "second until one is free";
   }
   for (int fd : {watcher_.fd(), uevents_.fd(), timer_fd_, settle_fd_, stop_fd_}) {
     if (fd < 0) continue;
@@ -145,6 +152,13 @@ void HostWatcher::Run() {
       return;
     }
     if (n == 0) {
+      if (!watcher_.ok() && watcher_.Open()) {
+        struct epoll_event ev = {};
+        ev.events = EPOLLIN;
+        ev.data.fd = watcher_.fd();
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watcher_.fd(), &ev);
+        LOG(INFO) << "inotify is available again: device nodes are watched";
+      }
       ArmWatches();
       ScanAll();
       continue;

@@ -3,14 +3,20 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "edgeaccel/discovery/coral_pcie.h"
 #include "edgeaccel/discovery/coral_usb.h"
+#include "captured_log.h"
+#include "eventually.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::FixtureHost;
 
 constexpr absl::Duration kPatience = absl::Seconds(5);  // generous for loaded CI machines
@@ -202,6 +208,52 @@ TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
   if (!loop.ok()) GTEST_SKIP() << loop.status();
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(watcher_->scans(), scans);
+}
+
+// No inotify instance at start (fs.inotify.max_user_instances used up by other pods; here, every
+// fd taken): the watcher still starts, looks every second, and takes an instance once it can.
+TEST_F(HealthTest, NoInotifyInstanceAtStartMeansLookingEverySecondUntilOneIsFree) {
+  fixture_.AddCoralPcie({.index = 0});
+  CapturedLog log;
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  struct rlimit low = saved;
+  low.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> taken;
+  while (true) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    taken.push_back(fd);
+  }
+  HostWatcher::Options options;
+  options.probe_interval = absl::ZeroDuration();
+  options.uevents = false;
+  watcher_ = std::make_unique<HostWatcher>(&host_, options);  // its inotify instance fails here
+  watcher_->Add(&coral_, &set_);
+  for (int i = 0; i < 3; ++i) {  // room for the stop eventfd, epoll and the settle timer only
+    close(taken.back());
+    taken.pop_back();
+  }
+  absl::Status started = watcher_->Start();
+  for (int fd : taken) close(fd);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_TRUE(log.Contains("no inotify instance"));
+  // The look every second finds the device, and takes an inotify instance now that fds are free.
+  auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
+  EXPECT_EQ(s->HealthyCount(), 1);
+  EXPECT_TRUE(::edgeaccel::testing::Eventually(
+      [&] { return log.Contains("inotify is available again"); }));
+  fixture_.Remove("/dev/apex_0");
+  s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 0; });
+  EXPECT_EQ(s->HealthyCount(), 0);
+  // From now on the kernel tells us at once.
+  const absl::Time start = absl::Now();
+  fixture_.MakeCharDevice("/dev/apex_0", 120, 0);
+  s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
+  EXPECT_EQ(s->HealthyCount(), 1);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ class DirectoryWatcher {
 
   // False when some directory could be watched neither directly nor through an ancestor
   // (inotify watches used up, permission denied): the caller must not rely on events alone.
-  bool complete() const { return complete_; }
+  bool complete() const { return fd_ >= 0 && complete_; }
 
   // Reads every pending event without blocking. Sets *rearm when an ancestor changed, a watched
   // directory went away, or events were lost (the caller should re-arm and rescan).
