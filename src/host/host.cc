@@ -261,22 +261,20 @@ absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
       if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
     }
   }
-  return OpenWithWalk(host_path, flags);
+  return OpenWithWalk(root.get(), host_path, flags);
 }
 
-absl::StatusOr<int> Host::OpenWithWalk(absl::string_view host_path, int flags) const {
-  Fd root(OpenRoot(root_));
-  if (root.get() < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
+absl::StatusOr<int> Host::OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const {
   std::string resolved;
   std::vector<Fd> chain;
   const bool follow_last = (flags & O_NOFOLLOW) == 0;
-  if (absl::Status walked = WalkInRoot(root.get(), host_path, follow_last, &resolved, &chain);
+  if (absl::Status walked = WalkInRoot(root_fd, host_path, follow_last, &resolved, &chain);
       !walked.ok()) {
     return walked;
   }
   if (flags & O_PATH) {
     if (chain.empty()) {
-      int fd = fcntl(root.get(), F_DUPFD_CLOEXEC, 0);
+      int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
       if (fd < 0) return ErrnoStatus(errno, "cannot open", host_path);
       return fd;
     }
@@ -288,9 +286,8 @@ absl::StatusOr<int> Host::OpenWithWalk(absl::string_view host_path, int flags) c
   }
   // Open the last entry by name from its (already resolved) directory. O_NOFOLLOW: had it been
   // swapped for a symlink since the walk, the open fails instead of following it.
-  int parent = chain.size() >= 2 ? chain[chain.size() - 2].get() : root.get();
-  std::string name = chain.empty() ? "." : resolved.substr(resolved.find_last_of('/') + 1);
-  if (chain.empty()) parent = root.get();
+  const int parent = chain.size() >= 2 ? chain[chain.size() - 2].get() : root_fd;
+  const std::string name = chain.empty() ? "." : resolved.substr(resolved.find_last_of('/') + 1);
   int fd = openat(parent, name.c_str(), flags | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return ErrnoStatus(errno, "cannot open", host_path);
   return fd;

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
@@ -163,27 +164,15 @@ long ThreadTicks(const std::string& name) {
 TEST(HttpEndpointTest, OutOfFdsPausesAcceptingInsteadOfSpinning) {
   HttpEndpoint endpoint("127.0.0.1", 0, Handlers());
   ASSERT_TRUE(endpoint.Start("test-http-fds").ok());
-  struct rlimit saved;
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  struct rlimit low = saved;
-  low.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> taken;
-  while (true) {
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) break;
-    taken.push_back(fd);
-  }
-  close(taken.back());  // one left, for the client's own socket
-  taken.pop_back();
+  ::edgeaccel::testing::AllFdsTaken fds;
+  fds.Give(1);  // for the client's own socket
   int client = Dial(endpoint.port());
   const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
   (void)!send(client, request.data(), request.size(), MSG_NOSIGNAL);
   const long before = ThreadTicks("test-http-fds");
   absl::SleepFor(absl::Milliseconds(500));
   const long spent = ThreadTicks("test-http-fds") - before;
-  for (int fd : taken) close(fd);
-  setrlimit(RLIMIT_NOFILE, &saved);
+  fds.Restore();
   EXPECT_LT(spent, 10) << "clock ticks in 0.5 s: the accept loop spun";
   std::string out;
   char buffer[4096];

@@ -17,18 +17,9 @@
 namespace edgeaccel {
 namespace {
 
-std::string Message(std::initializer_list<absl::string_view> parts) {
-  std::string out;
-  for (absl::string_view part : parts) {
-    out.append(part.data(), part.size());
-    out.push_back('\0');
-  }
-  return out;
-}
-
 TEST(UeventTest, ParsesAKernelMessage) {
   // An Edge TPU's class device, as the apex driver's device_create announces it.
-  std::optional<Uevent> event = ParseUevent(Message(
+  std::optional<Uevent> event = ParseUevent(testing::NulTerminated(
       {"add@/devices/pci0000:00/0000:00:1c.0/0000:03:00.0/apex/apex_0", "ACTION=add",
        "DEVPATH=/devices/pci0000:00/0000:00:1c.0/0000:03:00.0/apex/apex_0", "SUBSYSTEM=apex",
        "MAJOR=120", "MINOR=0", "DEVNAME=apex_0", "SEQNUM=2231"}));
@@ -41,12 +32,12 @@ TEST(UeventTest, ParsesAKernelMessage) {
 
 TEST(UeventTest, RejectsWhatTheKernelDoesNotSend) {
   EXPECT_FALSE(ParseUevent("").has_value());
-  EXPECT_FALSE(ParseUevent(Message({"libudev", "ACTION=add", "SUBSYSTEM=usb"})).has_value());
-  EXPECT_FALSE(ParseUevent(Message({"add@/devices/x"})).has_value());  // no subsystem
+  EXPECT_FALSE(ParseUevent(testing::NulTerminated({"libudev", "ACTION=add", "SUBSYSTEM=usb"})).has_value());
+  EXPECT_FALSE(ParseUevent(testing::NulTerminated({"add@/devices/x"})).has_value());  // no subsystem
   EXPECT_FALSE(ParseUevent("add@/devices/x").has_value());             // no NUL at all
-  EXPECT_FALSE(ParseUevent(Message({"@/devices/x", "SUBSYSTEM=usb"})).has_value());
+  EXPECT_FALSE(ParseUevent(testing::NulTerminated({"@/devices/x", "SUBSYSTEM=usb"})).has_value());
   EXPECT_FALSE(
-      ParseUevent(Message({"add@/devices/x", "ACTION=remove", "SUBSYSTEM=usb"})).has_value());
+      ParseUevent(testing::NulTerminated({"add@/devices/x", "ACTION=remove", "SUBSYSTEM=usb"})).has_value());
 }
 
 TEST(UeventTest, ReceivesTheKernelsOwnAnnouncements) {
@@ -79,7 +70,7 @@ TEST(UeventTest, MessagesFromProcessesAreIgnored) {
   struct sockaddr_nl self = {};
   socklen_t length = sizeof(self);
   ASSERT_EQ(getsockname(socket.fd(), reinterpret_cast<struct sockaddr*>(&self), &length), 0);
-  const std::string forged = Message({"add@/devices/x", "ACTION=add", "SUBSYSTEM=apex"});
+  const std::string forged = testing::NulTerminated({"add@/devices/x", "ACTION=add", "SUBSYSTEM=apex"});
   struct sockaddr_nl to = {};
   to.nl_family = AF_NETLINK;
   to.nl_pid = self.nl_pid;

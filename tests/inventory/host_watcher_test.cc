@@ -215,29 +215,15 @@ TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
 TEST_F(HealthTest, NoInotifyInstanceAtStartMeansLookingEverySecondUntilOneIsFree) {
   fixture_.AddCoralPcie({.index = 0});
   CapturedLog log;
-  struct rlimit saved;
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  struct rlimit low = saved;
-  low.rlim_cur = 4096;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  std::vector<int> taken;
-  while (true) {
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) break;
-    taken.push_back(fd);
-  }
+  ::edgeaccel::testing::AllFdsTaken fds;
   HostWatcher::Options options;
   options.probe_interval = absl::ZeroDuration();
   options.uevents = false;
   watcher_ = std::make_unique<HostWatcher>(&host_, options);  // its inotify instance fails here
   watcher_->Add(&coral_, &set_);
-  for (int i = 0; i < 3; ++i) {  // room for the stop eventfd, epoll and the settle timer only
-    close(taken.back());
-    taken.pop_back();
-  }
+  fds.Give(3);  // room for the stop eventfd, epoll and the settle timer only
   absl::Status started = watcher_->Start();
-  for (int fd : taken) close(fd);
-  setrlimit(RLIMIT_NOFILE, &saved);
+  fds.Restore();
   ASSERT_TRUE(started.ok()) << started;
   EXPECT_TRUE(log.Contains("no inotify instance"));
   // The look every second finds the device, and takes an inotify instance now that fds are free.

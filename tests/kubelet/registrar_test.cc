@@ -425,18 +425,7 @@ TEST_F(RegistrationTest, AStartWithoutInotifyOrFdsIsRetried) {
   CapturedLog log;
   std::unique_ptr<ResourceRegistrar> registrar;
   {
-    // Every fd this process may open, taken.
-    struct rlimit saved;
-    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-    struct rlimit low = saved;
-    low.rlim_cur = 4096;
-    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-    std::vector<int> taken;
-    while (true) {
-      int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (fd < 0) break;
-      taken.push_back(fd);
-    }
+    ::edgeaccel::testing::AllFdsTaken fds;  // every fd this process may open
     ResourceRegistrar::Options options;
     options.kubelet_root = kubelet_.root();
     options.device_plugin_dir = kubelet_.DevicePluginsDir();
@@ -446,8 +435,6 @@ TEST_F(RegistrationTest, AStartWithoutInotifyOrFdsIsRetried) {
     EXPECT_TRUE(registrar->Start().ok());
     EXPECT_TRUE(Eventually([&] { return log.Contains("cannot start registration"); }));
     absl::SleepFor(absl::Milliseconds(300));
-    for (int fd : taken) close(fd);
-    setrlimit(RLIMIT_NOFILE, &saved);
   }
   EXPECT_TRUE(Advertised(2)) << "never registered after the fds came back";
   EXPECT_TRUE(log.Contains("registration can start now"));

@@ -41,16 +41,6 @@ void MakeParents(const std::string& path) {
   }
 }
 
-// Device-tree strings: each one NUL-terminated, as the kernel exposes them.
-std::string NulTerminated(std::initializer_list<absl::string_view> strings) {
-  std::string out;
-  for (absl::string_view s : strings) {
-    out.append(s.data(), s.size());
-    out.push_back('\0');
-  }
-  return out;
-}
-
 int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
   remove(path);
   return 0;
@@ -61,6 +51,16 @@ void RemoveTree(const std::string& path) {
 }
 
 }  // namespace
+
+std::string NulTerminated(std::initializer_list<absl::string_view> strings) {
+  std::string out;
+  for (absl::string_view s : strings) {
+    out.append(s.data(), s.size());
+    out.push_back('\0');
+  }
+  return out;
+}
+
 
 FullDisk::FullDisk(std::string directory, const std::string& size)
     : directory_(std::move(directory)) {
@@ -100,6 +100,33 @@ ReadOnlyDisk::~ReadOnlyDisk() {
 void ReadOnlyDisk::MakeWritable() const {
   PCHECK(mount(nullptr, directory_.c_str(), nullptr, MS_REMOUNT, "size=64k") == 0)
       << "remount " << directory_ << " read-write";
+}
+
+AllFdsTaken::AllFdsTaken() {
+  PCHECK(getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+  struct rlimit low = saved_;
+  low.rlim_cur = 4096;
+  PCHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  while (true) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    taken_.push_back(fd);
+  }
+}
+
+void AllFdsTaken::Give(size_t n) {
+  for (; n > 0 && !taken_.empty(); --n) {
+    close(taken_.back());
+    taken_.pop_back();
+  }
+}
+
+void AllFdsTaken::Restore() {
+  if (restored_) return;
+  restored_ = true;
+  for (int fd : taken_) close(fd);
+  taken_.clear();
+  setrlimit(RLIMIT_NOFILE, &saved_);
 }
 
 StaleMount::StaleMount(std::string directory) : directory_(std::move(directory)) {

@@ -7,7 +7,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <sys/resource.h>
+
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -93,6 +97,27 @@ class ReadOnlyDisk {
 // subsystem. Returns its name ("loop4711"), or an error saying why not (no CAP_SYS_ADMIN, no
 // loop driver): for GTEST_SKIP.
 absl::StatusOr<std::string> AnnounceLoopDevice();
+
+// Strings each followed by a NUL, as the kernel writes device-tree strings and uevent messages.
+std::string NulTerminated(std::initializer_list<absl::string_view> strings);
+
+// This process at its fd limit: the soft RLIMIT_NOFILE lowered to 4096 and every fd left taken
+// (opens of /dev/null), as a daemon is when a node runs out. Give() hands `n` back; the rest,
+// and the limit, come back with Restore() or when this object goes.
+class AllFdsTaken {
+ public:
+  AllFdsTaken();
+  ~AllFdsTaken() { Restore(); }
+  AllFdsTaken(const AllFdsTaken&) = delete;
+  AllFdsTaken& operator=(const AllFdsTaken&) = delete;
+  void Give(size_t n);
+  void Restore();
+
+ private:
+  std::vector<int> taken_;
+  struct rlimit saved_ = {};
+  bool restored_ = false;
+};
 
 // What a pod's bind mount of /proc/driver/nvidia becomes when the driver is reloaded: the
 // directory it shows was removed. A directory is bind-mounted over `directory` and then deleted

@@ -80,7 +80,8 @@ class Host {
   bool IsSilentToInotify(absl::string_view host_path) const;
 
  private:
-  absl::StatusOr<int> OpenWithWalk(absl::string_view host_path, int flags) const;
+  // The walk, from the already opened root directory `root_fd`.
+  absl::StatusOr<int> OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const;
 
   std::string root_;  // without trailing slash; empty for "/"
   Resolution resolution_;
