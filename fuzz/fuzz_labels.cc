@@ -94,10 +94,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const edgeaccel::LabelSet labels = edgeaccel::DeriveLabels(snapshots, options);
   for (const auto& [key, value] : labels) {
-    if (!ValidKey(key) || !ValidValue(value)) __builtin_trap();
+    if (!ValidKey(key) || !ValidValue(value)) {
+      fprintf(stderr, "invalid label %s=%s\n", key.c_str(), value.c_str());
+      __builtin_trap();
+    }
   }
 
-  if (!edgeaccel::WriteNfdFeatureFile(Directory(), labels).ok()) __builtin_trap();
+  if (absl::Status written = edgeaccel::WriteNfdFeatureFile(Directory(), labels); !written.ok()) {
+    fprintf(stderr, "%s\n", written.ToString().c_str());
+    __builtin_trap();
+  }
   std::ifstream file(Directory() + "/edgeaccel");
   edgeaccel::LabelSet read_back;
   std::string line;

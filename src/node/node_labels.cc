@@ -103,9 +103,11 @@ LabelSet DeriveLabels(const std::map<std::string, std::shared_ptr<const Snapshot
     Set(&labels, "nvidia.com/gpu.memory", Fact(first, "memory_mib"));
     std::vector<std::string> cc = absl::StrSplit(Fact(first, "compute_capability"), '.');
     int major = 0, minor = 0;
-    if (cc.size() == 2 && absl::SimpleAtoi(cc[0], &major) && absl::SimpleAtoi(cc[1], &minor)) {
-      labels["nvidia.com/gpu.compute.major"] = cc[0];
-      labels["nvidia.com/gpu.compute.minor"] = cc[1];
+    if (cc.size() == 2 && absl::SimpleAtoi(cc[0], &major) && absl::SimpleAtoi(cc[1], &minor) &&
+        major >= 0 && minor >= 0) {
+      // The numbers as parsed: SimpleAtoi takes " 2" and "2 ", which are no label values.
+      labels["nvidia.com/gpu.compute.major"] = absl::StrCat(major);
+      labels["nvidia.com/gpu.compute.minor"] = absl::StrCat(minor);
       labels["nvidia.com/gpu.family"] = Family(major, minor);
     }
     const std::string driver = Fact(first, "driver_version");

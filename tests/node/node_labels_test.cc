@@ -159,6 +159,24 @@ TEST(LabelsTest, SeedLabelsAreOptInAndNotSwapped) {
                             Pair("gpu.product.id", "9302")}));
 }
 
+// A compute capability the integer parser takes but a label cannot hold (found by fuzz_labels):
+// the labels carry the numbers as parsed, and a negative one makes none.
+TEST(LabelsTest, ComputeCapabilityLabelsAreTheParsedNumbers) {
+  auto labels_for = [](const std::string& cc) {
+    auto snapshot = std::make_shared<Snapshot>();
+    Device gpu;
+    gpu.id = "gpu0";
+    gpu.facts["compute_capability"] = cc;
+    snapshot->devices.push_back(gpu);
+    return DeriveLabels({{std::string(kResourceNvidiaGpu), snapshot}}, {});
+  };
+  LabelSet padded = labels_for("8 .7 ");
+  EXPECT_EQ(padded["nvidia.com/gpu.compute.major"], "8");
+  EXPECT_EQ(padded["nvidia.com/gpu.compute.minor"], "7");
+  EXPECT_THAT(labels_for("-1.2"), Not(Contains(Key("nvidia.com/gpu.compute.major"))));
+  EXPECT_THAT(labels_for("8.-7"), Not(Contains(Key("nvidia.com/gpu.compute.minor"))));
+}
+
 TEST(LabelsTest, NoDevicesNoLabels) {
   FixtureHost empty;
   EXPECT_TRUE(LabelsOf(empty, {.seed_labels = true}).empty());
