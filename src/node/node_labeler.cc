@@ -1,8 +1,5 @@
 #include "edgeaccel/node/node_labeler.h"
 
-#include <httplib.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 #include <pthread.h>
 
 #include <nlohmann/json.hpp>
@@ -37,7 +34,7 @@ std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& 
   return patch.dump();
 }
 
-NodeLabeler::NodeLabeler(ApiServerConfig config) : config_(std::move(config)) {}
+NodeLabeler::NodeLabeler(ApiServerConfig config) : config_(std::move(config)), client_(config_) {}
 
 NodeLabeler::~NodeLabeler() { Stop(); }
 
@@ -63,55 +60,9 @@ void NodeLabeler::Set(const LabelSet& labels) {
   desired_version_++;
 }
 
-absl::StatusOr<std::unique_ptr<httplib::SSLClient>> NodeLabeler::Client() const {
-  std::unique_ptr<httplib::SSLClient> client;
-  if (!config_.client_cert_pem.empty()) {
-    BIO* cert_bio = BIO_new_mem_buf(config_.client_cert_pem.data(), static_cast<int>(config_.client_cert_pem.size()));
-    BIO* key_bio = BIO_new_mem_buf(config_.client_key_pem.data(), static_cast<int>(config_.client_key_pem.size()));
-    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
-    BIO_free(cert_bio);
-    BIO_free(key_bio);
-    if (cert == nullptr || key == nullptr) {
-      X509_free(cert);
-      EVP_PKEY_free(key);
-      return absl::InvalidArgumentError("the client certificate or key is not PEM");
-    }
-    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port, cert, key);
-    X509_free(cert);  // the client's SSL context holds its own references
-    EVP_PKEY_free(key);
-  } else {
-    client = std::make_unique<httplib::SSLClient>(config_.host, config_.port);
-  }
-  if (!config_.ca_pem.empty()) {
-    X509_STORE* store = X509_STORE_new();  // owned by the client's SSL context from here
-    BIO* bio = BIO_new_mem_buf(config_.ca_pem.data(), static_cast<int>(config_.ca_pem.size()));
-    while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-      X509_STORE_add_cert(store, ca);
-      X509_free(ca);
-    }
-    BIO_free(bio);
-    client->set_ca_cert_store(store);
-  } else {
-    client->set_ca_cert_path(config_.ca_file.c_str());
-  }
-  client->enable_server_certificate_verification(true);
-  const int64_t ms = absl::ToInt64Milliseconds(config_.timeout);
-  client->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-  client->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-  std::string token = BearerToken(config_);
-  if (!token.empty()) client->set_bearer_token_auth(token);
-  return client;
-}
-
 absl::StatusOr<NodeLabeler::NodeLabels> NodeLabeler::ReadNode() {
-  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
-  if (!client.ok()) return client.status();
-  auto response = (*client)->Get(NodePath(config_.node_name));
-  if (!response) {
-    return absl::UnavailableError(absl::StrCat("GET node ", config_.node_name, ": ",
-                                               httplib::to_string(response.error())));
-  }
+  absl::StatusOr<HttpResponse> response = client_.Request("GET", NodePath(config_.node_name));
+  if (!response.ok()) return response.status();
   if (response->status != 200) {
     return absl::Status(response->status == 403 ? absl::StatusCode::kPermissionDenied
                                                 : absl::StatusCode::kUnavailable,
@@ -141,14 +92,10 @@ absl::StatusOr<NodeLabeler::NodeLabels> NodeLabeler::ReadNode() {
 }
 
 absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::string>& managed) {
-  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> client = Client();
-  if (!client.ok()) return client.status();
-  auto response = (*client)->Patch(NodePath(config_.node_name), NodeLabelPatch(labels, managed),
-                               "application/merge-patch+json");
-  if (!response) {
-    return absl::UnavailableError(absl::StrCat("PATCH node ", config_.node_name, ": ",
-                                               httplib::to_string(response.error())));
-  }
+  absl::StatusOr<HttpResponse> response =
+      client_.Request("PATCH", NodePath(config_.node_name), "application/merge-patch+json",
+                      NodeLabelPatch(labels, managed));
+  if (!response.ok()) return response.status();
   switch (response->status) {
     case 200:
       return absl::OkStatus();

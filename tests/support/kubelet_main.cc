@@ -3,15 +3,19 @@
 // Serves kubelet.sock under ROOT/device-plugins (and watches ROOT/plugins_registry), waits until
 // each RESOURCE is advertised with COUNT healthy devices over an open ListAndWatch, then
 // allocates one device of each and prints the device nodes (and CDI names) it was given.
-// Exit 0 on success, 1 with the reason after --timeout.
+// Exit 0 on success, 1 with the reason after --timeout. With HOLD_SECONDS set in the
+// environment it then keeps serving (streams open, as a kubelet does) that long before exiting,
+// for measuring an idle daemon.
 //   edgeaccel-test-kubelet ROOT TIMEOUT_SECONDS RESOURCE=COUNT...
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "test_kubelet.h"
 
@@ -77,6 +81,12 @@ int main(int argc, char** argv) {
       std::printf("; CDI %s", cdi.name().c_str());
     }
     std::printf("\n");
+  }
+  std::fflush(stdout);
+  int hold_seconds = 0;
+  if (const char* hold = std::getenv("HOLD_SECONDS"); hold != nullptr &&
+      absl::SimpleAtoi(hold, &hold_seconds) && hold_seconds > 0) {
+    absl::SleepFor(absl::Seconds(hold_seconds));
   }
   return 0;
 }

@@ -23,12 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 #include "edgeaccel/node/node_labels.h"
-
-namespace httplib {
-class SSLClient;
-}
 
 namespace edgeaccel {
 
@@ -52,8 +49,6 @@ class NodeLabeler {
 
  private:
   void Run();
-  // An HTTPS client for the API server: CA-verified, with our credentials and timeouts.
-  absl::StatusOr<std::unique_ptr<httplib::SSLClient>> Client() const;
   // GET the node: which keys did we manage before?
   struct NodeLabels {
     LabelSet labels;                // on the Node now
@@ -63,6 +58,7 @@ class NodeLabeler {
   absl::Status Patch(const LabelSet& labels, const std::set<std::string>& managed);
 
   const ApiServerConfig config_;
+  const ApiClient client_;
   std::thread thread_;
   std::atomic<uint64_t> patches_{0};
   std::atomic<uint64_t> failures_{0};

@@ -1,0 +1,55 @@
+// ApiClient: one HTTPS request to the Kubernetes API server, over OpenSSL.
+//
+// Why our own and not an HTTP library: the daemon ships as one static binary, and Debian has no
+// static archive of cpp-httplib (only its shared library). What the API server needs is small:
+// one request per connection (`Connection: close`), a bearer token or a client certificate, the
+// answer's status and body (Content-Length, chunked, or read to the end). Each request resolves
+// the name afresh, connects with a deadline, verifies the server's chain against the configured
+// CA and its name (DNS name or IP address) against the certificate, and is bounded in time
+// (`ApiServerConfig::timeout` covers connect, handshake and the whole exchange) and size.
+// Every failure is an error that says which step failed and why (the name that did not resolve,
+// the CA file that cannot be read, OpenSSL's verification reason); nothing is thrown.
+#ifndef EDGEACCEL_NODE_API_CLIENT_H_
+#define EDGEACCEL_NODE_API_CLIENT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "edgeaccel/node/api_server_config.h"
+
+namespace edgeaccel {
+
+struct HttpResponse {
+  int status = 0;
+  std::string content_type;
+  std::string body;
+};
+
+// The largest answer read; a Node object is a few KiB.
+inline constexpr size_t kMaxApiResponseBytes = 8 << 20;
+
+class ApiClient {
+ public:
+  explicit ApiClient(ApiServerConfig config) : config_(std::move(config)) {}
+
+  // METHOD path (e.g. "/api/v1/nodes/n") with an optional body of `content_type`. An answer
+  // with any HTTP status is a response; an error is a failure to get one (unresolvable name,
+  // refused connection, TLS verification, timeout, malformed or oversized answer).
+  absl::StatusOr<HttpResponse> Request(absl::string_view method, absl::string_view path,
+                                       absl::string_view content_type = "",
+                                       absl::string_view body = "") const;
+
+  const ApiServerConfig& config() const { return config_; }
+
+ private:
+  const ApiServerConfig config_;
+};
+
+// The parsed head and body of an HTTP/1.1 answer read to the end of the connection; exposed for
+// the tests and the fuzzer. `raw` is everything the server sent.
+absl::StatusOr<HttpResponse> ParseHttpResponse(absl::string_view raw);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_NODE_API_CLIENT_H_
