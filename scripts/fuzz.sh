@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh clang-14 libclang-rt-14-dev nlohmann-json3-dev
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DEDGEACCEL_BUILD_TESTS=OFF -DEDGEACCEL_BUILD_BENCH=OFF -DEDGEACCEL_BUILD_FUZZ=ON \
+  -DEDGEACCEL_BUILD_TESTS=OFF -DEDGEACCEL_BUILD_BENCH=OFF -DEDGEACCEL_BUILD_FUZZ=ON -DEDGEACCEL_STATIC=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
   >/dev/null
 targets=(tegra_release nvidia_proc flags cdi host_files labels host_resolution uevent)

@@ -63,7 +63,7 @@ fi
 
 grpc_dir=$root/build-tsan/grpc
 grpc_version=$(dpkg-query -W -f='${source:Version}' libgrpc++-dev)
-if [ ! -e "$grpc_dir/lib/.built-$grpc_version" ]; then
+if [ ! -e "$grpc_dir/lib/.built-unsecure-$grpc_version" ]; then
   echo "building Debian's gRPC $grpc_version with ThreadSanitizer (about 11 minutes on 2 cores)"
   rm -rf "$grpc_dir"
   fetch_debian_source libgrpc++-dev "$grpc_dir"
@@ -77,14 +77,14 @@ if [ ! -e "$grpc_dir/lib/.built-$grpc_version" ]; then
     -DgRPC_ZLIB_PROVIDER=package -DgRPC_BUILD_CODEGEN=OFF \
     -DCMAKE_C_FLAGS="-fsanitize=thread" -DCMAKE_CXX_FLAGS="-fsanitize=thread" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" > /dev/null
-  cmake --build "$grpc_dir/build" -j"$jobs" --target grpc++ > /dev/null
+  cmake --build "$grpc_dir/build" -j"$jobs" --target grpc++_unsecure > /dev/null
   mkdir -p "$grpc_dir/lib"
   cp -a "$grpc_dir"/build/*.so* "$grpc_dir/lib/"
   rm -rf "$grpc_dir/build" "$grpc_dir/download"
-  touch "$grpc_dir/lib/.built-$grpc_version"
+  touch "$grpc_dir/lib/.built-unsecure-$grpc_version"
 fi
 
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGEACCEL_BUILD_BENCH=ON \
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGEACCEL_BUILD_BENCH=ON -DEDGEACCEL_STATIC=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" > /dev/null
 # Every test binary CTest knows ("<layer>/<module>" runs <module>_test).
 mapfile -t tests < <(ctest --test-dir build-tsan -N | sed -n 's#^ *Test *\#[0-9]*: [a-z0-9_]*/\([a-z0-9_]*\)$#\1#p')
@@ -97,7 +97,7 @@ cmake --build build-tsan -j"$jobs" "${targets[@]}"
 export LD_LIBRARY_PATH="$grpc_dir/lib:$absl_dir/lib"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
 # The instrumented libraries must be the ones loaded, or TSan sees none of their locks.
-for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc.so" "$grpc_dir/lib/libgrpc++.so" \
+for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc_unsecure.so" "$grpc_dir/lib/libgrpc++_unsecure.so" \
            "$grpc_dir/lib/libgpr.so"; do
   ldd build-tsan/edgeaccel-device-plugin | grep -q "$lib" ||
     { echo "tsan.sh: $lib is not the one the daemon loads" >&2; exit 1; }

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -273,7 +275,13 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (status.ok()) {
     counters_->allocations.fetch_add(1);
-    VLOG(1) << set_->resource_name() << ": allocated " << request->ShortDebugString();
+    if (VLOG_IS_ON(1)) {
+      std::vector<std::string> containers;
+      for (const auto& container : request->container_requests()) {
+        containers.push_back(absl::StrCat("[", absl::StrJoin(container.devices_ids(), " "), "]"));
+      }
+      VLOG(1) << set_->resource_name() << ": allocated " << absl::StrJoin(containers, " ");
+    }
   } else {
     counters_->allocate_errors.fetch_add(1);
     response->Clear();
