@@ -1,11 +1,14 @@
 // edgeaccel-bench: the daemon's speed and footprint, each figure a percentile or a ratio
 // measured in one run on this machine (never compared across machines or runs).
 //
-//   1. Allocate vs. a bare gRPC echo on the same server and Unix socket (1 and 8 threads).
+//   1. Allocate on the real daemon vs. the floor: a bare sync gRPC echo server in its own
+//      process (edgeaccel-echo-floor) on the same kind of Unix socket; and Allocate vs. an echo
+//      method on the same server and socket (1 and 8 client threads each).
 //   2. Health change: device node removed/restored -> ListAndWatch message (real daemon binary).
 //   3. Re-registration: kubelet.sock re-created -> Register received (real daemon, test kubelet
 //      restarted the way the real one restarts).
 //   4. Idle: RSS and wake-ups (context switches of all threads) of the real daemon.
+//   5. Cold start: exec -> registered with the kubelet.
 //
 // Needs root (device nodes are made with mknod). Usage: edgeaccel-bench [--quick]
 #include <grpcpp/grpcpp.h>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <functional>
@@ -67,41 +71,25 @@ Percentiles Summarize(std::vector<double> samples) {
 
 double Micros(absl::Duration d) { return absl::ToDoubleMicroseconds(d); }
 
-class EchoService final : public bench::Echo::CallbackService {
-  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context,
-                                 const bench::EchoMessage* request,
-                                 bench::EchoMessage* response) override {
+// The same bare echo as edgeaccel-echo-floor, for the same-server comparison.
+class EchoService final : public bench::Echo::Service {
+  grpc::Status Echo(grpc::ServerContext*, const bench::EchoMessage* request,
+                    bench::EchoMessage* response) override {
     *response = *request;
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return grpc::Status::OK;
   }
 };
 
-// 1. Allocate vs echo, same server, same socket, calls interleaved so drift hits both alike.
-void BenchAllocate(int threads, int calls_per_thread) {
-  TempDir dir("edgeaccel-bench");
-  DeviceSet set(kTpu);
-  std::vector<Device> devices;
-  for (int i = 0; i < 8; ++i) {
-    Device d;
-    d.id = absl::StrFormat("0000:%02x:00.0", i + 3);
-    d.numa_node = i / 4;
-    d.nodes.push_back({absl::StrCat("/dev/apex_", i), absl::StrCat("/dev/apex_", i), "rw"});
-    devices.push_back(d);
-  }
-  set.Update(devices);
-  PluginCounters counters;
-  EchoService echo;
-  PluginServer server(dir.path() + "/bench.sock", &set, &counters, &echo);
-  if (!server.Start().ok()) {
-    fprintf(stderr, "cannot start server\n");
-    exit(1);
-  }
+// Allocate on `allocate_socket` vs Echo on `echo_socket`, `threads` client threads with a
+// connection of their own to each, calls interleaved (alternating which goes first) so drift
+// hits both alike. Prints p50/p99 of each and their ratios.
+void CompareAllocateWithEcho(const char* label, const std::string& allocate_socket,
+                             const std::string& echo_socket, const std::string& device_id,
+                             int threads, int calls_per_thread) {
   v1beta1::AllocateRequest allocate;
-  allocate.add_container_requests()->add_devices_ids("0000:03:00.0");
+  allocate.add_container_requests()->add_devices_ids(device_id);
   bench::EchoMessage ping;
-  ping.set_payload(allocate.SerializeAsString());
+  ping.set_payload(allocate.SerializeAsString());  // the same bytes on the wire
 
   std::vector<std::vector<double>> alloc_samples(threads), echo_samples(threads);
   std::vector<std::thread> workers;
@@ -109,16 +97,15 @@ void BenchAllocate(int threads, int calls_per_thread) {
     workers.emplace_back([&, t] {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per thread
-      auto channel = grpc::CreateCustomChannel("unix:" + server.socket_path(),
-                                               grpc::InsecureChannelCredentials(), args);
-      auto plugin = v1beta1::DevicePlugin::NewStub(channel);
-      auto echo_stub = bench::Echo::NewStub(channel);
+      auto plugin = v1beta1::DevicePlugin::NewStub(grpc::CreateCustomChannel(
+          "unix:" + allocate_socket, grpc::InsecureChannelCredentials(), args));
+      auto echo_stub = bench::Echo::NewStub(grpc::CreateCustomChannel(
+          "unix:" + echo_socket, grpc::InsecureChannelCredentials(), args));
       const int warmup = 500;
       for (int i = 0; i < warmup + calls_per_thread; ++i) {
         v1beta1::AllocateResponse alloc_response;
         bench::EchoMessage pong;
         grpc::ClientContext c1, c2;
-        // Alternate which call goes first, so neither always follows the other.
         grpc::Status s1, s2;
         absl::Duration alloc_time, echo_time;
         for (int k = 0; k < 2; ++k) {
@@ -150,9 +137,36 @@ void BenchAllocate(int threads, int calls_per_thread) {
     all_echo.insert(all_echo.end(), echo_samples[t].begin(), echo_samples[t].end());
   }
   Percentiles a = Summarize(all_alloc), e = Summarize(all_echo);
-  printf("allocate_vs_echo threads=%d calls=%zu: allocate p50 %.1f us p99 %.1f us | echo p50 "
-         "%.1f us p99 %.1f us | ratio p50 %.2fx p99 %.2fx (target <= 1.3x)\n",
-         threads, all_alloc.size(), a.p50, a.p99, e.p50, e.p99, a.p50 / e.p50, a.p99 / e.p99);
+  printf("%s threads=%d calls=%zu: allocate p50 %.1f us p99 %.1f us | echo p50 %.1f us p99 "
+         "%.1f us | ratio p50 %.2fx p99 %.2fx\n",
+         label, threads, all_alloc.size(), a.p50, a.p99, e.p50, e.p99, a.p50 / e.p50,
+         a.p99 / e.p99);
+}
+
+// 1a. Allocate on our server vs an echo method on the same server and socket: what Allocate's
+// own work costs.
+void BenchAllocate(int threads, int calls_per_thread) {
+  TempDir dir("edgeaccel-bench");
+  DeviceSet set(kTpu);
+  std::vector<Device> devices;
+  for (int i = 0; i < 8; ++i) {
+    Device d;
+    d.id = absl::StrFormat("0000:%02x:00.0", i + 3);
+    d.numa_node = i / 4;
+    d.nodes.push_back({absl::StrCat("/dev/apex_", i), absl::StrCat("/dev/apex_", i), "rw"});
+    devices.push_back(d);
+  }
+  set.Update(devices);
+  PluginCounters counters;
+  EchoService echo;
+  PluginServer server(dir.path() + "/bench.sock", &set, &counters, nullptr);
+  server.AlsoServe(&echo);
+  if (!server.Start().ok()) {
+    fprintf(stderr, "cannot start server\n");
+    exit(1);
+  }
+  CompareAllocateWithEcho("allocate_vs_same_server_echo", server.socket_path(),
+                          server.socket_path(), "0000:03:00.0", threads, calls_per_thread);
   server.Stop();
 }
 
@@ -174,7 +188,8 @@ void BenchManyDevices(int samples) {
   set.Update(ExpandReplicas(physical, 128));
   PluginCounters counters;
   EchoService echo;
-  PluginServer server(dir.path() + "/many.sock", &set, &counters, &echo);
+  PluginServer server(dir.path() + "/many.sock", &set, &counters, nullptr);
+  server.AlsoServe(&echo);
   if (!server.Start().ok()) exit(1);
   auto channel = grpc::CreateChannel("unix:" + server.socket_path(), grpc::InsecureChannelCredentials());
   auto stub = v1beta1::DevicePlugin::NewStub(channel);
@@ -305,6 +320,8 @@ struct ProcessSample {
   double private_kib = 0;  // anonymous memory: what this process alone costs
   uint64_t own_switches = 0;   // context switches (wake-ups) of the daemon's own threads
   uint64_t grpc_switches = 0;  // ... of gRPC's internal threads
+  std::map<std::string, uint64_t> switches_by_thread;  // by thread name (comm)
+  double anon_kib = 0;  // heap, stacks, written data: what no other process can share
   double cpu_seconds = 0;
   int threads = 0;
 };
@@ -329,6 +346,7 @@ ProcessSample SampleProcess(pid_t pid) {
     if (absl::StartsWith(line, "Rss:")) sample.rss_kib = KiB(line);
     if (absl::StartsWith(line, "Pss:")) sample.pss_kib = KiB(line);
     if (absl::StartsWith(line, "Pss_Anon:")) sample.private_kib = KiB(line);
+    if (absl::StartsWith(line, "Anonymous:")) sample.anon_kib = KiB(line);
   }
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   absl::StatusOr<std::vector<std::string>> threads = Host("/").ListDirectory(tasks);
@@ -344,6 +362,7 @@ ProcessSample SampleProcess(pid_t pid) {
         uint64_t n = 0;
         absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &n);
         (IsOwnThread(comm) ? sample.own_switches : sample.grpc_switches) += n;
+        sample.switches_by_thread[comm] += n;
       }
     }
   }
@@ -359,15 +378,25 @@ ProcessSample SampleProcess(pid_t pid) {
   return sample;
 }
 
-void PrintIdle(const char* probe, absl::Duration window, const ProcessSample& before,
+void PrintIdle(const char* what, absl::Duration window, const ProcessSample& before,
                const ProcessSample& after) {
-  printf("idle probe=%s window=%s: rss %.1f MiB (pss %.1f MiB, private %.1f MiB), threads %d, "
-         "wake-ups: daemon threads %llu, gRPC internal threads %llu; cpu %.3f s\n",
-         probe, absl::FormatDuration(window).c_str(), after.rss_kib / 1024, after.pss_kib / 1024,
-         after.private_kib / 1024, after.threads,
-         static_cast<unsigned long long>(after.own_switches - before.own_switches),
-         static_cast<unsigned long long>(after.grpc_switches - before.grpc_switches),
-         after.cpu_seconds - before.cpu_seconds);
+  const double seconds = absl::ToDoubleSeconds(window);
+  const uint64_t own = after.own_switches - before.own_switches;
+  const uint64_t grpc = after.grpc_switches - before.grpc_switches;
+  std::string by_thread;
+  for (const auto& [comm, n] : after.switches_by_thread) {
+    auto it = before.switches_by_thread.find(comm);
+    const uint64_t delta = n - (it == before.switches_by_thread.end() ? 0 : it->second);
+    if (delta > 0) absl::StrAppend(&by_thread, by_thread.empty() ? "" : ", ", comm, " ", delta);
+  }
+  printf("idle %s window=%s: rss %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB; pss %.1f "
+         "MiB), threads %d, wake-ups %.2f/s whole process (own threads %llu, gRPC's %llu; by "
+         "thread: %s); cpu %.1f ms\n",
+         what, absl::FormatDuration(window).c_str(), after.rss_kib / 1024, after.anon_kib / 1024,
+         (after.rss_kib - after.anon_kib) / 1024, after.pss_kib / 1024, after.threads,
+         (own + grpc) / seconds, static_cast<unsigned long long>(own),
+         static_cast<unsigned long long>(grpc), by_thread.empty() ? "none" : by_thread.c_str(),
+         (after.cpu_seconds - before.cpu_seconds) * 1000);
 }
 
 // The real daemon binary, registered with a test kubelet, on a host with two Edge TPUs.
@@ -395,13 +424,16 @@ struct RunningDaemon {
   std::unique_ptr<DaemonProcess> daemon;
 };
 
-// Samples the daemon across an idle window and prints memory and wake-ups.
-void MeasureIdle(const char* probe, pid_t pid, absl::Duration window) {
+// Samples processes across one idle window and prints memory and wake-ups of each.
+void MeasureIdle(const std::vector<std::pair<std::string, pid_t>>& processes,
+                 absl::Duration window) {
   absl::SleepFor(absl::Milliseconds(500));  // let start-up settle
-  ProcessSample before = SampleProcess(pid);
+  std::vector<ProcessSample> before;
+  for (const auto& [what, pid] : processes) before.push_back(SampleProcess(pid));
   absl::SleepFor(window);
-  ProcessSample after = SampleProcess(pid);
-  PrintIdle(probe, window, before, after);
+  for (size_t i = 0; i < processes.size(); ++i) {
+    PrintIdle(processes[i].first.c_str(), window, before[i], SampleProcess(processes[i].second));
+  }
 }
 
 void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
@@ -447,7 +479,7 @@ void BenchDaemon(int health_samples, int restarts, absl::Duration idle_window) {
   }
 
   // 4. Idle: registered, one ListAndWatch stream open, nothing happening.
-  MeasureIdle("off", daemon.pid(), idle_window);
+  MeasureIdle({{"daemon probe=off (stream open)", daemon.pid()}}, idle_window);
 }
 
 // A whole Edge TPU plugged in and out, as the kernel does it: sysfs first and then the node on the
@@ -525,9 +557,65 @@ void BenchTemperatureCrossing(int samples) {
          samples_ms.size(), p.p50, p.p99, p.max);
 }
 
+// 1b. Allocate on the real daemon (its own process, two fake Edge TPUs) vs the floor: a bare sync
+// echo server in another process, on the same kind of socket, from the same archives.
+void BenchAllocateVsFloor(int threads, int calls_per_thread) {
+  RunningDaemon running("5s");
+  TempDir dir("edgeaccel-floor");
+  const std::string floor_socket = dir.path() + "/floor.sock";
+  DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {floor_socket});
+  if (!floor.WaitForLog("ready")) {
+    fprintf(stderr, "the echo floor server did not start:\n%s\n", floor.Log().c_str());
+    exit(1);
+  }
+  CompareAllocateWithEcho("allocate_vs_floor",
+                          running.kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu),
+                          floor_socket, "0000:03:00.0", threads, calls_per_thread);
+}
+
+// 5. Cold start: exec -> registered with the kubelet (its Register or plugin-watcher
+// registration seen), and -> both devices advertised on an open ListAndWatch.
+void BenchColdStart(int samples) {
+  FixtureHost host;
+  host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  std::vector<double> registered_ms, advertised_ms;
+  for (int i = 0; i < samples; ++i) {
+    TempDir dir("edgeaccel-cold");
+    TestKubelet kubelet(dir.path() + "/kubelet");
+    kubelet.Start();
+    const absl::Time t0 = absl::Now();
+    DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
+                         {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                          "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
+                          "--metrics-address=127.0.0.1:0"});
+    if (!kubelet.WaitFor([&] { return kubelet.Registrations(kTpu) > 0; })) {
+      fprintf(stderr, "cold start: not registered:\n%s\n", daemon.Log().c_str());
+      exit(1);
+    }
+    registered_ms.push_back(Micros(absl::Now() - t0) / 1000);
+    if (!kubelet.WaitFor([&] { return kubelet.StreamOpen(kTpu) && kubelet.Allocatable(kTpu) == 2; })) {
+      fprintf(stderr, "cold start: not advertised:\n%s\n", daemon.Log().c_str());
+      exit(1);
+    }
+    advertised_ms.push_back(Micros(absl::Now() - t0) / 1000);
+  }
+  Percentiles r = Summarize(registered_ms), a = Summarize(advertised_ms);
+  printf("cold_start samples=%d (exec -> registered with the kubelet): p50 %.1f ms p99 %.1f ms | "
+         "(exec -> 2 devices advertised on ListAndWatch): p50 %.1f ms p99 %.1f ms\n",
+         samples, r.p50, r.p99, a.p50, a.p99);
+}
+
+// The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), beside the
+// floor server idle over the same window: what gRPC itself costs an idle process.
 void BenchIdleWithProbe(absl::Duration window) {
-  RunningDaemon running("1s");
-  MeasureIdle("1s", running.daemon->pid(), window);
+  RunningDaemon running("5s");
+  TempDir dir("edgeaccel-floor");
+  DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {dir.path() + "/floor.sock"});
+  if (!floor.WaitForLog("ready")) exit(1);
+  MeasureIdle({{"daemon probe=5s (default; stream open, metrics on)", running.daemon->pid()},
+               {"echo-floor (bare sync gRPC server, no calls)", floor.pid()}},
+              window);
 }
 
 }  // namespace
@@ -552,8 +640,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   FLAGS_minloglevel = 2;  // in-process servers' INFO/WARNING lines are noise here
+  edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000);
+  edgeaccel::BenchAllocateVsFloor(8, quick ? 500 : 5000);
   edgeaccel::BenchAllocate(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocate(8, quick ? 500 : 5000);
+  edgeaccel::BenchColdStart(quick ? 5 : 30);
   edgeaccel::BenchManyDevices(quick ? 40 : 200);
   edgeaccel::BenchDaemon(quick ? 50 : 500, quick ? 20 : 100, absl::Seconds(idle_seconds));
   edgeaccel::BenchHotplug(quick ? 10 : 100);

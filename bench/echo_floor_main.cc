@@ -2,7 +2,7 @@
 // service (gRPC's default ServerBuilder, no options) on a Unix socket, in its own process, linked
 // from the same archives as the daemon. edgeaccel-bench measures the daemon's Allocate against it
 // in one run.
-//   edgeaccel-echo-floor SOCKET_PATH    (prints "ready" once it serves; stops on SIGTERM)
+//   edgeaccel-echo-floor SOCKET_PATH    (prints "ready" on stderr once it serves; stops on SIGTERM)
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -39,8 +39,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "edgeaccel-echo-floor: cannot listen on %s\n", argv[1]);
     return 1;
   }
-  printf("ready\n");
-  fflush(stdout);
+  fprintf(stderr, "ready\n");
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

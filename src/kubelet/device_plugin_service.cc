@@ -18,10 +18,22 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 }  // namespace
 
-class DevicePluginService::Stream final
-    : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+class DevicePluginService::Stream {
  public:
-  explicit Stream(DevicePluginService* service) : service_(service) {}
+  explicit Stream(DevicePluginService* service)
+      : service_(service),
+        writer_(&context_),
+        arrived_(this, &Stream::OnArrived),
+        written_(this, &Stream::OnWriteDone),
+        finished_call_(this, &Stream::OnFinishDone),
+        done_(this, &Stream::OnCallDone) {}
+
+  // Waits for the next ListAndWatch call on the service's queue.
+  void Wait() {
+    context_.AsyncNotifyWhenDone(&done_);  // before the request: it must cover the whole call
+    service_->async_service_->RequestListAndWatch(&context_, &request_, &writer_, service_->cq_,
+                                                  service_->cq_, &arrived_);
+  }
 
   void Begin(const std::shared_ptr<Stream>& self) {
     std::weak_ptr<Stream> weak = self;
@@ -31,7 +43,7 @@ class DevicePluginService::Stream final
     Deliver(service_->set_->Current());
   }
 
-  // A new device list: send it now, or as soon as the write in flight completes.
+  // A new device list: send it now, or as soon as the write in flight completes. Any thread.
   void Deliver(std::shared_ptr<const Snapshot> snapshot) {
     {
       absl::MutexLock lock(&mu_);
@@ -40,7 +52,7 @@ class DevicePluginService::Stream final
       if (writing_ || !NeedsWriteLocked()) return;
       PrepareWriteLocked();
     }
-    StartWrite(&response_);
+    writer_.Write(response_, &written_);
   }
 
   // What advertise_now allows may have changed: send the list again if it differs.
@@ -50,49 +62,108 @@ class DevicePluginService::Stream final
       if (finished_ || writing_ || !NeedsWriteLocked()) return;
       PrepareWriteLocked();
     }
-    StartWrite(&response_);
+    writer_.Write(response_, &written_);
   }
 
   // Ends the stream with OK (daemon shutdown or server restart).
-  void End() { FinishOnce(grpc::Status::OK); }
+  void End() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      if (writing_) {
+        end_pending_ = true;  // Finish once the write in flight completes (OnWriteDone)
+        return;
+      }
+      finishing_ = true;
+    }
+    writer_.Finish(grpc::Status::OK, &finished_call_);
+  }
 
-  void OnWriteDone(bool ok) override {
+ private:
+  // One kind of event of this call, as the loop delivers it.
+  class Event final : public CompletionTag {
+   public:
+    Event(Stream* stream, void (Stream::*handler)(bool)) : stream_(stream), handler_(handler) {}
+    void Proceed(bool ok) override { (stream_->*handler_)(ok); }
+
+   private:
+    Stream* const stream_;
+    void (Stream::*const handler_)(bool);
+  };
+
+  void OnArrived(bool ok) {
+    if (!ok) {  // the server is shutting down; no call came, and no done event will
+      delete this;
+      return;
+    }
+    service_->ArmStream();  // the next kubelet (or a second stream) may call at any time
+    service_->Adopt(this);
+  }
+
+  void OnWriteDone(bool ok) {
     bool write_next = false;
-    grpc::Status finish_with;
     bool finish = false;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (ok) service_->counters_->list_and_watch_updates.fetch_add(1);
-      if (!ok) {
-        finish = !finished_ || end_pending_;
+      if (ok) {
+        service_->counters_->list_and_watch_updates.fetch_add(1);
+        if (end_pending_) {
+          end_pending_ = false;
+          finish = true;
+          finishing_ = true;
+        } else if (!finished_ && NeedsWriteLocked()) {
+          PrepareWriteLocked();
+          write_next = true;
+        }
+      } else {
+        // The stream is broken (the kubelet went away): the done event follows.
         finished_ = true;
-        finish_with = grpc::Status(grpc::StatusCode::CANCELLED, "ListAndWatch stream broken");
-      } else if (end_pending_) {
-        finish = true;
-        finish_with = end_status_;
-      } else if (!finished_ && NeedsWriteLocked()) {
-        PrepareWriteLocked();
-        write_next = true;
+        end_pending_ = false;
       }
-      if (finish) end_pending_ = false;
     }
-    if (write_next) StartWrite(&response_);
-    if (finish) Finish(finish_with);
+    if (write_next) writer_.Write(response_, &written_);
+    if (finish) writer_.Finish(grpc::Status::OK, &finished_call_);
+    MaybeForget();
   }
 
-  void OnCancel() override {
-    VLOG(1) << service_->set_->resource_name() << ": ListAndWatch stream cancelled by the client";
-    FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-    if (service_->on_stream_cancelled_) service_->on_stream_cancelled_();
+  void OnFinishDone(bool) {
+    {
+      absl::MutexLock lock(&mu_);
+      finishing_ = false;
+    }
+    MaybeForget();
   }
 
-  void OnDone() override {
+  // The call is over: finished by us, or cancelled by the client (or by the server's shutdown).
+  void OnCallDone(bool) {
+    const bool cancelled = context_.IsCancelled();
+    {
+      absl::MutexLock lock(&mu_);
+      call_done_ = true;
+      finished_ = true;
+      end_pending_ = false;
+    }
+    if (cancelled) {
+      VLOG(1) << service_->set_->resource_name() << ": ListAndWatch stream cancelled by the client";
+      if (service_->on_stream_cancelled_) service_->on_stream_cancelled_();
+    }
+    MaybeForget();
+  }
+
+  // Once the call is over and no write or finish of ours is in flight, nothing will reach this
+  // object through the queue again.
+  void MaybeForget() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!call_done_ || writing_ || finishing_ || forgotten_) return;
+      forgotten_ = true;
+    }
     service_->set_->Unsubscribe(listener_id_);
     service_->Forget(this);  // may destroy this object: nothing may follow
   }
 
- private:
   // The ids the kubelet may hear of now: every device, or those advertise_now allows.
   std::vector<const Device*> AdvertisableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<const Device*> devices;
@@ -126,22 +197,11 @@ class DevicePluginService::Stream final
     }
   }
 
-  void FinishOnce(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-      if (writing_) {
-        // Finish after the write in flight completes (OnWriteDone).
-        end_pending_ = true;
-        end_status_ = status;
-        return;
-      }
-    }
-    Finish(status);
-  }
-
   DevicePluginService* const service_;
+  grpc::ServerContext context_;
+  v1beta1::Empty request_;
+  grpc::ServerAsyncWriter<v1beta1::ListAndWatchResponse> writer_;
+  Event arrived_, written_, finished_call_, done_;
   uint64_t listener_id_ = 0;
   absl::Mutex mu_;
   std::shared_ptr<const Snapshot> latest_ ABSL_GUARDED_BY(mu_);
@@ -149,9 +209,11 @@ class DevicePluginService::Stream final
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sent_version_ ABSL_GUARDED_BY(mu_) = 0;
   size_t sent_count_ ABSL_GUARDED_BY(mu_) = 0;  // devices in that message
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // no more writes
   bool end_pending_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // our Finish is in flight
+  bool call_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool forgotten_ ABSL_GUARDED_BY(mu_) = false;
   v1beta1::ListAndWatchResponse response_;  // owned by gRPC while a write is in flight
 };
 
@@ -204,24 +266,50 @@ void DevicePluginService::Forget(Stream* stream) {
   streams_.erase(it);
 }
 
-grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
-    grpc::CallbackServerContext* context, const v1beta1::Empty*,
-    v1beta1::DevicePluginOptions* response) {
+grpc::Status DevicePluginService::GetDevicePluginOptions(const v1beta1::Empty&,
+                                                         v1beta1::DevicePluginOptions* response) {
   *response = AdvertisedOptions(options_);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::ListAndWatch(
-    grpc::CallbackServerContext*, const v1beta1::Empty*) {
-  auto stream = std::make_shared<Stream>(this);
+void DevicePluginService::Serve(v1beta1::DevicePlugin::AsyncService* service,
+                                grpc::ServerCompletionQueue* cq) {
+  async_service_ = service;
+  cq_ = cq;
+  using v1beta1::DevicePlugin;
+  UnaryMethod<v1beta1::Empty, v1beta1::DevicePluginOptions>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestGetDevicePluginOptions(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) { return GetDevicePluginOptions(request, response); });
+  UnaryMethod<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestGetPreferredAllocation(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) { return GetPreferredAllocation(request, response); });
+  UnaryMethod<v1beta1::AllocateRequest, v1beta1::AllocateResponse>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestAllocate(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) { return Allocate(request, response); });
+  UnaryMethod<v1beta1::PreStartContainerRequest, v1beta1::PreStartContainerResponse>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestPreStartContainer(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) { return PreStartContainer(request, response); });
+  ArmStream();
+}
+
+void DevicePluginService::ArmStream() { (new Stream(this))->Wait(); }
+
+void DevicePluginService::Adopt(Stream* raw) {
+  std::shared_ptr<Stream> stream(raw);
   bool ended;
   {
-    // Every stream is kept alive by this map until its OnDone.
+    // Every stream is kept alive by this map until it is over (Forget).
     absl::MutexLock lock(&mu_);
     ended = ended_;
-    streams_[stream.get()] = stream;
+    streams_[raw] = stream;
   }
   counters_->streams_opened.fetch_add(1);
   if (ended) {
@@ -230,39 +318,34 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::Li
     LOG(INFO) << set_->resource_name() << ": ListAndWatch stream opened";
     stream->Begin(stream);
   }
-  return stream.get();
 }
 
-grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
-    grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest* request,
+grpc::Status DevicePluginService::GetPreferredAllocation(
+    const v1beta1::PreferredAllocationRequest& request,
     v1beta1::PreferredAllocationResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!options_.preferred_allocation) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "GetPreferredAllocation is not offered by this plugin"));
-    return reactor;
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "GetPreferredAllocation is not offered by this plugin");
   }
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  for (const auto& container : request->container_requests()) {
+  for (const auto& container : request.container_requests()) {
     auto* out = response->add_container_responses();
     for (std::string& id : options_.preferred_allocation(*snapshot, container)) {
       out->add_deviceids(std::move(id));
     }
   }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerContext* context,
-                                                        const v1beta1::AllocateRequest* request,
-                                                        v1beta1::AllocateResponse* response) {
+grpc::Status DevicePluginService::Allocate(const v1beta1::AllocateRequest& request,
+                                           v1beta1::AllocateResponse* response) {
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
   absl::Status status;
-  if (request->container_requests_size() == 0) {
+  if (request.container_requests_size() == 0) {
     status = absl::InvalidArgumentError("Allocate request has no container");
   }
   std::string cdi_fallback;
-  for (const auto& container : request->container_requests()) {
+  for (const auto& container : request.container_requests()) {
     status = BuildContainerAllocation(*snapshot, set_->resource_name(), container,
                                       options_.cdi_device_name,
                                       response->add_container_responses(), &cdi_fallback);
@@ -272,12 +355,11 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
     LOG(WARNING) << set_->resource_name()
                  << ": Allocate answers device nodes without CDI names: " << cdi_fallback;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (status.ok()) {
     counters_->allocations.fetch_add(1);
     if (VLOG_IS_ON(1)) {
       std::vector<std::string> containers;
-      for (const auto& container : request->container_requests()) {
+      for (const auto& container : request.container_requests()) {
         containers.push_back(absl::StrCat("[", absl::StrJoin(container.devices_ids(), " "), "]"));
       }
       VLOG(1) << set_->resource_name() << ": allocated " << absl::StrJoin(containers, " ");
@@ -287,26 +369,22 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
     response->Clear();
     LOG(WARNING) << set_->resource_name() << ": Allocate refused: " << status.message();
   }
-  reactor->Finish(ToGrpc(status));
-  return reactor;
+  return ToGrpc(status);
 }
 
-grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
-    grpc::CallbackServerContext* context, const v1beta1::PreStartContainerRequest* request,
-    v1beta1::PreStartContainerResponse*) {
+grpc::Status DevicePluginService::PreStartContainer(
+    const v1beta1::PreStartContainerRequest& request, v1beta1::PreStartContainerResponse*) {
   // The kubelet calls this only when the options say pre_start_required, that is when a
   // pre-start hook is set; without one there is nothing to prepare.
   absl::Status status;
   if (options_.pre_start) {
-    std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
+    std::vector<std::string> ids(request.devices_ids().begin(), request.devices_ids().end());
     status = options_.pre_start(*set_->Current(), ids);
     if (!status.ok()) {
       LOG(WARNING) << set_->resource_name() << ": PreStartContainer refused: " << status.message();
     }
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
-  return reactor;
+  return ToGrpc(status);
 }
 
 }  // namespace edgeaccel

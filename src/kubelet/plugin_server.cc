@@ -16,12 +16,12 @@
 namespace edgeaccel {
 
 PluginServer::PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-                           grpc::Service* extra_service, PluginOptions options,
+                           PluginWatcherService* registration, PluginOptions options,
                            std::function<void()> on_stream_cancelled)
     : socket_path_(std::move(socket_path)),
       set_(set),
       counters_(counters),
-      extra_service_(extra_service),
+      registration_(registration),
       options_(std::move(options)),
       on_stream_cancelled_(std::move(on_stream_cancelled)) {}
 
@@ -66,18 +66,30 @@ absl::Status PluginServer::Start() {
   }
 
   service_ = std::make_unique<DevicePluginService>(set_, counters_, options_, on_stream_cancelled_);
+  device_plugin_grpc_ = std::make_unique<v1beta1::DevicePlugin::AsyncService>();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  if (extra_service_ != nullptr) builder.RegisterService(extra_service_);
+  builder.RegisterService(device_plugin_grpc_.get());
+  if (registration_ != nullptr) {
+    registration_grpc_ = std::make_unique<pluginregistration::Registration::AsyncService>();
+    builder.RegisterService(registration_grpc_.get());
+  }
+  if (also_serve_ != nullptr) builder.RegisterService(also_serve_);
   // Keep a kubelet's idle ListAndWatch connection alive without pings from our side.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
     service_.reset();
+    device_plugin_grpc_.reset();
+    registration_grpc_.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_,
                                                " (does the directory exist and is it writable?)"));
   }
+  loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-grpc");
+  service_->Serve(device_plugin_grpc_.get(), loop_->cq());
+  if (registration_ != nullptr) registration_->Serve(registration_grpc_.get(), loop_->cq());
+  loop_->Start();
   // Only root (the kubelet) may connect: device plugin sockets hand out device access.
   chmod(socket_path_.c_str(), 0600);
   if (stat(socket_path_.c_str(), &st) == 0) inode_ = st.st_ino;
@@ -88,10 +100,16 @@ absl::Status PluginServer::Start() {
 void PluginServer::Stop(absl::Duration grace) {
   if (server_ == nullptr) return;
   service_->EndStreams();
+  // Calls still open at the deadline are cancelled; the loop runs their last events (and frees
+  // every call object still waiting) before the server and the services go.
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  loop_->Drain();
   server_->Wait();
+  loop_.reset();
   server_.reset();
   service_.reset();
+  device_plugin_grpc_.reset();
+  registration_grpc_.reset();
   struct stat st;
   if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_ && S_ISSOCK(st.st_mode)) {
     unlink(socket_path_.c_str());

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "glog/logging.h"
 
@@ -10,9 +11,25 @@ namespace edgeaccel {
 PluginWatcherService::PluginWatcherService(std::string resource_name)
     : resource_name_(std::move(resource_name)) {}
 
-grpc::ServerUnaryReactor* PluginWatcherService::GetInfo(grpc::CallbackServerContext* context,
-                                                        const pluginregistration::InfoRequest*,
-                                                        pluginregistration::PluginInfo* response) {
+void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService* service,
+                                 grpc::ServerCompletionQueue* cq) {
+  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestGetInfo(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) { return GetInfo(request, response); });
+  UnaryMethod<pluginregistration::RegistrationStatus,
+              pluginregistration::RegistrationStatusResponse>::Serve(
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestNotifyRegistrationStatus(context, request, responder, cq, cq, tag);
+      },
+      [this](const auto& request, auto* response) {
+        return NotifyRegistrationStatus(request, response);
+      });
+}
+
+grpc::Status PluginWatcherService::GetInfo(const pluginregistration::InfoRequest&,
+                                           pluginregistration::PluginInfo* response) {
   response->set_type(std::string(kPluginTypeDevicePlugin));
   response->set_name(resource_name_);
   // Empty endpoint: the DevicePlugin service is on this same socket, at whatever path the
@@ -20,26 +37,22 @@ grpc::ServerUnaryReactor* PluginWatcherService::GetInfo(grpc::CallbackServerCont
   response->set_endpoint("");
   response->add_supported_versions(std::string(kDevicePluginApiVersion));
   VLOG(1) << resource_name_ << ": plugin watcher asked for our info";
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
-grpc::ServerUnaryReactor* PluginWatcherService::NotifyRegistrationStatus(
-    grpc::CallbackServerContext* context, const pluginregistration::RegistrationStatus* request,
+grpc::Status PluginWatcherService::NotifyRegistrationStatus(
+    const pluginregistration::RegistrationStatus& request,
     pluginregistration::RegistrationStatusResponse*) {
-  if (request->plugin_registered()) {
+  if (request.plugin_registered()) {
     registered_.store(true);
     registrations_.fetch_add(1);
     LOG(INFO) << resource_name_ << ": registered with the kubelet through its plugin watcher";
   } else {
     registered_.store(false);
     LOG(ERROR) << resource_name_ << ": the kubelet's plugin watcher refused the registration: "
-               << request->error() << " (the kubelet retries on its own, with backoff)";
+               << request.error() << " (the kubelet retries on its own, with backoff)";
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return grpc::Status::OK;
 }
 
 }  // namespace edgeaccel

@@ -46,7 +46,7 @@ class OtherPluginsTest : public ::testing::Test {
   }
   // Another vendor's plugin for nvidia.com/gpu, as NVIDIA's names its socket.
   std::unique_ptr<PluginServer> Serve(const std::string& path, std::vector<Device> devices,
-                                      grpc::Service* extra = nullptr) {
+                                      PluginWatcherService* extra = nullptr) {
     sets_.push_back(std::make_unique<DeviceSet>("nvidia.com/gpu"));
     sets_.back()->Update(std::move(devices));
     auto server = std::make_unique<PluginServer>(path, sets_.back().get(), &counters_, extra);

@@ -1,9 +1,12 @@
 // The v1beta1 DevicePlugin service for one resource.
 //
-// The service uses gRPC's callback API: a ListAndWatch stream is a reactor with its own state
-// (last version sent, write in flight) that the DeviceSet wakes when the device list changes.
-// No thread sleeps per stream, nothing polls, and every stream sees every change: state is never
-// shared between streams, so an abandoned stream cannot swallow an update meant for a live one.
+// The service runs on a CompletionLoop (gRPC's async API, one thread of ours; see
+// completion_loop.h). A ListAndWatch stream is an object with its own state (last version sent,
+// write in flight) that the DeviceSet wakes when the device list changes: it starts the write
+// from whichever thread delivered the change, and the loop thread starts the next one when a
+// write completes. No thread sleeps per stream, nothing polls, and every stream sees every
+// change: state is never shared between streams, so an abandoned stream cannot swallow an
+// update meant for a live one. The unary methods are answered inline on the loop thread.
 #ifndef EDGEACCEL_KUBELET_DEVICE_PLUGIN_SERVICE_H_
 #define EDGEACCEL_KUBELET_DEVICE_PLUGIN_SERVICE_H_
 
@@ -19,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/plugin_options.h"
 
 namespace edgeaccel {
@@ -31,13 +35,17 @@ struct PluginCounters {
   std::atomic<uint64_t> streams_opened{0};
 };
 
-class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
+class DevicePluginService final {
  public:
-  // `on_stream_cancelled`, when set, runs (on a gRPC thread) whenever the kubelet ends a
+  // `on_stream_cancelled`, when set, runs (on the loop thread) whenever the kubelet ends a
   // ListAndWatch stream: it restarted, or it dropped our endpoint.
   DevicePluginService(DeviceSet* set, PluginCounters* counters, PluginOptions options,
                       std::function<void()> on_stream_cancelled = nullptr);
-  ~DevicePluginService() override;
+  ~DevicePluginService();
+
+  // Starts answering every method of `service` (registered with a started server) from `cq`,
+  // whose CompletionLoop runs the calls.
+  void Serve(v1beta1::DevicePlugin::AsyncService* service, grpc::ServerCompletionQueue* cq);
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
   void EndStreams();
@@ -47,25 +55,24 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // changed since its last message.
   void Readvertise();
 
-  grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
-                                                   const v1beta1::Empty* request,
-                                                   v1beta1::DevicePluginOptions* response) override;
-  grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(
-      grpc::CallbackServerContext* context, const v1beta1::Empty* request) override;
-  grpc::ServerUnaryReactor* GetPreferredAllocation(
-      grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest* request,
-      v1beta1::PreferredAllocationResponse* response) override;
-  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
-                                     const v1beta1::AllocateRequest* request,
-                                     v1beta1::AllocateResponse* response) override;
-  grpc::ServerUnaryReactor* PreStartContainer(
-      grpc::CallbackServerContext* context, const v1beta1::PreStartContainerRequest* request,
-      v1beta1::PreStartContainerResponse* response) override;
+  // The unary methods, as answered on the loop.
+  grpc::Status GetDevicePluginOptions(const v1beta1::Empty& request,
+                                      v1beta1::DevicePluginOptions* response);
+  grpc::Status GetPreferredAllocation(const v1beta1::PreferredAllocationRequest& request,
+                                      v1beta1::PreferredAllocationResponse* response);
+  grpc::Status Allocate(const v1beta1::AllocateRequest& request,
+                        v1beta1::AllocateResponse* response);
+  grpc::Status PreStartContainer(const v1beta1::PreStartContainerRequest& request,
+                                 v1beta1::PreStartContainerResponse* response);
 
   class Stream;  // one ListAndWatch call
 
  private:
   friend class Stream;
+  // Waits for the next ListAndWatch call.
+  void ArmStream();
+  // A stream's call arrived: keep it (the map owns it from here) and start it.
+  void Adopt(Stream* stream);
   void Forget(Stream* stream);
 
   DeviceSet* const set_;
@@ -75,6 +82,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  v1beta1::DevicePlugin::AsyncService* async_service_ = nullptr;
+  grpc::ServerCompletionQueue* cq_ = nullptr;
 };
 
 }  // namespace edgeaccel

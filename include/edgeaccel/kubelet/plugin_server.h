@@ -13,19 +13,21 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
 #include "edgeaccel/kubelet/plugin_options.h"
+#include "edgeaccel/kubelet/plugin_watcher_service.h"
 
 namespace edgeaccel {
 
-// A gRPC server on one Unix socket. Serves the DevicePlugin service and, when given, other
-// services on the same socket (the plugin watcher's Registration service).
+// A gRPC server on one Unix socket. Serves the DevicePlugin service and, when given, the plugin
+// watcher's Registration service on the same socket, from one CompletionLoop thread.
 class PluginServer {
  public:
   // `socket_path` is the path this process binds. `on_stream_cancelled`: see
   // DevicePluginService.
   PluginServer(std::string socket_path, DeviceSet* set, PluginCounters* counters,
-               grpc::Service* extra_service, PluginOptions options = {},
+               PluginWatcherService* registration, PluginOptions options = {},
                std::function<void()> on_stream_cancelled = nullptr);
   ~PluginServer();
 
@@ -45,17 +47,25 @@ class PluginServer {
   void Readvertise();
 
   const std::string& socket_path() const { return socket_path_; }
-  DevicePluginService* service() { return service_.get(); }
+
+  // Another service (sync or async with its own threads) on the same server; before Start().
+  // The benchmarks put an echo service beside Allocate this way.
+  void AlsoServe(grpc::Service* service) { also_serve_ = service; }
 
  private:
   const std::string socket_path_;
   DeviceSet* const set_;
   PluginCounters* const counters_;
-  grpc::Service* const extra_service_;
+  PluginWatcherService* const registration_;
+  grpc::Service* also_serve_ = nullptr;
   const PluginOptions options_;
   const std::function<void()> on_stream_cancelled_;
   std::unique_ptr<DevicePluginService> service_;
+  // Per server: gRPC binds an async service to the one server it was registered with.
+  std::unique_ptr<v1beta1::DevicePlugin::AsyncService> device_plugin_grpc_;
+  std::unique_ptr<pluginregistration::Registration::AsyncService> registration_grpc_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CompletionLoop> loop_;
   ino_t inode_ = 0;
 };
 

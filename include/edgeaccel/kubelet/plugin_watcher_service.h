@@ -11,17 +11,21 @@
 
 namespace edgeaccel {
 
-// The plugin watcher's Registration service for one resource.
-class PluginWatcherService final : public pluginregistration::Registration::CallbackService {
+// The plugin watcher's Registration service for one resource. It outlives the servers that
+// carry it (the registrar's socket is re-created when the kubelet restarts); each one calls
+// Serve() with its own AsyncService and queue.
+class PluginWatcherService final {
  public:
   explicit PluginWatcherService(std::string resource_name);
 
-  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
-                                    const pluginregistration::InfoRequest* request,
-                                    pluginregistration::PluginInfo* response) override;
-  grpc::ServerUnaryReactor* NotifyRegistrationStatus(
-      grpc::CallbackServerContext* context, const pluginregistration::RegistrationStatus* request,
-      pluginregistration::RegistrationStatusResponse* response) override;
+  // Starts answering `service`'s methods from `cq` (see CompletionLoop).
+  void Serve(pluginregistration::Registration::AsyncService* service,
+             grpc::ServerCompletionQueue* cq);
+
+  grpc::Status GetInfo(const pluginregistration::InfoRequest& request,
+                       pluginregistration::PluginInfo* response);
+  grpc::Status NotifyRegistrationStatus(const pluginregistration::RegistrationStatus& request,
+                                        pluginregistration::RegistrationStatusResponse* response);
 
   bool registered() const { return registered_.load(); }
   // The kubelet dropped the endpoint it had registered: no longer registered until it notifies

@@ -1,0 +1,111 @@
+// CompletionLoop: gRPC's asynchronous server API, driven by one thread of ours.
+//
+// Why not gRPC's callback or synchronous API: both bring threads that wake on timers while the
+// daemon is idle. The callback API's completion-queue threads wait with a 1 s deadline each
+// (two of them, ~4 wake-ups/s in all), and the sync API's pollers every 10 s. Here one thread
+// ("ea-grpc") waits on the completion queue with no deadline: it wakes only when a call
+// arrives, a write completes or a stream ends. Handlers run on that thread, inline, as the sync
+// API runs them on its pollers; Allocate and the rest are microseconds of work, so one thread
+// keeps up with the kubelet, which calls one at a time (docs/footprint.md has the figures).
+//
+// A call's state is a CompletionTag; its Proceed(ok) runs on the loop thread for each event.
+#ifndef EDGEACCEL_KUBELET_COMPLETION_LOOP_H_
+#define EDGEACCEL_KUBELET_COMPLETION_LOOP_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace edgeaccel {
+
+class CompletionTag {
+ public:
+  virtual ~CompletionTag() = default;
+  // One event of the call: `ok` is gRPC's (false: the call or the server is going away).
+  virtual void Proceed(bool ok) = 0;
+};
+
+class CompletionLoop {
+ public:
+  CompletionLoop(std::unique_ptr<grpc::ServerCompletionQueue> cq, std::string thread_name);
+  ~CompletionLoop();  // Drain()s if needed
+
+  grpc::ServerCompletionQueue* cq() const { return cq_.get(); }
+  void Start();
+  // Call after grpc::Server::Shutdown(): shuts the queue down, runs the events left (every
+  // waiting call is told ok=false and frees itself) and joins the thread.
+  void Drain();
+
+ private:
+  void Run();
+
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  const std::string thread_name_;
+  std::thread thread_;
+  bool drained_ = false;
+};
+
+// One unary method served on a loop: a call object waits for the next call of the method,
+// answers it with `handler` on the loop thread, and arms the next one before answering.
+template <typename Request, typename Response>
+class UnaryMethod {
+ public:
+  // The generated AsyncService's RequestX, bound to its service and queue.
+  using RequestFn = std::function<void(grpc::ServerContext*, Request*,
+                                       grpc::ServerAsyncResponseWriter<Response>*, void* tag)>;
+  using Handler = std::function<grpc::Status(const Request&, Response*)>;
+
+  // Starts waiting for calls; lives as long as calls can arrive (the last waiting call object
+  // holds it, and is told ok=false when the queue drains).
+  static void Serve(RequestFn request, Handler handler) {
+    auto method = std::make_shared<const UnaryMethod>(std::move(request), std::move(handler));
+    Arm(method);
+  }
+
+  UnaryMethod(RequestFn request, Handler handler)
+      : request_(std::move(request)), handler_(std::move(handler)) {}
+
+ private:
+  class Call final : public CompletionTag {
+   public:
+    explicit Call(std::shared_ptr<const UnaryMethod> method)
+        : method_(std::move(method)), responder_(&context_) {}
+    void Wait() { method_->request_(&context_, &request_, &responder_, this); }
+    void Proceed(bool ok) override {
+      if (answered_ || !ok) {  // the answer went out, or no call will come (shutdown)
+        delete this;
+        return;
+      }
+      answered_ = true;
+      Arm(method_);  // the next call may arrive while this one is answered
+      const grpc::Status status = method_->handler_(request_, &response_);
+      if (status.ok()) {
+        responder_.Finish(response_, status, this);
+      } else {
+        responder_.FinishWithError(status, this);
+      }
+    }
+
+   private:
+    const std::shared_ptr<const UnaryMethod> method_;
+    grpc::ServerContext context_;
+    Request request_;
+    Response response_;
+    grpc::ServerAsyncResponseWriter<Response> responder_;
+    bool answered_ = false;
+  };
+
+  static void Arm(const std::shared_ptr<const UnaryMethod>& method) {
+    (new Call(method))->Wait();
+  }
+
+  const RequestFn request_;
+  const Handler handler_;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_KUBELET_COMPLETION_LOOP_H_
