@@ -8,7 +8,8 @@
 set -euo pipefail
 packages=(cmake g++ make pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
           libgrpc++-dev libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
-          libcpp-httplib-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev openssl prometheus strace "$@")
+          libcpp-httplib-dev libssl-dev libmbedtls-dev nlohmann-json3-dev libyaml-cpp-dev openssl
+          prometheus strace "$@")
 lock_wait=${APT_LOCK_WAIT:-900}
 # apt's own wait (DPkg::Lock::Timeout) covers the dpkg locks that install takes; apt-get update
 # takes the lists lock and fails at once, so wait for every lock here first.

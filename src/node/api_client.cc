@@ -5,11 +5,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/oid.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,25 +27,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace edgeaccel {
 namespace {
-
-struct SslCtxFree {
-  void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
-};
-struct SslFree {
-  void operator()(SSL* ssl) const { SSL_free(ssl); }
-};
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-using SslCtxPtr = std::unique_ptr<SSL_CTX, SslCtxFree>;
-using SslPtr = std::unique_ptr<SSL, SslFree>;
-using BioPtr = std::unique_ptr<BIO, BioFree>;
 
 class Fd {
  public:
@@ -67,16 +58,47 @@ class Fd {
   int fd_;
 };
 
-// OpenSSL's queued errors as one line (and the queue emptied), or `fallback`.
-std::string OpenSslErrors(absl::string_view fallback) {
-  std::string out;
-  while (unsigned long code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof(buf));
-    if (!out.empty()) out += "; ";
-    out += buf;
+std::string MbedError(int code) {
+  char buf[200];
+  mbedtls_strerror(code, buf, sizeof(buf));
+  return buf;
+}
+
+// Everything one TLS connection needs, freed together.
+struct Tls {
+  Tls() {
+    mbedtls_entropy_init(&entropy);
+    mbedtls_ctr_drbg_init(&drbg);
+    mbedtls_ssl_init(&ssl);
+    mbedtls_ssl_config_init(&conf);
+    mbedtls_x509_crt_init(&ca);
+    mbedtls_x509_crt_init(&client_cert);
+    mbedtls_pk_init(&client_key);
   }
-  return out.empty() ? std::string(fallback) : out;
+  ~Tls() {
+    mbedtls_pk_free(&client_key);
+    mbedtls_x509_crt_free(&client_cert);
+    mbedtls_x509_crt_free(&ca);
+    mbedtls_ssl_config_free(&conf);
+    mbedtls_ssl_free(&ssl);
+    mbedtls_ctr_drbg_free(&drbg);
+    mbedtls_entropy_free(&entropy);
+  }
+  Tls(const Tls&) = delete;
+  Tls& operator=(const Tls&) = delete;
+
+  mbedtls_entropy_context entropy;
+  mbedtls_ctr_drbg_context drbg;
+  mbedtls_ssl_context ssl;
+  mbedtls_ssl_config conf;
+  mbedtls_x509_crt ca;
+  mbedtls_x509_crt client_cert;
+  mbedtls_pk_context client_key;
+};
+
+// PEM text as mbedTLS parses it: with its terminating NUL counted.
+const unsigned char* PemBytes(const std::string& pem) {
+  return reinterpret_cast<const unsigned char*>(pem.c_str());
 }
 
 std::string Endpoint(const ApiServerConfig& config) {
@@ -105,58 +127,100 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_vie
   }
 }
 
-absl::StatusOr<SslCtxPtr> MakeContext(const ApiServerConfig& config) {
-  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
-  if (ctx == nullptr) return absl::InternalError(OpenSslErrors("SSL_CTX_new failed"));
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+// The TLS settings: TLS 1.2 or later, the server verified against the configured CA, our client
+// certificate if there is one.
+absl::Status Configure(const ApiServerConfig& config, Tls& tls) {
+  static constexpr char kPersonalization[] = "edgeaccel-api-client";
+  int rc = mbedtls_ctr_drbg_seed(&tls.drbg, mbedtls_entropy_func, &tls.entropy,
+                                 reinterpret_cast<const unsigned char*>(kPersonalization),
+                                 sizeof(kPersonalization) - 1);
+  if (rc != 0) return absl::InternalError(absl::StrCat("no entropy for TLS: ", MbedError(rc)));
   if (!config.ca_pem.empty()) {
-    BioPtr bio(BIO_new_mem_buf(config.ca_pem.data(), static_cast<int>(config.ca_pem.size())));
-    X509_STORE* store = SSL_CTX_get_cert_store(ctx.get());
-    int added = 0;
-    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-      if (X509_STORE_add_cert(store, ca) == 1) added++;
-      X509_free(ca);
-    }
-    ERR_clear_error();  // the end of the data reads as an error
-    if (added == 0) {
+    rc = mbedtls_x509_crt_parse(&tls.ca, PemBytes(config.ca_pem), config.ca_pem.size() + 1);
+    if (rc < 0 || tls.ca.version == 0) {
       return absl::InvalidArgumentError("the API server's CA data holds no PEM certificate");
     }
-  } else if (!config.ca_file.empty()) {
+  } else {
+    // In a pod the service account's CA; a kubeconfig names its own. With neither, the system's
+    // bundle where there is one (the image has none).
+    const std::string path =
+        config.ca_file.empty() ? "/etc/ssl/certs/ca-certificates.crt" : config.ca_file;
     struct stat st;
-    if (stat(config.ca_file.c_str(), &st) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot read the API server's CA file ", config.ca_file, ": ",
-                       strerror(errno)));
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot read the API server's CA file ", path, ": ", strerror(errno)));
     }
-    if (SSL_CTX_load_verify_locations(ctx.get(), config.ca_file.c_str(), nullptr) != 1) {
+    rc = mbedtls_x509_crt_parse_file(&tls.ca, path.c_str());
+    if (rc < 0 || tls.ca.version == 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat("the API server's CA file ", config.ca_file, " holds no usable PEM "
-                       "certificate: ", OpenSslErrors("unreadable")));
+          absl::StrCat("the API server's CA file ", path, " holds no usable PEM certificate",
+                       rc < 0 ? absl::StrCat(": ", MbedError(rc)) : std::string()));
     }
-  } else if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
-    return absl::FailedPreconditionError(OpenSslErrors("no CA to verify the API server with"));
   }
   if (!config.client_cert_pem.empty()) {
-    BioPtr cert_bio(BIO_new_mem_buf(config.client_cert_pem.data(),
-                                    static_cast<int>(config.client_cert_pem.size())));
-    BioPtr key_bio(BIO_new_mem_buf(config.client_key_pem.data(),
-                                   static_cast<int>(config.client_key_pem.size())));
-    X509* cert = PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr);
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
-    const bool ok = cert != nullptr && key != nullptr &&
-                    SSL_CTX_use_certificate(ctx.get(), cert) == 1 &&
-                    SSL_CTX_use_PrivateKey(ctx.get(), key) == 1 &&
-                    SSL_CTX_check_private_key(ctx.get()) == 1;
-    X509_free(cert);  // the context holds its own references
-    EVP_PKEY_free(key);
-    if (!ok) {
+    rc = mbedtls_x509_crt_parse(&tls.client_cert, PemBytes(config.client_cert_pem),
+                                config.client_cert_pem.size() + 1);
+    if (rc == 0) {
+      rc = mbedtls_pk_parse_key(&tls.client_key, PemBytes(config.client_key_pem),
+                                config.client_key_pem.size() + 1, nullptr, 0);
+    }
+    if (rc == 0) rc = mbedtls_pk_check_pair(&tls.client_cert.pk, &tls.client_key);
+    if (rc != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the client certificate or key is not PEM, or they do not match: ",
-          OpenSslErrors("unreadable")));
+          "the client certificate or key is not PEM, or they do not match: ", MbedError(rc)));
     }
   }
-  return ctx;
+  rc = mbedtls_ssl_config_defaults(&tls.conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                   MBEDTLS_SSL_PRESET_DEFAULT);
+  if (rc != 0) return absl::InternalError(absl::StrCat("TLS settings: ", MbedError(rc)));
+  mbedtls_ssl_conf_min_version(&tls.conf, MBEDTLS_SSL_MAJOR_VERSION_3,
+                               MBEDTLS_SSL_MINOR_VERSION_3);  // TLS 1.2
+  mbedtls_ssl_conf_authmode(&tls.conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+  mbedtls_ssl_conf_ca_chain(&tls.conf, &tls.ca, nullptr);
+  mbedtls_ssl_conf_rng(&tls.conf, mbedtls_ctr_drbg_random, &tls.drbg);
+  if (!config.client_cert_pem.empty()) {
+    rc = mbedtls_ssl_conf_own_cert(&tls.conf, &tls.client_cert, &tls.client_key);
+    if (rc != 0) return absl::InternalError(absl::StrCat("client certificate: ", MbedError(rc)));
+  }
+  return absl::OkStatus();
+}
+
+// The socket under the TLS session; non-blocking, so mbedTLS asks to be called again.
+int SendOnSocket(void* context, const unsigned char* data, size_t size) {
+  const ssize_t n = send(*static_cast<int*>(context), data, size, MSG_NOSIGNAL);
+  if (n >= 0) return static_cast<int>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return MBEDTLS_ERR_SSL_WANT_WRITE;
+  return errno == EPIPE || errno == ECONNRESET ? MBEDTLS_ERR_NET_CONN_RESET
+                                               : MBEDTLS_ERR_NET_SEND_FAILED;
+}
+
+int ReceiveFromSocket(void* context, unsigned char* data, size_t size) {
+  const ssize_t n = recv(*static_cast<int*>(context), data, size, 0);
+  if (n >= 0) return static_cast<int>(n);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return MBEDTLS_ERR_SSL_WANT_READ;
+  return errno == ECONNRESET ? MBEDTLS_ERR_NET_CONN_RESET : MBEDTLS_ERR_NET_RECV_FAILED;
+}
+
+// Whether the certificate names `host`, an IP address, in its subjectAltName (mbedTLS 2.28
+// checks DNS names only).
+bool CertificateNamesAddress(const mbedtls_x509_crt& cert, const std::string& host) {
+  unsigned char address[sizeof(in6_addr)];
+  size_t length = 0;
+  if (inet_pton(AF_INET, host.c_str(), address) == 1) {
+    length = 4;
+  } else if (inet_pton(AF_INET6, host.c_str(), address) == 1) {
+    length = 16;
+  } else {
+    return false;
+  }
+  for (const mbedtls_x509_sequence* san = &cert.subject_alt_names; san != nullptr;
+       san = san->next) {
+    if (san->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_X509_SAN_IP_ADDRESS) &&
+        san->buf.len == length && memcmp(san->buf.p, address, length) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // A TCP connection to the first address of `config.host` that answers before the deadline.
@@ -207,28 +271,24 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out
       absl::StrCat("cannot connect to the API server at ", Endpoint(config), ": ", last_error));
 }
 
-// Runs one non-blocking OpenSSL step until it completes or the deadline passes. Returns the
-// step's result (> 0 done, 0 clean close) or an error.
+// Runs one non-blocking TLS step until it completes or the deadline passes. Returns the
+// step's result (> 0 done, 0 end of stream) or an error.
 template <typename Step>
-absl::StatusOr<int> Drive(SSL* ssl, int fd, absl::Time deadline, absl::string_view what,
-                          Step step) {
+absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, Step step) {
   while (true) {
-    ERR_clear_error();
     const int n = step();
-    if (n > 0) return n;
-    const int error = SSL_get_error(ssl, n);
-    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+    if (n >= 0) return n;
+    if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
       absl::Status waited =
-          WaitFor(fd, error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, what);
+          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what);
       if (!waited.ok()) return waited;
       continue;
     }
-    if (error == SSL_ERROR_ZERO_RETURN) return 0;
-    if (error == SSL_ERROR_SYSCALL) {
-      // EOF without close_notify: many servers just close after `Connection: close`.
-      if (ERR_peek_error() == 0) return 0;
-    }
-    return absl::UnavailableError(absl::StrCat(what, ": ", OpenSslErrors("connection failed")));
+    // The server's close (with or without close_notify) ends an answer read to the end.
+    if (n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF) return 0;
+    return absl::Status(n == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED ? absl::StatusCode::kUnauthenticated
+                                                                 : absl::StatusCode::kUnavailable,
+                        absl::StrCat(what, ": ", MbedError(n)));
   }
 }
 
@@ -336,35 +396,46 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
                                                 absl::string_view body) const {
   const absl::Time deadline = absl::Now() + config_.timeout;
   const std::string what = absl::StrCat(method, " ", path);
-  absl::StatusOr<SslCtxPtr> ctx = MakeContext(config_);
-  if (!ctx.ok()) return ctx.status();
+  Tls tls;
+  if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
   Fd fd;
   if (absl::Status connected = Connect(config_, deadline, fd); !connected.ok()) return connected;
 
-  SslPtr ssl(SSL_new(ctx->get()));
-  if (ssl == nullptr || SSL_set_fd(ssl.get(), fd.get()) != 1) {
-    return absl::InternalError(OpenSslErrors("SSL_new failed"));
-  }
-  if (IsIpAddress(config_.host)) {
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl.get()), config_.host.c_str());
-  } else {
-    SSL_set_tlsext_host_name(ssl.get(), config_.host.c_str());
-    SSL_set1_host(ssl.get(), config_.host.c_str());
-  }
-  absl::StatusOr<int> handshake =
-      Drive(ssl.get(), fd.get(), deadline, "TLS handshake", [&] { return SSL_connect(ssl.get()); });
-  if (!handshake.ok() || *handshake == 0) {
-    const long verify = SSL_get_verify_result(ssl.get());
-    if (verify != X509_V_OK) {
+  int rc = mbedtls_ssl_setup(&tls.ssl, &tls.conf);
+  const bool by_address = IsIpAddress(config_.host);
+  // A DNS name goes in SNI and is checked against the certificate by mbedTLS; an address is
+  // checked below, once the chain is verified.
+  if (rc == 0 && !by_address) rc = mbedtls_ssl_set_hostname(&tls.ssl, config_.host.c_str());
+  if (rc != 0) return absl::InternalError(absl::StrCat("TLS session: ", MbedError(rc)));
+  int socket_fd = fd.get();
+  mbedtls_ssl_set_bio(&tls.ssl, &socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
+  absl::StatusOr<int> handshake = Drive(socket_fd, deadline, "TLS handshake",
+                                        [&] { return mbedtls_ssl_handshake(&tls.ssl); });
+  if (!handshake.ok() || *handshake != 0) {
+    const uint32_t flags = mbedtls_ssl_get_verify_result(&tls.ssl);
+    if (flags != 0 && flags != static_cast<uint32_t>(-1)) {
+      char info[512];
+      mbedtls_x509_crt_verify_info(info, sizeof(info), "", flags);
+      std::string reasons(info);
+      while (!reasons.empty() && reasons.back() == '\n') reasons.pop_back();
+      absl::StrReplaceAll({{"\n", "; "}}, &reasons);
       return absl::UnavailableError(absl::StrCat(
-          "the API server at ", Endpoint(config_), " failed verification: ",
-          X509_verify_cert_error_string(verify), " (check the CA, and that its certificate names ",
-          config_.host, ")"));
+          "the API server at ", Endpoint(config_), " failed verification: ", reasons,
+          " (check the CA, and that its certificate names ", config_.host, ")"));
     }
     return absl::Status(
         handshake.ok() ? absl::StatusCode::kUnavailable : handshake.status().code(),
         absl::StrCat("TLS with the API server at ", Endpoint(config_), " failed: ",
                      handshake.ok() ? "the connection was closed" : handshake.status().message()));
+  }
+  if (by_address) {
+    const mbedtls_x509_crt* peer = mbedtls_ssl_get_peer_cert(&tls.ssl);
+    if (peer == nullptr || !CertificateNamesAddress(*peer, config_.host)) {
+      return absl::UnavailableError(absl::StrCat(
+          "the API server at ", Endpoint(config_), " failed verification: its certificate does "
+          "not name the address ", config_.host, " (hostname mismatch: no IP subjectAltName ",
+          config_.host, ")"));
+    }
   }
 
   std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", Endpoint(config_),
@@ -379,8 +450,9 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   absl::StrAppend(&request, "\r\n", body);
   size_t sent = 0;
   while (sent < request.size()) {
-    absl::StatusOr<int> n = Drive(ssl.get(), fd.get(), deadline, what, [&] {
-      return SSL_write(ssl.get(), request.data() + sent, static_cast<int>(request.size() - sent));
+    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, [&] {
+      return mbedtls_ssl_write(&tls.ssl, reinterpret_cast<const unsigned char*>(request.data()) + sent,
+                               request.size() - sent);
     });
     if (!n.ok()) return n.status();
     if (*n == 0) return absl::UnavailableError(absl::StrCat(what, ": the server closed the connection"));
@@ -390,8 +462,9 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   std::string raw;
   char buf[16 * 1024];
   while (true) {
-    absl::StatusOr<int> n = Drive(ssl.get(), fd.get(), deadline, what,
-                                  [&] { return SSL_read(ssl.get(), buf, sizeof(buf)); });
+    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, [&] {
+      return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
+    });
     if (!n.ok()) return n.status();
     const bool at_eof = *n == 0;
     raw.append(buf, at_eof ? 0 : *n);
@@ -402,7 +475,7 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
     if (!parsed.ok()) return absl::Status(parsed.status().code(),
                                           absl::StrCat(what, ": ", parsed.status().message()));
     if (parsed->complete) {
-      SSL_shutdown(ssl.get());  // best effort: our close_notify
+      mbedtls_ssl_close_notify(&tls.ssl);  // best effort
       return std::move(parsed->response);
     }
   }

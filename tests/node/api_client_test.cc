@@ -124,7 +124,7 @@ TEST_F(ApiClientTest, AnUnknownCaIsRefusedBeforeAnythingIsSent) {
   absl::Status status = ApiClient(Config("other")).Request("GET", "/plain").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("failed verification"));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("self-signed certificate"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not correctly signed by the trusted CA"));
 }
 
 TEST_F(ApiClientTest, ANameTheCertificateDoesNotCarryIsRefused) {
@@ -132,7 +132,33 @@ TEST_F(ApiClientTest, ANameTheCertificateDoesNotCarryIsRefused) {
   config.host = "localhost";  // resolves to the server, but its certificate names 127.0.0.1 only
   absl::Status status = ApiClient(config).Request("GET", "/plain").status();
   EXPECT_THAT(std::string(status.message()), HasSubstr("failed verification"));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("mismatch"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("does not match"));
+}
+
+// Reached by IP address (as in a pod: KUBERNETES_SERVICE_HOST), the certificate must carry that
+// address as an IP subjectAltName; a CN or a DNS name that reads like it does not count.
+TEST(ApiClientAddressTest, AnAddressMustBeAnIpSubjectAltName) {
+  TempDir dir;
+  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                    "-addext subjectAltName=DNS:127.0.0.1,DNS:localhost -keyout " + dir.path() +
+                    "/s.key -out " + dir.path() + "/s.crt 2>/dev/null").c_str()), 0);
+  httplib::SSLServer server((dir.path() + "/s.crt").c_str(), (dir.path() + "/s.key").c_str());
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "a/b"); });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread thread([&] { server.listen_after_bind(); });
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = port;
+  config.ca_file = dir.path() + "/s.crt";
+  config.timeout = absl::Seconds(5);
+  absl::Status status = ApiClient(config).Request("GET", "/").status();
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("its certificate does not name the address 127.0.0.1"));
+  config.host = "localhost";  // the DNS name it does carry: accepted
+  absl::StatusOr<HttpResponse> by_name = ApiClient(config).Request("GET", "/");
+  EXPECT_TRUE(by_name.ok()) << by_name.status();
+  server.stop();
+  thread.join();
 }
 
 TEST_F(ApiClientTest, BadConfigurationIsAClearError) {
