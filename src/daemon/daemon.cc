@@ -80,6 +80,9 @@ Daemon::Daemon(DaemonConfig config)
     options.plugin.pre_start = CachedAllocationCheck(
         absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
     options.take_over = config_.take_over.count(set->resource_name()) > 0;
+    options.warn = [this](const std::string& reason, const std::string& message) {
+      RecordEvent({true, reason, message});
+    };
     resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
   }
   if (!config_.nfd_features_dir.empty()) {
@@ -124,6 +127,16 @@ absl::Status Daemon::Start() {
     if (!api.ok()) return api.status();
     node_labeler_ = std::make_unique<NodeLabeler>(*api);
     node_labeler_->Start();
+    if (config_.node_events) {
+      node_events_ = std::make_unique<NodeEventRecorder>(*api);
+      node_events_->Start();
+      // Before the first scan, so a device that is Unhealthy from the start is told too.
+      for (auto& resource : resources_) {
+        Resource* r = resource.get();
+        r->events_listener = r->set->Subscribe(
+            [this, r](std::shared_ptr<const Snapshot> snapshot) { RecordHealthEvents(r, *snapshot); });
+      }
+    }
   }
   absl::Status status = watcher_.Start();  // the first scan of every family happens in here
   if (!status.ok()) return status;
@@ -275,13 +288,69 @@ void Daemon::Stop() {
   watcher_.Stop();
   sinks_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
+  for (auto& resource : resources_) resource->registrar->Stop();
+  // After everything that records has stopped; what is still queued is dropped.
+  if (node_events_ != nullptr) node_events_->Stop();
   if (nfd_writer_ != nullptr) nfd_writer_->Stop();
   for (auto& resource : resources_) {
-    resource->registrar->Stop();
     // The CDI spec stays on disk (see CdiSpecFile): containers that restart while we are away
     // resolve their cached CDI names from it.
     if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
   }
+}
+
+void Daemon::RecordEvent(NodeEvent event) {
+  if (node_events_ != nullptr) node_events_->Record(std::move(event));
+}
+
+namespace {
+
+// The word for a resource's devices in an Event's reason ("EdgeTPUUnhealthy").
+std::string EventNoun(const std::string& resource) {
+  if (resource == kResourceEdgeTpu) return "EdgeTPU";
+  if (resource == kResourceNvidiaGpu) return "GPU";
+  return "Device";
+}
+
+}  // namespace
+
+void Daemon::RecordHealthEvents(Resource* resource, const Snapshot& snapshot) {
+  const std::string noun = EventNoun(resource->set->resource_name());
+  std::map<std::string, std::pair<Health, std::string>> now;
+  for (const Device& device : snapshot.devices) {
+    if (!device.replica_of.empty()) continue;  // a replica's health is its device's
+    now[device.id] = {device.health, device.unhealthy_reason};
+  }
+  std::vector<NodeEvent> events;
+  {
+    absl::MutexLock lock(&resource->events_mu);
+    const bool first = !resource->events_seen_any;
+    resource->events_seen_any = true;
+    for (const auto& [id, health] : now) {
+      auto before = resource->events_health.find(id);
+      const bool was_healthy = before == resource->events_health.end()
+                                   ? true
+                                   : before->second.first == Health::kHealthy;
+      if (health.first != Health::kHealthy &&
+          (was_healthy || before->second.second != health.second)) {
+        events.push_back({true, noun + "Unhealthy", absl::StrCat(id, ": ", health.second)});
+      } else if (health.first == Health::kHealthy && !was_healthy) {
+        events.push_back({false, noun + "Healthy", absl::StrCat(id, ": healthy again")});
+      }
+    }
+    if (!first) {
+      for (const auto& [id, health] : resource->events_health) {
+        if (!now.count(id)) {
+          events.push_back({true, noun + "Removed",
+                            absl::StrCat(id, ": no longer found on the node (unplugged, or its "
+                                             "driver unloaded); ",
+                                         resource->set->resource_name(), " drops by one")});
+        }
+      }
+    }
+    resource->events_health = std::move(now);
+  }
+  for (NodeEvent& event : events) RecordEvent(std::move(event));
 }
 
 void Daemon::ScanOnce() { watcher_.ScanAll(); }

@@ -88,6 +88,10 @@ ABSL_FLAG(bool, seed_labels, false,
 ABSL_FLAG(bool, label_node, false,
           "Keep the node labels on this node's Node object through the Kubernetes API (merge "
           "patch, only on change; needs get/patch on nodes).");
+ABSL_FLAG(bool, node_events, true,
+          "With --label-node: also record Kubernetes Events on this node (a device turning "
+          "Unhealthy or healthy again or going away, a refused registration, a resource left to "
+          "another plugin), as kubectl describe node shows them; needs create/patch on events.");
 ABSL_FLAG(std::string, node_name, "", "This node's name; default: the NODE_NAME environment variable.");
 ABSL_FLAG(std::string, kubeconfig, "",
           "With --label-node outside a pod: the kubeconfig whose current context to use (server, "
@@ -144,6 +148,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.nfd_features_dir = absl::GetFlag(FLAGS_nfd_features_dir);
   config.seed_labels = absl::GetFlag(FLAGS_seed_labels);
   config.label_node = absl::GetFlag(FLAGS_label_node);
+  config.node_events = absl::GetFlag(FLAGS_node_events);
   config.node_name = absl::GetFlag(FLAGS_node_name);
   if (config.node_name.empty() && getenv("NODE_NAME") != nullptr) config.node_name = getenv("NODE_NAME");
   config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);

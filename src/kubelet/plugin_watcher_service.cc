@@ -8,8 +8,9 @@
 
 namespace edgeaccel {
 
-PluginWatcherService::PluginWatcherService(std::string resource_name)
-    : resource_name_(std::move(resource_name)) {}
+PluginWatcherService::PluginWatcherService(
+    std::string resource_name, std::function<void(const std::string& error)> on_refused)
+    : resource_name_(std::move(resource_name)), on_refused_(std::move(on_refused)) {}
 
 void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService* service,
                                  grpc::ServerCompletionQueue* cq) {
@@ -51,6 +52,7 @@ grpc::Status PluginWatcherService::NotifyRegistrationStatus(
     registered_.store(false);
     LOG(ERROR) << resource_name_ << ": the kubelet's plugin watcher refused the registration: "
                << request.error() << " (the kubelet retries on its own, with backoff)";
+    if (on_refused_) on_refused_(request.error());
   }
   return grpc::Status::OK;
 }

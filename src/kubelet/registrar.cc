@@ -61,7 +61,12 @@ bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode) {
 ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
     : options_(std::move(options)),
       set_(set),
-      watcher_service_(set->resource_name()),
+      watcher_service_(set->resource_name(),
+                       [this](const std::string& error) {
+                         Warn("DevicePluginRegistrationRefused",
+                              absl::StrCat(set_->resource_name(), ": the kubelet's plugin "
+                                           "watcher refused the registration: ", error));
+                       }),
       backoff_(kInitialBackoff, options_.max_backoff, /*jitter=*/0.2) {}
 
 ResourceRegistrar::~ResourceRegistrar() { Stop(); }
@@ -287,8 +292,16 @@ void ResourceRegistrar::FinishRegisterCall() {
                            " (is the kubelet running? is --device-plugin-dir right?)");
   }
   retry_at_ = absl::Now() + backoff_.Next();
-  Complain(absl::StrCat("the kubelet did not accept our registration: ", message,
-                        "; retrying with backoff"));
+  const std::string complaint =
+      absl::StrCat("the kubelet did not accept our registration: ", message);
+  if (complaint + "; retrying with backoff" != last_complaint_) {
+    Warn("DevicePluginRegistrationRefused", absl::StrCat(resource, ": ", complaint));
+  }
+  Complain(absl::StrCat(complaint, "; retrying with backoff"));
+}
+
+void ResourceRegistrar::Warn(const std::string& reason, const std::string& message) {
+  if (options_.warn) options_.warn(reason, message);
 }
 
 void ResourceRegistrar::Wait(absl::Duration timeout) {
@@ -415,6 +428,10 @@ bool ResourceRegistrar::LeaveToOtherPlugin() {
     leave(other->socket);
     // Said once the state holds: /healthz and left_to() agree with the log from this line on.
     if (was_left_to != other->socket) {
+      Warn("DevicePluginTakeoverRefused",
+           absl::StrCat(resource, ": not registered: another device plugin serves it (",
+                        other->socket, ": ", other->evidence,
+                        "); start with --take-over to replace it"));
       LOG(WARNING) << resource << ": not registering it: another device plugin serves it ("
                    << other->socket << ", registered through " << other->registration << ": "
                    << other->evidence << "). Leaving " << resource

@@ -23,6 +23,7 @@
 #include "eventually.h"
 #include "fixture_host.h"
 #include "other_plugin.h"
+#include "test_api_server.h"
 #include "test_kubelet.h"
 
 namespace edgeaccel {
@@ -457,6 +458,84 @@ INSTANTIATE_TEST_SUITE_P(
 // Another vendor's plugin already serves coral.ai/edgetpu on this node: the daemon does not take
 // it over (no second registration, no war), says so in its log and in --discover, and counts
 // itself healthy, since leaving it is by design.
+// With API access, `kubectl describe node` tells why a device left Allocatable: Events on the
+// Node, shaped like the kubelet's own (kubectl selects them by involvedObject kind, name and uid).
+class NodeEventsTest : public E2eTest {
+ protected:
+  std::unique_ptr<DaemonProcess> StartDaemonWithApi(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--label-node", "--node-name=node-1",
+                                     "--api-server=" + api_.url(),
+                                     "--api-token-file=" + api_.token_file(),
+                                     "--api-ca-file=" + api_.ca_file()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return StartDaemon(args);
+  }
+  ::edgeaccel::testing::TestApiServer api_;
+};
+
+TEST_F(NodeEventsTest, AnUnhealthyDeviceIsAWarningOnTheNodeAndItsRecoveryToo) {
+  kubelet_.Start();
+  auto daemon = StartDaemonWithApi();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  nlohmann::json event = api_.WaitForEvent("EdgeTPUUnhealthy", "0000:04:00.0: ");
+  ASSERT_FALSE(event.is_null()) << daemon->Log();
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_THAT(event["message"].get<std::string>(), HasSubstr("/dev/apex_1"));
+  EXPECT_EQ(event["involvedObject"]["kind"], "Node");
+  EXPECT_EQ(event["involvedObject"]["name"], "node-1");
+  EXPECT_EQ(event["involvedObject"]["uid"], "node-1");
+  EXPECT_EQ(event["source"]["component"], "edgeaccel-device-plugin");
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  ASSERT_TRUE(Advertised(2, 2));
+  event = api_.WaitForEvent("EdgeTPUHealthy", "0000:04:00.0: healthy again");
+  ASSERT_FALSE(event.is_null()) << daemon->Log();
+  EXPECT_EQ(event["type"], "Normal");
+  // The same failure again is the same Event, counted, as the kubelet's recorder does it.
+  host_.Remove("/dev/apex_1");
+  ASSERT_FALSE(api_.WaitForEvent("EdgeTPUUnhealthy", "0000:04:00.0: ", 2).is_null())
+      << daemon->Log();
+  EXPECT_EQ(api_.Events().size(), 2u);
+}
+
+TEST_F(NodeEventsTest, ARefusedRegistrationIsAWarningOnTheNode) {
+  kubelet_.RefuseRegistrations("plugin version mismatch");
+  kubelet_.Start();
+  auto daemon = StartDaemonWithApi();
+  nlohmann::json event = api_.WaitForEvent("DevicePluginRegistrationRefused", "coral.ai/edgetpu");
+  ASSERT_FALSE(event.is_null()) << daemon->Log();
+  EXPECT_THAT(event["message"].get<std::string>(), HasSubstr("plugin version mismatch"));
+}
+
+TEST_F(NodeEventsTest, LeavingAResourceToAnotherPluginIsAWarningOnTheNode) {
+  kubelet_.Start();
+  ::edgeaccel::testing::OtherPlugin other(kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock", kTpu,
+                                          {"vendor-tpu-0", "vendor-tpu-1"});
+  ASSERT_TRUE(other.Start().ok());
+  auto daemon = StartDaemonWithApi();
+  nlohmann::json event = api_.WaitForEvent("DevicePluginTakeoverRefused", other.socket());
+  ASSERT_FALSE(event.is_null()) << daemon->Log();
+  EXPECT_THAT(event["message"].get<std::string>(), HasSubstr("--take-over"));
+}
+
+TEST_F(NodeEventsTest, AnApiServerThatRefusesEventsNeverHoldsUpServing) {
+  api_.RefuseEventsWith(403);
+  kubelet_.Start();
+  auto daemon = StartDaemonWithApi();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  ASSERT_TRUE(daemon->WaitForLog("cannot record events on node node-1: HTTP 403"))
+      << daemon->Log();
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .numa_node = 0});
+  ASSERT_TRUE(Advertised(2, 2));
+  host_.Remove("/dev/apex_0");
+  ASSERT_TRUE(Advertised(2, 1));
+  const std::vector<std::string> parts = absl::StrSplit(daemon->Log(), "cannot record events");
+  EXPECT_EQ(parts.size(), 2u) << "one log line per refusal reason";
+}
+
 TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
   kubelet_.Start();
   ::edgeaccel::testing::OtherPlugin other(kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock", kTpu,

@@ -46,6 +46,9 @@ struct DaemonConfig {
   bool seed_labels = false;
   // Patch our own Node's labels through the Kubernetes API.
   bool label_node = false;
+  // With label_node: also record Events on our Node (health changes, refused registrations,
+  // resources left to another plugin).
+  bool node_events = true;
   std::string node_name;   // NODE_NAME
   std::string kubeconfig;  // outside a pod: the kubeconfig to use
   std::string api_server;  // https://host:port; empty: in-cluster (KUBERNETES_SERVICE_HOST/PORT)

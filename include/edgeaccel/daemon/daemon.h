@@ -3,6 +3,7 @@
 #ifndef EDGEACCEL_DAEMON_DAEMON_H_
 #define EDGEACCEL_DAEMON_DAEMON_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "edgeaccel/inventory/host_watcher.h"
 #include "edgeaccel/kubelet/registrar.h"
 #include "edgeaccel/node/cdi_spec.h"
+#include "edgeaccel/node/node_events.h"
 #include "edgeaccel/node/node_labeler.h"
 #include "edgeaccel/node/node_labels.h"
 
@@ -63,6 +65,11 @@ class Daemon {
     uint64_t cdi_attempted_version = 0;  // the snapshot last handed to cdi_writer (sink thread)
     absl::Mutex cdi_mu;
     absl::flat_hash_set<std::string> cdi_settled ABSL_GUARDED_BY(cdi_mu);
+    // Health of each physical device in the last snapshot seen, for Node events.
+    uint64_t events_listener = 0;
+    absl::Mutex events_mu;
+    bool events_seen_any ABSL_GUARDED_BY(events_mu) = false;
+    std::map<std::string, std::pair<Health, std::string>> events_health ABSL_GUARDED_BY(events_mu);
   };
 
   Resource* ResourceFor(const std::string& name);
@@ -73,6 +80,9 @@ class Daemon {
   void StartRegistrar(Resource* resource);
   // Writes the CDI spec for the resource's current devices, then lets ListAndWatch name them.
   void WriteCdi(Resource* resource);
+  // Events on our Node for what changed between `resource`'s last snapshot and `snapshot`.
+  void RecordHealthEvents(Resource* resource, const Snapshot& snapshot);
+  void RecordEvent(NodeEvent event);
 
   const DaemonConfig config_;
   Host host_;
@@ -89,6 +99,8 @@ class Daemon {
   std::unique_ptr<RetryingFileWriter> nfd_writer_;  // with --nfd-features-dir
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<NodeLabeler> node_labeler_;
+  // With --label-node and --node-events; set in Start() before any thread that records.
+  std::unique_ptr<NodeEventRecorder> node_events_;
 };
 
 }  // namespace edgeaccel

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "pluginregistration_v1.grpc.pb.h"
@@ -16,7 +17,9 @@ namespace edgeaccel {
 // Serve() with its own AsyncService and queue.
 class PluginWatcherService final {
  public:
-  explicit PluginWatcherService(std::string resource_name);
+  // `on_refused`, when set, hears the kubelet's error when it refuses the registration.
+  explicit PluginWatcherService(std::string resource_name,
+                                std::function<void(const std::string& error)> on_refused = nullptr);
 
   // Starts answering `service`'s methods from `cq` (see CompletionLoop).
   void Serve(pluginregistration::Registration::AsyncService* service,
@@ -35,6 +38,7 @@ class PluginWatcherService final {
 
  private:
   const std::string resource_name_;
+  const std::function<void(const std::string& error)> on_refused_;
   std::atomic<bool> registered_{false};
   std::atomic<uint64_t> registrations_{0};
 };

@@ -26,6 +26,7 @@
 #define EDGEACCEL_KUBELET_REGISTRAR_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,11 @@ class ResourceRegistrar {
     // After a ListAndWatch stream ends, how long to wait for the kubelet's next move (a new
     // stream after a re-registration) before calling the endpoint lost.
     absl::Duration lost_endpoint_settle = absl::Milliseconds(300);
+    // What an operator should see on the Node (the daemon records it as a Warning Event): the
+    // kubelet refused our registration, or the resource is left to another plugin. `reason` is
+    // CamelCase. Called on the registrar's thread, or the server's for the plugin watcher's
+    // answer; it must not block.
+    std::function<void(const std::string& reason, const std::string& message)> warn;
   };
 
   ResourceRegistrar(Options options, DeviceSet* set);
@@ -149,6 +155,8 @@ class ResourceRegistrar {
   void Wait(absl::Duration timeout);
   // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
   void Complain(const std::string& message);
+  // Options::warn, if set.
+  void Warn(const std::string& reason, const std::string& message);
 
   const Options options_;
   DeviceSet* const set_;

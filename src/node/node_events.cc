@@ -1,0 +1,205 @@
+#include "edgeaccel/node/node_events.h"
+
+#include <pthread.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+constexpr char kComponent[] = "edgeaccel-device-plugin";
+// Events about cluster-scoped objects go to "default", as client-go puts them.
+constexpr char kEventsPath[] = "/api/v1/namespaces/default/events";
+
+// RFC 3339 with seconds, as metav1.Time marshals.
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+// client-go keeps a message to 1 KiB in events it aggregates; the API server's own limit on the
+// whole note is larger, but a device's reason never needs more.
+std::string Bounded(const std::string& message) {
+  return message.size() <= 1024 ? message : message.substr(0, 1021) + "...";
+}
+
+}  // namespace
+
+std::string NodeEventObject(const NodeEvent& event, const std::string& node,
+                            const std::string& name, int count, absl::Time first_seen,
+                            absl::Time now) {
+  nlohmann::json object = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"name", name}, {"namespace", "default"}}},
+      // The kubelet's node reference: uid is the node's name (pkg/kubelet: nodeRef).
+      {"involvedObject", {{"kind", "Node"}, {"name", node}, {"uid", node}}},
+      {"reason", event.reason},
+      {"message", Bounded(event.message)},
+      {"type", event.warning ? "Warning" : "Normal"},
+      {"source", {{"component", kComponent}, {"host", node}}},
+      {"reportingComponent", kComponent},
+      {"reportingInstance", node},
+      {"firstTimestamp", Rfc3339(first_seen)},
+      {"lastTimestamp", Rfc3339(now)},
+      {"count", count},
+  };
+  return object.dump();
+}
+
+NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits)
+    : config_(std::move(config)), limits_(limits), client_(config_), tokens_(limits.spam_burst) {}
+
+NodeEventRecorder::~NodeEventRecorder() { Stop(); }
+
+void NodeEventRecorder::Start() {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ea-events");
+    Run();
+  });
+}
+
+void NodeEventRecorder::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void NodeEventRecorder::Record(NodeEvent event) {
+  absl::MutexLock lock(&mu_);
+  if (queue_.size() >= limits_.queue) {
+    queue_.pop_front();
+    dropped_.fetch_add(1);
+  }
+  queue_.push_back(std::move(event));
+}
+
+void NodeEventRecorder::Run() {
+  while (true) {
+    NodeEvent event;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      event = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Send(event);
+  }
+}
+
+// A token bucket per Node (the one involved object), as client-go's spam filter keys on the
+// source and the involved object.
+bool NodeEventRecorder::TakeToken(absl::Time now) {
+  if (tokens_at_ != absl::InfinitePast()) {
+    tokens_ = std::min<double>(limits_.spam_burst,
+                               tokens_ + (now - tokens_at_) / limits_.spam_refill);
+  }
+  tokens_at_ = now;
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+std::string NodeEventRecorder::Key(const NodeEvent& event) {
+  return absl::StrCat(event.warning ? "Warning" : "Normal", "\x1f", event.reason, "\x1f",
+                      event.message);
+}
+
+void NodeEventRecorder::Fail(const std::string& why, const std::string& detail) {
+  failed_.fetch_add(1);
+  if (said_.insert(why).second) {
+    LOG(WARNING) << "cannot record events on node " << config_.node_name << ": " << detail
+                 << " (said once; events are dropped, devices are served as before)";
+  }
+}
+
+void NodeEventRecorder::Send(const NodeEvent& event) {
+  const absl::Time now = absl::Now();
+  if (!TakeToken(now)) {
+    dropped_.fetch_add(1);
+    if (said_.insert("spam").second) {
+      LOG(WARNING) << "node " << config_.node_name << ": too many events (more than "
+                   << limits_.spam_burst << ", then one per "
+                   << absl::FormatDuration(limits_.spam_refill)
+                   << "); dropping some, as the kubelet's recorder does (said once)";
+    }
+    return;
+  }
+  const std::string key = Key(event);
+  auto it = seen_.find(key);
+  if (it != seen_.end()) {
+    // Seen before: one more of the same, on the Event that exists.
+    Remembered& remembered = it->second.first;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    nlohmann::json patch = {{"count", remembered.count + 1},
+                            {"lastTimestamp", Rfc3339(now)},
+                            {"message", Bounded(event.message)}};
+    absl::StatusOr<HttpResponse> response =
+        client_.Request("PATCH", absl::StrCat(kEventsPath, "/", remembered.name),
+                        "application/strategic-merge-patch+json", patch.dump());
+    if (response.ok() && response->status == 200) {
+      remembered.count++;
+      aggregated_.fetch_add(1);
+      return;
+    }
+    if (!response.ok() || response->status != 404) {
+      if (!response.ok()) {
+        Fail("unreachable", std::string(response.status().message()));
+      } else {
+        Fail(absl::StrCat("HTTP ", response->status),
+             absl::StrCat("PATCH event: HTTP ", response->status));
+      }
+      return;
+    }
+    // 404: the Event expired (1 h by default); record it anew.
+    lru_.erase(it->second.second);
+    seen_.erase(it);
+  }
+  const std::string name = absl::StrFormat("%s.%x", config_.node_name, absl::ToUnixNanos(now));
+  absl::StatusOr<HttpResponse> response =
+      client_.Request("POST", kEventsPath, "application/json",
+                      NodeEventObject(event, config_.node_name, name, 1, now, now));
+  if (!response.ok()) {
+    Fail("unreachable", std::string(response.status().message()));
+    return;
+  }
+  switch (response->status) {
+    case 201:
+    case 200:
+      break;
+    case 403:
+      Fail("HTTP 403",
+           "HTTP 403: the service account needs {apiGroups: [\"\"], resources: [\"events\"], "
+           "verbs: [\"create\", \"patch\"]} in a (Cluster)Role for namespace default");
+      return;
+    case 422:
+      Fail("HTTP 422", absl::StrCat("HTTP 422: the API server refused the Event as invalid: ",
+                                    response->body.substr(0, 300)));
+      return;
+    case 429:
+      Fail("HTTP 429", "HTTP 429: the API server is throttling us");
+      return;
+    default:
+      Fail(absl::StrCat("HTTP ", response->status), absl::StrCat("POST event: HTTP ", response->status));
+      return;
+  }
+  created_.fetch_add(1);
+  lru_.push_front(key);
+  seen_[key] = {Remembered{name, 1, now}, lru_.begin()};
+  if (lru_.size() > limits_.remembered) {
+    seen_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+}  // namespace edgeaccel

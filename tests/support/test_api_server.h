@@ -1,0 +1,67 @@
+// A local HTTPS server standing in for the Kubernetes API server, for what the daemon sends it
+// about its Node: GET/PATCH of the Node (merge patch) and Events in namespace default (POST,
+// strategic-merge PATCH). As strict as the real one about those requests: a POST must carry a
+// complete Event with a fresh name (409 otherwise), a PATCH must name an Event that exists (404
+// once it expired) with the strategic-merge content type (415 otherwise).
+#ifndef EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
+#define EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fixture_host.h"
+
+namespace httplib {
+class SSLServer;
+}
+
+namespace edgeaccel::testing {
+
+class TestApiServer {
+ public:
+  // Serves node `node_name` on 127.0.0.1 with a fresh self-signed certificate.
+  explicit TestApiServer(std::string node_name = "node-1");
+  ~TestApiServer();
+
+  int port() const { return port_; }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  std::string ca_file() const { return dir_.path() + "/server.crt"; }
+  std::string token_file() const { return dir_.path() + "/token"; }
+
+  // Every Event stored now (as the API server holds them).
+  std::vector<nlohmann::json> Events();
+  // Waits (up to `timeout`) until an Event with `reason` whose message contains `text` is
+  // stored with at least `count`; returns it, or null.
+  nlohmann::json WaitForEvent(const std::string& reason, const std::string& text, int count = 1,
+                              absl::Duration timeout = absl::Seconds(10));
+  int event_posts();
+  int event_patches();
+  // Answers every Event POST with this status (0: accept).
+  void RefuseEventsWith(int status);
+  // Forgets every stored Event, as their 1-hour lifetime ends.
+  void ExpireEvents();
+
+ private:
+  TempDir dir_;
+  const std::string node_name_;
+  std::unique_ptr<httplib::SSLServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  nlohmann::json node_ ABSL_GUARDED_BY(mu_);
+  nlohmann::json events_ ABSL_GUARDED_BY(mu_) = nlohmann::json::object();
+  int posts_ ABSL_GUARDED_BY(mu_) = 0;
+  int patches_ ABSL_GUARDED_BY(mu_) = 0;
+  int refuse_with_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace edgeaccel::testing
+
+#endif  // EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
