@@ -41,6 +41,7 @@ components:
   - ../../../manifests/components/nvidia-discrete
   - ../../../manifests/components/cdi
   - ../../../manifests/components/coral-only
+  - ../../../manifests/components/monitoring
 YAML
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all"; do
@@ -61,3 +62,21 @@ fi
 grep -q "must not be privileged" "$out/tampered.log"
 grep -q "hostPath / is not one the plugin needs" "$out/tampered.log"
 echo "a privileged copy is refused, as it must be"
+
+# The Prometheus Operator's objects are checked against its CRDs' schemas too: a PodMonitor
+# without a selector and with a numeric port must be refused.
+cat > "$out/bad-podmonitor.yaml" <<'YAML'
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata: {name: bad, namespace: kube-system}
+spec:
+  podMetricsEndpoints:
+    - port: 9405
+YAML
+if node scripts/manifest-check/check.mjs "$out/bad-podmonitor.yaml" > "$out/bad-podmonitor.log" 2>&1; then
+  echo "check-manifests.sh: a malformed PodMonitor passed the check" >&2
+  exit 1
+fi
+grep -q "must have required property selector" "$out/bad-podmonitor.log"
+grep -q "port must be string" "$out/bad-podmonitor.log"
+echo "a malformed PodMonitor is refused, as it must be"

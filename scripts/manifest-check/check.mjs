@@ -1,6 +1,7 @@
 // Validates rendered Kubernetes manifests offline:
 //  1. every object against the Kubernetes API schemas (kubernetes-models: types, required
-//     fields, enums, formats);
+//     fields, enums, formats), and the Prometheus Operator's objects against its CRDs' schemas
+//     (@kubernetes-models/prometheus-operator);
 //  2. the device plugin's DaemonSet stays unprivileged and keeps what the README promises.
 // usage: node check.mjs FILE.yaml...   (multi-document YAML, e.g. `kubectl kustomize` output)
 import { readFileSync } from "node:fs";
@@ -28,7 +29,9 @@ async function validateSchema(where, obj) {
   const [group, version] = obj.apiVersion.includes("/")
     ? obj.apiVersion.split("/")
     : [null, obj.apiVersion];
-  const module = `kubernetes-models/${group ? `${group}/` : ""}${version}`;
+  // Custom resources we ship: their operator's schemas (the Prometheus Operator's CRDs).
+  const crdModels = { "monitoring.coreos.com": "@kubernetes-models/prometheus-operator" };
+  const module = `${crdModels[group] ?? "kubernetes-models"}/${group ? `${group}/` : ""}${version}`;
   let models;
   try {
     models = await import(module);

@@ -211,7 +211,8 @@ std::string Daemon::RenderMetrics() const {
   for (const auto& resource : resources_) {
     const ResourceRegistrar& r = *resource->registrar;
     metrics.push_back({resource->set->resource_name(), resource->set->Current(), &r.counters(),
-                       r.registered(), r.registrations(), r.kubelet_restarts()});
+                       r.registered(), r.registrations(), r.kubelet_restarts(),
+                       !r.left_to().empty()});
   }
   return edgeaccel::RenderMetrics(metrics);
 }

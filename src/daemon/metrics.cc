@@ -125,6 +125,12 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
   Family registered(&out, "edgeaccel_registered", "gauge",
                     "1 while the resource is registered with the kubelet and serving.");
   for (const auto& r : resources) registered.Sample({{"resource", r.resource}}, r.registered ? 1 : 0);
+  Family left(&out, "edgeaccel_left_to_other_plugin", "gauge",
+              "1 while the resource is left to another device plugin that serves it (not "
+              "registered on purpose; --take-over would replace it).");
+  for (const auto& r : resources) {
+    left.Sample({{"resource", r.resource}}, r.left_to_other_plugin ? 1 : 0);
+  }
   return out;
 }
 

@@ -7,9 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_replace.h"
 #include "daemon_process.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "fixture_host.h"
@@ -68,7 +71,8 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   const int prometheus_port = FreePort();
   std::ofstream(dir.path() + "/prometheus.yml")
       << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: edgeaccel\n"
-      << "    static_configs:\n      - targets: ['127.0.0.1:" << port << "']\n";
+      << "    static_configs:\n      - targets: ['127.0.0.1:" << port << "']\n"
+      << "        labels: {node: test-node}\n";  // as the PodMonitor's relabeling adds it
   DaemonProcess prometheus("/usr/bin/prometheus",
                            {"--config.file=" + dir.path() + "/prometheus.yml",
                             "--storage.tsdb.path=" + dir.path() + "/data",
@@ -93,6 +97,41 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   auto load = api.Get("/api/v1/query?query=edgeaccel_gpu_load_ratio");
   ASSERT_TRUE(load);
   EXPECT_THAT(load->body, ::testing::HasSubstr("\"0.125\""));
+
+  // Every expression of the Grafana dashboard and the alerts, against this Prometheus: each must
+  // parse; each of the dashboard's must return series for this daemon (the node variable set to
+  // its node, $__rate_interval to what Grafana would pick for a 1 s scrape).
+  absl::SleepFor(absl::Seconds(3));  // rates need two scrapes in their window
+  auto query = [&](const std::string& expr) {
+    auto answer = api.Get("/api/v1/query?query=" + httplib::detail::encode_query_param(expr));
+    // A bad expression is HTTP 400 with {"status":"error","error":...}.
+    nlohmann::json json = answer ? nlohmann::json::parse(answer->body, nullptr, false)
+                                 : nlohmann::json();
+    return json.is_object() ? json : nlohmann::json::object();
+  };
+  const std::string monitoring = std::string(EDGEACCEL_SOURCE_DIR) + "/manifests/components/monitoring";
+  std::ifstream dashboard_file(monitoring + "/dashboard.json");
+  nlohmann::json dashboard = nlohmann::json::parse(dashboard_file, nullptr, false);
+  ASSERT_FALSE(dashboard.is_discarded());
+  int checked = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      std::string expr = target["expr"];
+      expr = absl::StrReplaceAll(expr, {{"$node", "test-node"}, {"$__rate_interval", "1m"}});
+      nlohmann::json answer = query(expr);
+      EXPECT_EQ(answer.value("status", ""), "success") << expr << "\n" << answer.dump();
+      EXPECT_FALSE(answer["data"]["result"].empty()) << "no series: " << expr;
+      checked++;
+    }
+  }
+  EXPECT_GE(checked, 8);
+  YAML::Node rule = YAML::LoadFile(monitoring + "/prometheusrule.yaml");
+  for (const auto& group : rule["spec"]["groups"]) {
+    for (const auto& alert : group["rules"]) {
+      const std::string expr = alert["expr"].as<std::string>();
+      EXPECT_EQ(query(expr).value("status", ""), "success") << alert["alert"].as<std::string>();
+    }
+  }
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ struct ResourceMetrics {
   bool registered = false;
   uint64_t registrations = 0;
   uint64_t kubelet_restarts = 0;
+  // Left to another plugin that serves it, on purpose (not registered, and not a fault).
+  bool left_to_other_plugin = false;
 };
 
 // The Prometheus text exposition for `resources`.
