@@ -42,6 +42,8 @@ components:
   - ../../../manifests/components/cdi
   - ../../../manifests/components/coral-only
   - ../../../manifests/components/monitoring
+  - ../../../manifests/components/network-policy
+  - ../../../manifests/components/admission-policy
 YAML
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all"; do
@@ -51,6 +53,8 @@ for dir in manifests/base manifests/overlays/* "$out/all"; do
   rendered+=("$out/$name.yaml")
 done
 node scripts/manifest-check/check.mjs "${rendered[@]}" manifests/examples/*.yaml
+# The admission policy's CEL, run on requests it must allow and deny.
+node scripts/manifest-check/check-admission-policy.mjs "$out/all.yaml"
 
 # The check must refuse a privileged DaemonSet with a host root mount.
 sed -e 's/privileged: false/privileged: true/' \

