@@ -26,9 +26,20 @@ void CompletionLoop::Run() {
   while (cq_->Next(&tag, &ok)) static_cast<CompletionTag*>(tag)->Proceed(ok);
 }
 
+bool CompletionLoop::Request(const std::function<void()>& request) {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return false;
+  request();  // only registers the wait: it never blocks
+  return true;
+}
+
 void CompletionLoop::Drain() {
   if (drained_) return;
   drained_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    accepting_ = false;
+  }
   cq_->Shutdown();
   if (thread_.joinable()) {
     thread_.join();

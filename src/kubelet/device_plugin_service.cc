@@ -273,34 +273,39 @@ grpc::Status DevicePluginService::GetDevicePluginOptions(const v1beta1::Empty&,
 }
 
 void DevicePluginService::Serve(v1beta1::DevicePlugin::AsyncService* service,
-                                grpc::ServerCompletionQueue* cq) {
+                                CompletionLoop* loop) {
   async_service_ = service;
-  cq_ = cq;
+  loop_ = loop;
+  cq_ = loop->cq();
+  grpc::ServerCompletionQueue* cq = cq_;
   using v1beta1::DevicePlugin;
   UnaryMethod<v1beta1::Empty, v1beta1::DevicePluginOptions>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestGetDevicePluginOptions(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return GetDevicePluginOptions(request, response); });
   UnaryMethod<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestGetPreferredAllocation(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return GetPreferredAllocation(request, response); });
   UnaryMethod<v1beta1::AllocateRequest, v1beta1::AllocateResponse>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestAllocate(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Allocate(request, response); });
   UnaryMethod<v1beta1::PreStartContainerRequest, v1beta1::PreStartContainerResponse>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestPreStartContainer(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return PreStartContainer(request, response); });
   ArmStream();
 }
 
-void DevicePluginService::ArmStream() { (new Stream(this))->Wait(); }
+void DevicePluginService::ArmStream() {
+  auto* stream = new Stream(this);
+  if (!loop_->Request([stream] { stream->Wait(); })) delete stream;
+}
 
 void DevicePluginService::Adopt(Stream* raw) {
   std::shared_ptr<Stream> stream(raw);

@@ -87,8 +87,8 @@ absl::Status PluginServer::Start() {
                                                " (does the directory exist and is it writable?)"));
   }
   loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-grpc");
-  service_->Serve(device_plugin_grpc_.get(), loop_->cq());
-  if (registration_ != nullptr) registration_->Serve(registration_grpc_.get(), loop_->cq());
+  service_->Serve(device_plugin_grpc_.get(), loop_.get());
+  if (registration_ != nullptr) registration_->Serve(registration_grpc_.get(), loop_.get());
   loop_->Start();
   // Only root (the kubelet) may connect: device plugin sockets hand out device access.
   chmod(socket_path_.c_str(), 0600);

@@ -13,15 +13,16 @@ PluginWatcherService::PluginWatcherService(
     : resource_name_(std::move(resource_name)), on_refused_(std::move(on_refused)) {}
 
 void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService* service,
-                                 grpc::ServerCompletionQueue* cq) {
+                                 CompletionLoop* loop) {
+  grpc::ServerCompletionQueue* cq = loop->cq();
   UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestGetInfo(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return GetInfo(request, response); });
   UnaryMethod<pluginregistration::RegistrationStatus,
               pluginregistration::RegistrationStatusResponse>::Serve(
-      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestNotifyRegistrationStatus(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) {

@@ -7,7 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
 
 #include "fixture_host.h"
 
@@ -67,6 +72,62 @@ TEST(PluginServerTest, StaleSocketIsReplacedLiveOneIsNot) {
   ::edgeaccel::testing::MakeStaleSocket(path);
   PluginServer third(path, &set, &counters, nullptr);
   EXPECT_TRUE(third.Start().ok());
+}
+
+}  // namespace
+}  // namespace edgeaccel
+
+namespace edgeaccel {
+namespace {
+
+// Stopping while the kubelet keeps calling (unary calls and new ListAndWatch streams on fresh
+// connections): every call gets an answer or an error, every call object is freed (the service's
+// destructor checks that no stream is left), and no re-armed wait reaches the queue after it was
+// shut down (gRPC aborts on that).
+TEST(PluginServerTest, StoppingWhileCallsKeepArrivingIsClean) {
+  TempDir dir;
+  const std::string path = dir.path() + "/plugin.sock";
+  DeviceSet set("coral.ai/edgetpu");
+  Device device;
+  device.id = "0000:03:00.0";
+  device.nodes.push_back({"/dev/apex_0", "/dev/apex_0", "rw"});
+  set.Update({device});
+  PluginCounters counters;
+  for (int round = 0; round < 15; ++round) {
+    PluginServer server(path, &set, &counters, nullptr);
+    ASSERT_TRUE(server.Start().ok());
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 3; ++c) {
+      clients.emplace_back([&, c] {
+        while (!stop.load()) {
+          grpc::ChannelArguments args;
+          args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a new connection each time
+          auto stub = v1beta1::DevicePlugin::NewStub(
+              grpc::CreateCustomChannel("unix:" + path, grpc::InsecureChannelCredentials(), args));
+          grpc::ClientContext context;
+          context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+          if (c == 0) {
+            auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
+            v1beta1::ListAndWatchResponse response;
+            reader->Read(&response);
+            context.TryCancel();
+            reader->Finish();
+          } else {
+            v1beta1::AllocateRequest request;
+            request.add_container_requests()->add_devices_ids("0000:03:00.0");
+            v1beta1::AllocateResponse response;
+            stub->Allocate(&context, request, &response);
+          }
+        }
+      });
+    }
+    absl::SleepFor(absl::Milliseconds(20 + 7 * round));
+    server.Stop();
+    stop.store(true);
+    for (auto& client : clients) client.join();
+  }
+  EXPECT_GT(counters.allocations.load(), 0u);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
 namespace edgeaccel {
 
 class CompletionTag {
@@ -35,6 +38,10 @@ class CompletionLoop {
 
   grpc::ServerCompletionQueue* cq() const { return cq_.get(); }
   void Start();
+  // Runs `request` (a RequestX that waits for the next call on this queue) unless the queue is
+  // being shut down, which gRPC forbids asking on; false then, and the caller frees its call
+  // object. A call arriving during shutdown re-arms from the loop thread, so this can race Drain.
+  bool Request(const std::function<void()>& request);
   // Call after grpc::Server::Shutdown(): shuts the queue down, runs the events left (every
   // waiting call is told ok=false and frees itself) and joins the thread.
   void Drain();
@@ -45,6 +52,8 @@ class CompletionLoop {
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   const std::string thread_name_;
   std::thread thread_;
+  absl::Mutex mu_;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool drained_ = false;
 };
 
@@ -58,15 +67,16 @@ class UnaryMethod {
                                        grpc::ServerAsyncResponseWriter<Response>*, void* tag)>;
   using Handler = std::function<grpc::Status(const Request&, Response*)>;
 
-  // Starts waiting for calls; lives as long as calls can arrive (the last waiting call object
-  // holds it, and is told ok=false when the queue drains).
-  static void Serve(RequestFn request, Handler handler) {
-    auto method = std::make_shared<const UnaryMethod>(std::move(request), std::move(handler));
+  // Starts waiting for calls on `loop`; lives as long as calls can arrive (the last waiting call
+  // object holds it, and is told ok=false when the queue drains).
+  static void Serve(CompletionLoop* loop, RequestFn request, Handler handler) {
+    auto method =
+        std::make_shared<const UnaryMethod>(loop, std::move(request), std::move(handler));
     Arm(method);
   }
 
-  UnaryMethod(RequestFn request, Handler handler)
-      : request_(std::move(request)), handler_(std::move(handler)) {}
+  UnaryMethod(CompletionLoop* loop, RequestFn request, Handler handler)
+      : loop_(loop), request_(std::move(request)), handler_(std::move(handler)) {}
 
  private:
   class Call final : public CompletionTag {
@@ -99,9 +109,11 @@ class UnaryMethod {
   };
 
   static void Arm(const std::shared_ptr<const UnaryMethod>& method) {
-    (new Call(method))->Wait();
+    auto* call = new Call(method);
+    if (!method->loop_->Request([call] { call->Wait(); })) delete call;
   }
 
+  CompletionLoop* const loop_;
   const RequestFn request_;
   const Handler handler_;
 };

@@ -43,9 +43,8 @@ class DevicePluginService final {
                       std::function<void()> on_stream_cancelled = nullptr);
   ~DevicePluginService();
 
-  // Starts answering every method of `service` (registered with a started server) from `cq`,
-  // whose CompletionLoop runs the calls.
-  void Serve(v1beta1::DevicePlugin::AsyncService* service, grpc::ServerCompletionQueue* cq);
+  // Starts answering every method of `service` (registered with a started server) on `loop`.
+  void Serve(v1beta1::DevicePlugin::AsyncService* service, CompletionLoop* loop);
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
   void EndStreams();
@@ -83,6 +82,7 @@ class DevicePluginService final {
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   v1beta1::DevicePlugin::AsyncService* async_service_ = nullptr;
+  CompletionLoop* loop_ = nullptr;
   grpc::ServerCompletionQueue* cq_ = nullptr;
 };
 

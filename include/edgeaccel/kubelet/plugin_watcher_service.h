@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "edgeaccel/kubelet/completion_loop.h"
 #include "pluginregistration_v1.grpc.pb.h"
 
 namespace edgeaccel {
@@ -21,9 +22,8 @@ class PluginWatcherService final {
   explicit PluginWatcherService(std::string resource_name,
                                 std::function<void(const std::string& error)> on_refused = nullptr);
 
-  // Starts answering `service`'s methods from `cq` (see CompletionLoop).
-  void Serve(pluginregistration::Registration::AsyncService* service,
-             grpc::ServerCompletionQueue* cq);
+  // Starts answering `service`'s methods on `loop` (see CompletionLoop).
+  void Serve(pluginregistration::Registration::AsyncService* service, CompletionLoop* loop);
 
   grpc::Status GetInfo(const pluginregistration::InfoRequest& request,
                        pluginregistration::PluginInfo* response);
