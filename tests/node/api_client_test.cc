@@ -15,25 +15,20 @@
 
 #include "absl/time/clock.h"
 #include "fixture_host.h"
+#include "test_api_server.h"
 
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
-
-void MakeCertificate(const std::string& dir, const std::string& name) {
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                          "-addext subjectAltName=IP:127.0.0.1 -keyout " + dir + "/" + name +
-                          ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
-  ASSERT_EQ(system(cmd.c_str()), 0) << "openssl failed";
-}
 
 class ApiClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MakeCertificate(dir_.path(), "server");
-    MakeCertificate(dir_.path(), "other");
+    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "server"));
+    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "other"));
     std::ofstream(dir_.path() + "/token") << "secret-token\n";
     server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
                                                    (dir_.path() + "/server.key").c_str());
@@ -139,9 +134,7 @@ TEST_F(ApiClientTest, ANameTheCertificateDoesNotCarryIsRefused) {
 // address as an IP subjectAltName; a CN or a DNS name that reads like it does not count.
 TEST(ApiClientAddressTest, AnAddressMustBeAnIpSubjectAltName) {
   TempDir dir;
-  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                    "-addext subjectAltName=DNS:127.0.0.1,DNS:localhost -keyout " + dir.path() +
-                    "/s.key -out " + dir.path() + "/s.crt 2>/dev/null").c_str()), 0);
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "s", "DNS:127.0.0.1,DNS:localhost"));
   httplib::SSLServer server((dir.path() + "/s.crt").c_str(), (dir.path() + "/s.key").c_str());
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "a/b"); });
   const int port = server.bind_to_any_port("127.0.0.1");
@@ -192,7 +185,7 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   config.port = ntohs(addr.sin_port);
   config.timeout = absl::Milliseconds(300);
   TempDir dir;
-  MakeCertificate(dir.path(), "ca");
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
   config.ca_file = dir.path() + "/ca.crt";
   const absl::Time start = absl::Now();
   absl::Status status = ApiClient(config).Request("GET", "/").status();

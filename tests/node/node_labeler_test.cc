@@ -16,27 +16,21 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "test_api_server.h"
 
 namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
-
-// A self-signed certificate for 127.0.0.1, made with the openssl command.
-void MakeCertificate(const std::string& dir, const std::string& name) {
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                          "-addext subjectAltName=IP:127.0.0.1 -keyout " + dir + "/" + name +
-                          ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
-  ASSERT_EQ(system(cmd.c_str()), 0) << "openssl failed";
-}
 
 class NodeLabelerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MakeCertificate(dir_.path(), "server");
-    MakeCertificate(dir_.path(), "other");
+    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "server"));
+    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "other"));
     std::ofstream(dir_.path() + "/token") << "secret-token\n";
     server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
                                                    (dir_.path() + "/server.key").c_str());
@@ -265,8 +259,8 @@ TEST_F(NodeLabelerTest, KubeconfigWithInlineCaAndToken) {
 
 TEST(KubeconfigTest, ClientCertificateAgainstAServerThatRequiresOne) {
   TempDir dir;
-  MakeCertificate(dir.path(), "server");
-  MakeCertificate(dir.path(), "client");
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "server"));
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "client"));
   httplib::SSLServer server((dir.path() + "/server.crt").c_str(), (dir.path() + "/server.key").c_str(),
                             (dir.path() + "/client.crt").c_str());  // verifies client certificates
   std::atomic<int> patches{0};

@@ -9,11 +9,16 @@
 
 namespace edgeaccel::testing {
 
-TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_name)) {
+bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
+                               const std::string& subject_alt_name) {
   const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                          "-addext subjectAltName=IP:127.0.0.1 -keyout " + dir_.path() +
-                          "/server.key -out " + dir_.path() + "/server.crt 2>/dev/null";
-  if (system(cmd.c_str()) != 0) abort();
+                          "-addext subjectAltName=" + subject_alt_name + " -keyout " + dir + "/" +
+                          name + ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
+  return system(cmd.c_str()) == 0;
+}
+
+TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_name)) {
+  if (!MakeSelfSignedCertificate(dir_.path(), "server")) abort();
   std::ofstream(dir_.path() + "/token") << "secret-token\n";
   node_ = {{"metadata", {{"name", node_name_}, {"labels", nlohmann::json::object()}}}};
   server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),

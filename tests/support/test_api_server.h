@@ -24,6 +24,11 @@ class SSLServer;
 
 namespace edgeaccel::testing {
 
+// Writes DIR/NAME.crt and DIR/NAME.key: a self-signed certificate for CN 127.0.0.1 with
+// `subject_alt_name`, made with the openssl command. False if openssl failed.
+bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
+                               const std::string& subject_alt_name = "IP:127.0.0.1");
+
 class TestApiServer {
  public:
   // Serves node `node_name` on 127.0.0.1 with a fresh self-signed certificate.
