@@ -31,8 +31,9 @@ class DevicePluginService::Stream {
   // Waits for the next ListAndWatch call on the service's queue.
   void Wait() {
     context_.AsyncNotifyWhenDone(&done_);  // before the request: it must cover the whole call
-    service_->async_service_->RequestListAndWatch(&context_, &request_, &writer_, service_->cq_,
-                                                  service_->cq_, &arrived_);
+    grpc::ServerCompletionQueue* cq = service_->loop_->cq();
+    service_->async_service_->RequestListAndWatch(&context_, &request_, &writer_, cq, cq,
+                                                  &arrived_);
   }
 
   void Begin(const std::shared_ptr<Stream>& self) {
@@ -276,8 +277,7 @@ void DevicePluginService::Serve(v1beta1::DevicePlugin::AsyncService* service,
                                 CompletionLoop* loop) {
   async_service_ = service;
   loop_ = loop;
-  cq_ = loop->cq();
-  grpc::ServerCompletionQueue* cq = cq_;
+  grpc::ServerCompletionQueue* cq = loop->cq();
   using v1beta1::DevicePlugin;
   UnaryMethod<v1beta1::Empty, v1beta1::DevicePluginOptions>::Serve(
       loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {

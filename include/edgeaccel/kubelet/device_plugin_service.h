@@ -83,7 +83,6 @@ class DevicePluginService final {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   v1beta1::DevicePlugin::AsyncService* async_service_ = nullptr;
   CompletionLoop* loop_ = nullptr;
-  grpc::ServerCompletionQueue* cq_ = nullptr;
 };
 
 }  // namespace edgeaccel
