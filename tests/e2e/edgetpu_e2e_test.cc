@@ -750,17 +750,32 @@ class SlowDiskTest : public E2eTest {
         "--device-plugin-dir=" + kubelet_.DevicePluginsDir(), "--probe-interval=100ms"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto daemon = std::make_unique<DaemonProcess>("/usr/bin/strace", args);
-    strace_pid_ = daemon->pid();
+    // strace 6.1 leaves its tracee running when it is killed, and the test body's DaemonProcess
+    // kills strace before TearDown runs: remember the daemon's own pid while it is still
+    // strace's child, once it runs the daemon (strace forks more than one child at start).
+    const std::string children =
+        absl::StrCat("/proc/", daemon->pid(), "/task/", daemon->pid(), "/children");
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (tracee_pid_ <= 0 && absl::Now() < deadline) {
+      std::ifstream list(children);
+      for (pid_t child; list >> child;) {
+        if (RunsTheDaemon(child)) tracee_pid_ = child;
+      }
+      if (tracee_pid_ <= 0) absl::SleepFor(absl::Milliseconds(2));  // no event for an exec
+    }
     return daemon;
   }
-  // strace 6.1 leaves its tracee running when it is killed: end the daemon itself first.
-  void TearDown() override {
-    if (strace_pid_ <= 0) return;
-    std::ifstream children(absl::StrCat("/proc/", strace_pid_, "/task/", strace_pid_, "/children"));
-    pid_t child;
-    while (children >> child) kill(child, SIGKILL);
+  static bool RunsTheDaemon(pid_t pid) {
+    std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string command;
+    std::getline(cmdline, command, '\0');
+    return command == kDaemon;
   }
-  pid_t strace_pid_ = -1;
+  // Only if that pid still runs our daemon (not a reused pid).
+  void TearDown() override {
+    if (tracee_pid_ > 0 && RunsTheDaemon(tracee_pid_)) kill(tracee_pid_, SIGKILL);
+  }
+  pid_t tracee_pid_ = -1;
   TempDir sinks_;
 };
 
