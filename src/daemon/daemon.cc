@@ -80,6 +80,7 @@ Daemon::Daemon(DaemonConfig config)
     options.plugin.pre_start = CachedAllocationCheck(
         absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
     options.take_over = config_.take_over.count(set->resource_name()) > 0;
+    options.neighbour_grace = config_.neighbour_grace;
     options.warn = [this](const std::string& reason, const std::string& message) {
       RecordEvent({true, reason, message});
     };
@@ -367,17 +368,25 @@ std::string Daemon::Describe() const {
     absl::StrAppendFormat(&out, "%s: %d device(s), %d healthy\n", name, snapshot->devices.size(),
                           snapshot->HealthyCount());
     if (!snapshot->devices.empty()) {
-      std::optional<OtherPlugin> other = resource->registrar->FindOtherServer();
-      if (!other.has_value()) {
-        absl::StrAppend(&out, "  registration: no other device plugin serves ", name, "\n");
-      } else {
-        absl::StrAppend(&out, "  registration: another device plugin serves ", name, " (",
-                        other->socket, ": ", other->evidence, "); ",
-                        config_.take_over.count(name) > 0
-                            ? "--take-over is set: edgeaccel registers it anyway"
-                            : absl::StrCat("edgeaccel leaves it to that plugin (--take-over=",
-                                           name, " to take it)"),
-                        "\n");
+      const ArbiterDecision decision = resource->registrar->LookNow();
+      switch (decision.verdict) {
+        case ArbiterDecision::kServe:
+          absl::StrAppend(&out, "  registration: edgeaccel serves ", name,
+                          decision.why.empty() ? "" : absl::StrCat(" (", decision.why, ")"),
+                          "\n");
+          break;
+        case ArbiterDecision::kWait:
+          absl::StrAppend(&out, "  registration: waiting: ", decision.why, "\n");
+          break;
+        case ArbiterDecision::kLeave:
+        case ArbiterDecision::kStepBack:
+          absl::StrAppend(&out, "  registration: left to ", decision.to, ": ", decision.why,
+                          " (--take-over=", name, " to take it)\n");
+          break;
+      }
+      const std::string source = resource->registrar->holdings_source();
+      if (!source.empty()) {
+        absl::StrAppend(&out, "  what the kubelet holds comes from its ", source, "\n");
       }
     }
     if (snapshot->devices.empty()) {

@@ -64,6 +64,11 @@ ABSL_FLAG(std::string, take_over, "",
           "Resources to register even where another device plugin on the node already serves "
           "them (e.g. NVIDIA's for nvidia.com/gpu), comma-separated. Without it such a resource "
           "is left to that plugin, and registered once that plugin is gone.");
+ABSL_FLAG(absl::Duration, neighbour_grace, absl::Minutes(5),
+          "A resource the kubelet knows from another device plugin that has not registered it "
+          "again (after a kubelet restart or a reboot, plugins return in no particular order) is "
+          "left to that plugin for this long before edgeaccel registers its own devices. "
+          "--take-over skips the wait.");
 ABSL_FLAG(std::string, replicas, "",
           "Time-sliced sharing: advertise each device as N replicas, e.g. nvidia.com/gpu=4. "
           "Replica ids are <device id>::<n>; pods sharing a device are not isolated.");
@@ -136,6 +141,10 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
       edgeaccel::ParseTakeOver(absl::GetFlag(FLAGS_take_over));
   if (!take_over.ok()) return take_over.status();
   config.take_over = *take_over;
+  config.neighbour_grace = absl::GetFlag(FLAGS_neighbour_grace);
+  if (config.neighbour_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--neighbour-grace must not be negative");
+  }
   absl::StatusOr<std::map<std::string, int>> replicas =
       edgeaccel::ParseReplicas(absl::GetFlag(FLAGS_replicas));
   if (!replicas.ok()) return replicas.status();

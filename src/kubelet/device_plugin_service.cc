@@ -50,7 +50,7 @@ class DevicePluginService::Stream {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       if (!latest_ || snapshot->version > latest_->version) latest_ = std::move(snapshot);
-      if (writing_ || !NeedsWriteLocked()) return;
+      if (service_->silenced_.load() || writing_ || !NeedsWriteLocked()) return;
       PrepareWriteLocked();
     }
     writer_.Write(response_, &written_);
@@ -60,7 +60,7 @@ class DevicePluginService::Stream {
   void Redeliver() {
     {
       absl::MutexLock lock(&mu_);
-      if (finished_ || writing_ || !NeedsWriteLocked()) return;
+      if (service_->silenced_.load() || finished_ || writing_ || !NeedsWriteLocked()) return;
       PrepareWriteLocked();
     }
     writer_.Write(response_, &written_);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "glog/logging.h"
@@ -32,6 +33,10 @@ void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService*
 
 grpc::Status PluginWatcherService::GetInfo(const pluginregistration::InfoRequest&,
                                            pluginregistration::PluginInfo* response) {
+  if (stepped_back_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat(resource_name_, " is left to another device plugin"));
+  }
   response->set_type(std::string(kPluginTypeDevicePlugin));
   response->set_name(resource_name_);
   // Empty endpoint: the DevicePlugin service is on this same socket, at whatever path the

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
@@ -23,8 +24,12 @@ namespace edgeaccel {
 namespace {
 
 constexpr absl::Duration kInitialBackoff = absl::Milliseconds(100);
-// The least time between two looks at a plugin we leave a resource to.
-constexpr absl::Duration kOtherPluginLookInterval = absl::Seconds(1);
+// The least time between two looks at the neighbours: a directory that never settles must not
+// turn the look into a busy loop.
+constexpr absl::Duration kLookInterval = absl::Milliseconds(20);
+// While registered, how long after an event that may mean another plugin registered the
+// resource we look: its first ListAndWatch answer must have reached the kubelet.
+constexpr absl::Duration kLookSettle = absl::Milliseconds(100);
 // Wait() with this timeout sleeps until an inotify event or Stop().
 constexpr absl::Duration kUntilEvent = -absl::InfiniteDuration();
 
@@ -67,7 +72,12 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
                               absl::StrCat(set_->resource_name(), ": the kubelet's plugin "
                                            "watcher refused the registration: ", error));
                        }),
-      backoff_(kInitialBackoff, options_.max_backoff, /*jitter=*/0.2) {}
+      backoff_(kInitialBackoff, options_.max_backoff, /*jitter=*/0.2),
+      arbiter_(set->resource_name(), options_.neighbour_grace),
+      record_(options_.keep_record
+                  ? absl::StrCat(options_.device_plugin_dir, "/", kRegistrationRecordDir)
+                  : "",
+              set->resource_name()) {}
 
 ResourceRegistrar::~ResourceRegistrar() { Stop(); }
 
@@ -167,7 +177,6 @@ void ResourceRegistrar::Stop() {
     server = std::move(server_);
   }
   if (server != nullptr) server->Stop();
-  other_watch_.reset();  // before its eventfd closes
   for (int* fd : {&stop_fd_, &call_done_fd_, &stream_event_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
@@ -329,16 +338,30 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
   if (fds[3].revents & POLLIN) {
     uint64_t count;
     (void)!read(stream_event_fd_, &count, sizeof(count));
-    // One of our streams ended (look once the kubelet has made its next move), or the one we
-    // hold to the plugin we left the resource to did.
+    // One of our streams ended: look once the kubelet has made its next move (or, stepped
+    // back, the silenced stream we kept for the kubelet ended).
     check_endpoint_at_ = std::min(check_endpoint_at_, absl::Now() + options_.lost_endpoint_settle);
     recheck_other_ = true;
   }
   bool rearm = false;
   std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);
-  // Sockets came or went: whoever we left the resource to may be gone, or back.
+  // Sockets came or went, or the kubelet wrote its checkpoint (it does on every device list it
+  // receives): whoever we left the resource to may be gone or back, or while we serve, another
+  // plugin may have registered the resource.
+  std::string serving_on;
+  {
+    absl::MutexLock lock(&mu_);
+    if (server_ != nullptr) serving_on = server_->socket_path();
+  }
   for (const DirectoryWatcher::Event& event : events) {
-    if (event.name != SocketFileName(set_->resource_name())) recheck_other_ = true;
+    if (event.name == kKubeletSocketName) continue;
+    const std::string path =
+        absl::StrCat(DirectoryFor(event.directory == 0 ? RegistrationMode::kKubelet
+                                                       : RegistrationMode::kPluginWatcher),
+                     "/", event.name);
+    if (path == serving_on) continue;
+    recheck_other_ = true;
+    if (look_at_ == absl::InfiniteFuture()) look_at_ = absl::Now() + kLookSettle;
   }
   if (rearm || !inotify_.complete()) {
     // Events may have been lost (overflow, a directory re-created): compare with what we know.
@@ -371,113 +394,177 @@ void ResourceRegistrar::StopServing() {
   {
     absl::MutexLock lock(&mu_);
     server = std::move(server_);
+    if (server != nullptr && active_mode_ == RegistrationMode::kPluginWatcher &&
+        (watcher_service_.registered() || server->OpenStreams() > 0)) {
+      watcher_socket_gone_at_ = absl::Now();
+    }
   }
   if (server != nullptr) server->Stop();
   registered_kubelet_.store(false);
   watcher_service_.EndpointLost();
 }
 
-OtherPluginQuery ResourceRegistrar::OtherPluginQueryNow() const {
-  OtherPluginQuery query;
+NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
+  NeighbourQuery query;
   query.resource = set_->resource_name();
   query.device_plugin_dir = DirectoryFor(RegistrationMode::kKubelet);
   query.plugins_registry_dir = DirectoryFor(RegistrationMode::kPluginWatcher);
+  query.pod_resources_socket = absl::StrCat(options_.kubelet_root, "/", kPodResourcesSocket);
   query.own_socket_name = SocketFileName(query.resource);
-  // Held for the loop: a range-for over Current()->devices would outlive the temporary.
-  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  for (const Device& device : snapshot->devices) query.own_ids.push_back(device.id);
-  absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
-      absl::StrCat(query.device_plugin_dir, "/", kKubeletCheckpointName));
-  if (checkpoint.ok()) {
-    auto held = checkpoint->registered_devices.find(query.resource);
-    if (held != checkpoint->registered_devices.end()) query.kubelet_ids = held->second;
-  } else {
-    VLOG(1) << query.resource << ": " << checkpoint.status().message();
+  {
+    absl::MutexLock lock(&mu_);
+    if (server_ != nullptr) query.serving_on = server_->socket_path();
   }
-  query.timeout = options_.other_plugin_timeout;
+  query.call_timeout = options_.neighbour_call_timeout;
+  query.budget = options_.look_budget;
   return query;
 }
 
-std::optional<OtherPlugin> ResourceRegistrar::FindOtherServer() const {
-  return FindOtherPlugin(OtherPluginQueryNow());
+bool ResourceRegistrar::RegisteredNow() const {
+  return registered_kubelet_.load() || watcher_service_.registered();
 }
 
-bool ResourceRegistrar::LeaveToOtherPlugin() {
+ArbiterDecision ResourceRegistrar::LookNow() const {
+  const NeighbourView view = LookAround(NeighbourQueryNow());
+  ArbiterInput input;
+  input.view = &view;
+  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
+  for (const Device& device : snapshot->devices) input.own_ids.push_back(device.id);
+  input.registered = RegisteredNow() && left_to().empty();
+  input.registered_last = record_.RegisteredLast();
+  input.take_over = options_.take_over;
+  NeighbourArbiter arbiter(set_->resource_name(), options_.neighbour_grace);
+  return arbiter.Decide(input, absl::Now());
+}
+
+std::string ResourceRegistrar::holdings_source() const {
+  absl::MutexLock lock(&mu_);
+  return holdings_source_;
+}
+
+bool ResourceRegistrar::Arbitrate() {
   last_other_look_ = absl::Now();
   const std::string resource = set_->resource_name();
-  const OtherPluginQuery query = OtherPluginQueryNow();
-  std::optional<OtherPlugin> other = FindOtherPlugin(query);
+  const NeighbourView view = LookAround(NeighbourQueryNow());
+  neighbour_looks_.fetch_add(1);
+  if (absl::ToInt64Nanoseconds(view.took) > longest_look_ns_.load()) {
+    longest_look_ns_.store(absl::ToInt64Nanoseconds(view.took));
+  }
+  if (view.out_of_budget) {
+    Complain(absl::StrCat(resource, ": looking at other plugins took its whole budget (",
+                          absl::FormatDuration(options_.look_budget),
+                          "); sockets that did not answer in time were not counted"));
+  }
+  if (!view.holdings_read) {
+    holdings_unreadable_.fetch_add(1);
+    holdings_warnings_.Warn(absl::StrCat(
+        resource, ": cannot tell what the kubelet holds (", view.holdings_note,
+        "); deciding from the other plugins' sockets alone. Mount <kubelet-root>/pod-resources "
+        "into the pod so the kubelet can be asked."));
+  } else if (!view.holdings_note.empty()) {
+    holdings_warnings_.Warn(absl::StrCat(
+        resource, ": the pod-resources API did not answer (", view.holdings_note,
+        "); reading the kubelet's checkpoint instead, which is stale once a plugin disconnects"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    holdings_source_ = view.holdings_read ? view.holdings.source : "";
+  }
+
+  ArbiterInput input;
+  input.view = &view;
+  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
+  for (const Device& device : snapshot->devices) input.own_ids.push_back(device.id);
   const std::string was_left_to = left_to();
-  auto leave = [&](const std::string& to) {
-    {
+  input.registered = RegisteredNow() && was_left_to.empty();
+  input.registered_last = record_.RegisteredLast();
+  input.take_over = options_.take_over;
+  const ArbiterDecision decision = arbiter_.Decide(input, absl::Now());
+  VLOG(1) << resource << ": neighbour look took " << absl::FormatDuration(view.took) << " ("
+          << (view.holdings_read ? view.holdings.source : "no holdings") << "): "
+          << VerdictName(decision.verdict) << (decision.why.empty() ? "" : ": ") << decision.why;
+
+  if (decision.verdict == ArbiterDecision::kServe) {
+    recheck_other_at_ = absl::InfiniteFuture();
+    if (!was_left_to.empty()) {
+      LOG(INFO) << resource << ": " << (decision.why.empty() ? "no other plugin serves it now"
+                                                             : decision.why)
+                << "; serving and registering it";
+      // A silenced server kept for its open stream goes now: the plugin we left it to is gone.
+      StopServing();
       absl::MutexLock lock(&mu_);
-      left_to_ = to;
+      left_to_.clear();
+    } else if (options_.take_over && !decision.why.empty() &&
+               (!view.registry_claim.empty() || view.live_foreign_sockets > 0)) {
+      Complain(absl::StrCat(resource, ": registering it even where another plugin may serve it, "
+                                      "as --take-over asks"));
     }
-    StopServing();
-    registrations_when_left_ = registrations();
-  };
-  if (other.has_value() && options_.take_over) {
-    Complain(absl::StrCat(other->socket, " serves ", resource, " too (", other->evidence,
-                          "); registering it anyway, as --take-over asks"));
+    watcher_service_.SetSteppedBack(false);
+    if (predecessor_was_watcher_) {
+      // Our predecessor registered through the plugin watcher: its deregistration by name, on
+      // the watcher's next pass, would disconnect us if we registered first.
+      predecessor_was_watcher_ = false;
+      watcher_socket_gone_at_ = absl::Now();
+    }
     return false;
   }
-  if (other.has_value()) {
-    // A fresh stream each time: the last one may be what just ended (the plugin restarted).
-    other_watch_ = std::make_unique<OtherPluginWatch>(other->socket, stream_event_fd_);
-    other_grace_until_ = absl::InfinitePast();
-    leave(other->socket);
-    // Said once the state holds: /healthz and left_to() agree with the log from this line on.
-    if (was_left_to != other->socket) {
-      Warn("DevicePluginTakeoverRefused",
-           absl::StrCat(resource, ": not registered: another device plugin serves it (",
-                        other->socket, ": ", other->evidence,
-                        "); start with --take-over to replace it"));
-      LOG(WARNING) << resource << ": not registering it: another device plugin serves it ("
-                   << other->socket << ", registered through " << other->registration << ": "
-                   << other->evidence << "). Leaving " << resource
-                   << " to that plugin; to serve it from edgeaccel instead, remove that plugin "
-                      "or pass --take-over="
-                   << resource;
+
+  if (decision.verdict == ArbiterDecision::kStepBack) {
+    // Another plugin registered it after us. Our stream stays open and silent: ending it would
+    // make a kubelet 1.25-1.36 disconnect that plugin (runClient disconnects the current client).
+    {
+      absl::MutexLock lock(&mu_);
+      if (server_ != nullptr) server_->Silence();
+      left_to_ = decision.to;
     }
+    CancelRegisterCall();
+    registered_kubelet_.store(false);
+    watcher_service_.EndpointLost();
+    watcher_service_.SetSteppedBack(true);
+    if (absl::Status status = record_.Set(false); !status.ok()) Complain(std::string(status.message()));
+    Warn("DevicePluginSteppedBack",
+         absl::StrCat(resource, ": stepped back: ", decision.why,
+                      "; start with --take-over to serve it from edgeaccel"));
+    LOG(WARNING) << resource << ": stepping back: " << decision.why
+                 << ". edgeaccel sends nothing more for " << resource
+                 << " (its stream stays open, silent) and leaves it to that plugin; to serve it "
+                    "from edgeaccel instead, remove that plugin or pass --take-over="
+                 << resource;
     return true;
   }
-  other_watch_.reset();
-  // No plugin serves it now. If the kubelet still holds devices of the resource that are not
-  // ours, the plugin that served them may be on its way back (after a kubelet restart every
-  // plugin registers again): give it a moment rather than take the resource from it. Not when
-  // the last registration of the resource was ours: then what the kubelet holds is what we
-  // advertised, devices unplugged since included.
-  const bool last_registered_by_us = registrations() > registrations_when_left_;
-  std::string theirs;
-  if (!options_.take_over && !last_registered_by_us && !query.kubelet_ids.empty()) {
-    absl::flat_hash_set<std::string> ours;
-    for (const std::string& own : query.own_ids) ours.insert(PhysicalIdOf(own));
-    bool any_ours = false;
-    for (const std::string& id : query.kubelet_ids) any_ours |= ours.contains(PhysicalIdOf(id));
-    if (!any_ours) theirs = query.kubelet_ids.front();
-  }
-  if (!theirs.empty()) {
-    const bool first_look = other_grace_until_ == absl::InfinitePast();
-    if (first_look) other_grace_until_ = absl::Now() + options_.other_plugin_grace;
-    if (absl::Now() < other_grace_until_) {
-      recheck_other_at_ = other_grace_until_;
-      leave("(waiting for the plugin that served it)");
-      if (first_look) {
-        LOG(INFO) << resource << ": the kubelet holds devices of " << resource
-                  << " that are not ours (" << theirs
-                  << ", ...) but no plugin serves them now; waiting up to "
-                  << absl::FormatDuration(options_.other_plugin_grace)
-                  << " for the plugin that did to register again before registering ours";
-      }
-      return true;
-    }
-  }
-  if (!was_left_to.empty()) {
-    LOG(INFO) << resource << ": no other plugin serves it now; serving and registering it";
+
+  // Leave or wait: not serving. A server left from before goes (its socket too), unless it is a
+  // silenced one still holding the stream the kubelet replaced.
+  bool silenced_server;
+  {
     absl::MutexLock lock(&mu_);
-    left_to_.clear();
+    silenced_server = server_ != nullptr && !was_left_to.empty() && server_->OpenStreams() > 0;
+    left_to_ = decision.to;
   }
-  return false;
+  if (!silenced_server) StopServing();
+  watcher_service_.SetSteppedBack(true);
+  predecessor_was_watcher_ =
+      !view.predecessor.empty() &&
+      absl::StartsWith(view.predecessor, DirectoryFor(RegistrationMode::kPluginWatcher) + "/");
+  recheck_other_at_ = decision.verdict == ArbiterDecision::kWait ? decision.until
+                                                                 : absl::InfiniteFuture();
+  if (was_left_to != decision.to) {
+    if (view.predecessor.empty()) {
+      if (absl::Status status = record_.Set(false); !status.ok()) {
+        Complain(std::string(status.message()));
+      }
+      Warn("DevicePluginTakeoverRefused",
+           absl::StrCat(resource, ": not registered: ", decision.why,
+                        "; start with --take-over to replace it"));
+    }
+    LOG(WARNING) << resource << ": not registering it: " << decision.why
+                 << (view.predecessor.empty()
+                         ? absl::StrCat(". To serve it from edgeaccel instead, remove that plugin "
+                                        "or pass --take-over=",
+                                        resource)
+                         : "");
+  }
+  return true;
 }
 
 void ResourceRegistrar::CheckEndpoint(RegistrationMode mode) {
@@ -509,7 +596,7 @@ void ResourceRegistrar::CheckEndpoint(RegistrationMode mode) {
                << ": it dropped our endpoint (another plugin registered " << resource
                << ", or the late deregistration of a plugin that served it before). Until we are "
                   "registered again the kubelet counts these devices Unhealthy.";
-  if (LeaveToOtherPlugin()) return;
+  if (Arbitrate()) return;
   retry_at_ = absl::Now() + backoff_.Next();
   LOG(WARNING) << resource << ": no other plugin serves it; registering again in "
                << absl::FormatDuration(retry_at_ - absl::Now());
@@ -541,26 +628,55 @@ void ResourceRegistrar::Run() {
       CheckEndpoint(mode);
     }
 
-    // 0. Left to another plugin: look again only when something changed, and at most once a
-    //    second: a plugin that ends every stream at once (or a directory that never settles)
-    //    must not turn the look into a busy loop.
+    // 0. Left to another plugin (or waiting for one): look again when something changed (at
+    //    most every kLookInterval, and once more a moment later, since the kubelet acts on a
+    //    stream's end or a new plugin's first list a little after the socket event), and when
+    //    the grace for a plugin that served it before runs out.
     if (!left_to().empty()) {
       if (recheck_other_) {
-        recheck_other_at_ = std::min(
-            recheck_other_at_, std::max(absl::Now(), last_other_look_ + kOtherPluginLookInterval));
+        const absl::Time now = absl::Now();
+        recheck_other_at_ =
+            std::min(recheck_other_at_, std::max(now, last_other_look_ + kLookInterval));
+        settle_look_at_ = now + kLookSettle;
       }
       recheck_other_ = false;
+      look_at_ = absl::InfiniteFuture();
+      if (absl::Now() >= settle_look_at_) {
+        settle_look_at_ = absl::InfiniteFuture();
+        recheck_other_at_ = absl::InfinitePast();
+      }
+      {
+        // The silenced stream we kept after stepping back has ended (the kubelet restarted):
+        // nothing holds the old server any more.
+        absl::MutexLock lock(&mu_);
+        if (server_ != nullptr && server_->OpenStreams() == 0) recheck_other_at_ = absl::InfinitePast();
+      }
       if (absl::Now() >= recheck_other_at_) {
         recheck_other_at_ = absl::InfiniteFuture();
-        LeaveToOtherPlugin();
+        Arbitrate();
       }
       if (!left_to().empty()) {
-        Wait(recheck_other_at_ == absl::InfiniteFuture() ? kUntilEvent
-                                                         : recheck_other_at_ - absl::Now());
+        const absl::Time next = std::min(recheck_other_at_, settle_look_at_);
+        Wait(next == absl::InfiniteFuture() ? kUntilEvent : next - absl::Now());
         continue;
       }
     }
     recheck_other_ = false;
+
+    // What the record says must follow what holds: registered now means ours.
+    if (RegisteredNow() && left_to().empty() && !record_.RegisteredLast()) {
+      if (absl::Status status = record_.Set(true); !status.ok()) {
+        Complain(absl::StrCat(status.message(), " (the registration record: after a reboot we "
+                                                "may wait --neighbour-grace for our own resource)"));
+      }
+    }
+
+    // 0b. Registered: an event that may mean another plugin registered the resource after us
+    //     (a new socket, the kubelet's checkpoint rewritten) is looked into once it settles.
+    if (look_at_ != absl::InfiniteFuture() && absl::Now() >= look_at_) {
+      look_at_ = absl::InfiniteFuture();
+      if (RegisteredNow() && Arbitrate()) continue;
+    }
 
     // 1. Serve on our socket; serve again whenever it vanishes (the kubelet deletes it when it
     //    restarts) or the mode changes.
@@ -577,6 +693,10 @@ void ResourceRegistrar::Run() {
       LOG(INFO) << resource << ": socket " << stale->socket_path()
                 << " was removed (kubelet restart?); serving again";
       CancelRegisterCall();  // a Register naming the vanished socket cannot succeed
+      if (active_mode_ == RegistrationMode::kPluginWatcher && stale->SocketPresent() &&
+          watcher_service_.registered()) {
+        watcher_socket_gone_at_ = absl::Now();  // see Options::watcher_pass
+      }
       stale->Stop();
       registered_kubelet_.store(false);
     }
@@ -586,7 +706,7 @@ void ResourceRegistrar::Run() {
         continue;
       }
       // Never take a resource another plugin serves (unless told to).
-      if (LeaveToOtherPlugin()) continue;
+      if (Arbitrate()) continue;
       const std::string path = absl::StrCat(DirectoryFor(mode), "/", SocketFileName(resource));
       const int stream_event_fd = stream_event_fd_;
       auto server = std::make_unique<PluginServer>(
@@ -634,15 +754,21 @@ void ResourceRegistrar::Run() {
                               " is not there yet; will register as soon as it appears"));
       } else if (absl::Now() < retry_at_) {
         wait = retry_at_ - absl::Now();
-      } else if (!LeaveToOtherPlugin()) {
+      } else if (absl::Now() < watcher_socket_gone_at_ + options_.watcher_pass) {
+        // Our plugin-watcher registration (or our predecessor's) has just gone: let the
+        // watcher's deregistration by name pass before we register, or it disconnects us.
+        retry_at_ = watcher_socket_gone_at_ + options_.watcher_pass;
+        wait = retry_at_ - absl::Now();
+      } else if (!Arbitrate()) {
         StartRegisterCall(*kubelet);
       } else {
         continue;
       }
     }
-    if (check_endpoint_at_ != absl::InfiniteFuture()) {
-      const absl::Duration until_check = check_endpoint_at_ - absl::Now();
-      wait = wait == kUntilEvent ? until_check : std::min(wait, until_check);
+    for (absl::Time at : {check_endpoint_at_, look_at_}) {
+      if (at == absl::InfiniteFuture()) continue;
+      const absl::Duration until = at - absl::Now();
+      wait = wait == kUntilEvent ? until : std::min(wait, until);
     }
     Wait(wait);
   }

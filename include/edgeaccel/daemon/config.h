@@ -29,6 +29,8 @@ struct DaemonConfig {
   std::set<std::string> families;
   // Resources to register even where another plugin serves them (--take-over).
   std::set<std::string> take_over;
+  // How long a resource another plugin served before a kubelet restart is left to it.
+  absl::Duration neighbour_grace = absl::Minutes(5);
   // Time-sliced replicas per resource ("nvidia.com/gpu" -> 4); absent: 1.
   std::map<std::string, int> replicas;
   // Answer NVIDIA container runtime envs for nvidia.com/gpu.

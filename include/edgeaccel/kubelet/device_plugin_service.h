@@ -50,6 +50,10 @@ class DevicePluginService final {
   void EndStreams();
   // ListAndWatch streams open now.
   int OpenStreams() const;
+  // Sends nothing more on any stream, open or new, while the streams stay open: another plugin
+  // now feeds the kubelet's list for the resource, and ending our stream would make a kubelet
+  // 1.25-1.36 disconnect that plugin (runClient disconnects the current client).
+  void Silence() { silenced_.store(true); }
   // Sends every stream the current list again if what PluginOptions::advertise_now allows has
   // changed since its last message.
   void Readvertise();
@@ -81,6 +85,7 @@ class DevicePluginService final {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> silenced_{false};
   v1beta1::DevicePlugin::AsyncService* async_service_ = nullptr;
   CompletionLoop* loop_ = nullptr;
 };

@@ -21,6 +21,8 @@ inline constexpr absl::string_view kDefaultDevicePluginDir = "/var/lib/kubelet/d
 inline constexpr absl::string_view kPluginsRegistryDir = "plugins_registry";
 inline constexpr absl::string_view kKubeletSocketName = "kubelet.sock";
 inline constexpr absl::string_view kKubeletCheckpointName = "kubelet_internal_checkpoint";
+// The pod-resources API's socket, under the kubelet's --root-dir.
+inline constexpr absl::string_view kPodResourcesSocket = "pod-resources/kubelet.sock";
 
 // Plugin watcher API (pluginregistration v1).
 inline constexpr absl::string_view kPluginTypeDevicePlugin = "DevicePlugin";

@@ -45,6 +45,10 @@ class PluginServer {
   // ListAndWatch streams open now (0 when not serving).
   int OpenStreams() const;
   void Readvertise();
+  // Open streams stay open and hear nothing more (DevicePluginService::Silence).
+  void Silence() {
+    if (service_ != nullptr) service_->Silence();
+  }
 
   const std::string& socket_path() const { return socket_path_; }
 

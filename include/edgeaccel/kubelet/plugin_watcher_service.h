@@ -34,12 +34,18 @@ class PluginWatcherService final {
   // The kubelet dropped the endpoint it had registered: no longer registered until it notifies
   // us again.
   void EndpointLost() { registered_.store(false); }
+  // While set, GetInfo is refused: the resource is left to another plugin, and a plugin watcher
+  // that registered our socket (after a kubelet restart) would take it from that plugin. Removing
+  // the socket instead would be worse: the watcher deregisters by resource name, and so would
+  // disconnect the other plugin.
+  void SetSteppedBack(bool stepped_back) { stepped_back_.store(stepped_back); }
   uint64_t registrations() const { return registrations_.load(); }
 
  private:
   const std::string resource_name_;
   const std::function<void(const std::string& error)> on_refused_;
   std::atomic<bool> registered_{false};
+  std::atomic<bool> stepped_back_{false};
   std::atomic<uint64_t> registrations_{0};
 };
 

@@ -12,9 +12,13 @@
 //  * auto: kubelet when device-plugins/ exists (every kubelet since 1.10, k3s and microk8s
 //    included), else plugin-watcher when only plugins_registry/ exists; with neither, wait.
 //
-// Beside other plugins: a resource another plugin already serves (other_plugins.h) is left to
-// it, unless Options::take_over: we do not serve or register it, hold a stream to that plugin,
-// and look again when it goes away (its stream ends, its socket is removed).
+// Beside other plugins (neighbour_arbiter.h): a resource another plugin serves, or served
+// before a kubelet restart and has not re-registered yet, is left to it unless
+// Options::take_over; if another plugin registers a resource we serve, we step back: our stream
+// stays open but silent (ending it would make a kubelet 1.25-1.36 disconnect that plugin). Who
+// serves what is learnt from the kubelet (pod-resources API, checkpoint) and unary GetInfo calls,
+// never from another plugin's streams (neighbours.h). An earlier edgeaccel still serving the
+// resource (a rollout with maxSurge) is waited for, and replaced the moment its socket goes.
 //
 // A lost endpoint: the kubelet can stop our endpoint without restarting (a plugin-watcher
 // deregistration of an older plugin for the same resource arrives late and stops whatever
@@ -39,12 +43,15 @@
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/directory_watcher.h"
+#include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
-#include "edgeaccel/kubelet/other_plugins.h"
+#include "edgeaccel/kubelet/neighbour_arbiter.h"
+#include "edgeaccel/kubelet/neighbours.h"
 #include "edgeaccel/kubelet/plugin_options.h"
 #include "edgeaccel/kubelet/plugin_server.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
+#include "edgeaccel/kubelet/registration_record.h"
 
 namespace edgeaccel {
 
@@ -66,12 +73,19 @@ class ResourceRegistrar {
     PluginOptions plugin;
     // Register even where another plugin serves the resource (--take-over).
     bool take_over = false;
-    // How long a socket may take to answer when we ask whether it serves the resource.
-    absl::Duration other_plugin_timeout = absl::Milliseconds(500);
-    // When the kubelet still holds devices of the resource that are not ours but no plugin
-    // serves them, how long the plugin that did may take to come back (after a kubelet restart
-    // every plugin registers again, in no particular order).
-    absl::Duration other_plugin_grace = absl::Seconds(10);
+    // Looking at neighbours: each call's deadline, and the whole look's (it never holds the
+    // registration thread for longer).
+    absl::Duration neighbour_call_timeout = absl::Milliseconds(250);
+    absl::Duration look_budget = absl::Seconds(1);
+    // A resource the kubelet knows from another plugin that has not registered it again (after a
+    // kubelet restart or a reboot) is left to that plugin for this long (--neighbour-grace).
+    absl::Duration neighbour_grace = absl::Minutes(5);
+    // After our plugin-watcher socket goes, how long before we register through kubelet.sock:
+    // the watcher's reconciler (1 s loop) deregisters the old socket by resource name, and would
+    // disconnect a registration made before its pass.
+    absl::Duration watcher_pass = absl::Milliseconds(1500);
+    // Keep the registration record (registration_record.h) under device_plugin_dir.
+    bool keep_record = true;
     // After a ListAndWatch stream ends, how long to wait for the kubelet's next move (a new
     // stream after a re-registration) before calling the endpoint lost.
     absl::Duration lost_endpoint_settle = absl::Milliseconds(300);
@@ -102,10 +116,17 @@ class ResourceRegistrar {
   uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
   // The kubelet dropped our endpoint and we are not registered again yet.
   bool endpoint_lost() const { return endpoint_lost_.load() && !registered(); }
-  // The other plugin's socket while we leave the resource to it; "" otherwise.
+  // Whom we leave the resource to now (a socket, or a description); "" when we do not.
   std::string left_to() const;
-  // Looks now: another plugin that serves the resource (for --discover).
-  std::optional<OtherPlugin> FindOtherServer() const;
+  // Looks now, as the registrar would, and says what it would decide (for --discover).
+  ArbiterDecision LookNow() const;
+  // Looks at neighbours so far, and the longest one took.
+  uint64_t neighbour_looks() const { return neighbour_looks_.load(); }
+  absl::Duration longest_look() const { return absl::Nanoseconds(longest_look_ns_.load()); }
+  // Where the last look learnt what the kubelet holds: "pod-resources", "checkpoint", or "".
+  std::string holdings_source() const;
+  // Looks that could read neither the pod-resources API nor the checkpoint.
+  uint64_t holdings_unreadable() const { return holdings_unreadable_.load(); }
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
@@ -133,10 +154,13 @@ class ResourceRegistrar {
   };
 
   void Run();
-  OtherPluginQuery OtherPluginQueryNow() const;
-  // Whether to leave the resource to another plugin now; sets or clears left_to_. Logs each
-  // change of mind once.
-  bool LeaveToOtherPlugin();
+  NeighbourQuery NeighbourQueryNow() const;
+  // Looks at the neighbours and decides; true when we must not serve or register now (left to
+  // another plugin, waiting for one, or stepped back). Sets or clears left_to_; logs and warns
+  // once per change of mind.
+  bool Arbitrate();
+  // Registered now, either way.
+  bool RegisteredNow() const;
   // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
   // leaves the resource to the plugin that took it).
   void CheckEndpoint(RegistrationMode mode);
@@ -189,18 +213,28 @@ class ResourceRegistrar {
   std::string last_complaint_;
   absl::Time check_endpoint_at_ = absl::InfiniteFuture();
   bool recheck_other_ = false;             // something changed while we leave it to another
-  absl::Time other_grace_until_ = absl::InfinitePast();
   absl::Time recheck_other_at_ = absl::InfiniteFuture();
+  absl::Time settle_look_at_ = absl::InfiniteFuture();
   absl::Time last_other_look_ = absl::InfinitePast();
-  // registrations() when we last left the resource to another plugin (0: never): a higher
-  // count now means the last registration of the resource was ours.
-  uint64_t registrations_when_left_ = 0;
-  std::unique_ptr<OtherPluginWatch> other_watch_;
+  NeighbourArbiter arbiter_;
+  RegistrationRecord record_;
+  OnceLogger holdings_warnings_;
+  // While registered: look again at this time (set by events that may mean another plugin
+  // registered the resource: a new socket, the kubelet's checkpoint written).
+  absl::Time look_at_ = absl::InfiniteFuture();
+  // When our plugin-watcher socket last went while registered (see Options::watcher_pass).
+  absl::Time watcher_socket_gone_at_ = absl::InfinitePast();
+  // We left the resource to an earlier edgeaccel registered through the plugin watcher.
+  bool predecessor_was_watcher_ = false;
+  std::atomic<uint64_t> neighbour_looks_{0};
+  std::atomic<int64_t> longest_look_ns_{0};
+  std::atomic<uint64_t> holdings_unreadable_{0};
 
   mutable absl::Mutex mu_;
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
   std::string left_to_ ABSL_GUARDED_BY(mu_);
+  std::string holdings_source_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel

@@ -1,0 +1,129 @@
+// The neighbour arbiter's decisions, stepped through the kubelet behaviours they answer
+// (docs/kubelet-behaviour.md) on an injected clock: no sockets, no sleeps.
+#include "edgeaccel/kubelet/neighbour_arbiter.h"
+
+#include <gtest/gtest.h>
+
+namespace edgeaccel {
+namespace {
+
+constexpr char kGpu[] = "nvidia.com/gpu";
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+class ArbiterTest : public ::testing::Test {
+ protected:
+  ArbiterDecision Decide(absl::Duration at) {
+    ArbiterInput in = input;
+    in.view = &view;
+    return arbiter.Decide(in, kT0 + at);
+  }
+  // What the kubelet holds after a restart (or reboot), before any plugin is back: the
+  // resource's name in the checkpoint, no healthy device.
+  void KubeletJustRestarted() {
+    view.holdings = {};
+    view.holdings.source = "pod-resources";
+    view.holdings.known = {kGpu};
+  }
+  void KubeletLists(std::vector<std::string> ids) {
+    view.holdings.healthy[kGpu] = std::move(ids);
+    view.holdings.known.insert(kGpu);
+  }
+
+  NeighbourArbiter arbiter{kGpu, absl::Minutes(5)};
+  NeighbourView view;
+  ArbiterInput input{nullptr, {"GPU-ours-0"}, false, false, false};
+};
+
+TEST_F(ArbiterTest, ANodeNobodyServedIsOurs) {
+  view.holdings_read = true;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, APluginWatcherSocketNamingTheResourceIsLeftAlone) {
+  view.registry_claim = "/var/lib/kubelet/plugins_registry/nvidia-gpu.sock";
+  ArbiterDecision d = Decide(absl::ZeroDuration());
+  EXPECT_EQ(d.verdict, ArbiterDecision::kLeave);
+  EXPECT_EQ(d.to, view.registry_claim);
+}
+
+TEST_F(ArbiterTest, HealthyDevicesWeDidNotRegisterAreAnotherPlugins) {
+  // Same ids as ours (NVIDIA's plugin names GPUs by UUID too): still not ours to feed, since we
+  // hold no registration.
+  KubeletLists({"GPU-ours-0"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+}
+
+TEST_F(ArbiterTest, AfterAKubeletRestartAnotherPluginsResourceIsLeftForTheGraceWhateverTheOrder) {
+  KubeletJustRestarted();
+  // We come back first: the plugin that served it is up to 120 s late, and more.
+  for (absl::Duration at : {absl::ZeroDuration(), absl::Seconds(1), absl::Seconds(60),
+                            absl::Seconds(120), absl::Seconds(299)}) {
+    ArbiterDecision d = Decide(at);
+    EXPECT_EQ(d.verdict, ArbiterDecision::kWait) << absl::FormatDuration(at);
+    EXPECT_EQ(d.until, kT0 + absl::Minutes(5));
+  }
+  // It returns at 120 s: left to it, and the grace starts again should it go later.
+  KubeletLists({"GPU-theirs"});
+  EXPECT_EQ(Decide(absl::Seconds(120)).verdict, ArbiterDecision::kLeave);
+  KubeletJustRestarted();
+  EXPECT_EQ(Decide(absl::Seconds(400)).verdict, ArbiterDecision::kWait);
+  EXPECT_EQ(Decide(absl::Seconds(400) + absl::Minutes(5)).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, AfterAKubeletRestartOurOwnResourceIsRegisteredAtOnce) {
+  KubeletJustRestarted();
+  input.registered_last = true;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, DevicesPodsHoldThatAreOursMakeItOursToo) {
+  KubeletJustRestarted();
+  view.holdings.allocated[kGpu] = {"GPU-ours-0"};
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, TakeOverServesWhateverTheKubeletHolds) {
+  KubeletJustRestarted();
+  input.take_over = true;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+  KubeletLists({"GPU-theirs"});
+  view.registry_claim = "/x/plugins_registry/theirs.sock";
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, AForeignDeviceInTheKubeletsListWhileWeAreRegisteredMeansStepBack) {
+  input.registered = true;
+  KubeletLists({"GPU-ours-0"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+  KubeletLists({"GPU-theirs"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kStepBack);
+}
+
+TEST_F(ArbiterTest, AnEarlierEdgeaccelIsWaitedForThenReplaced) {
+  input.registered_last = true;
+  view.predecessor = "/var/lib/kubelet/device-plugins/edgeaccel-nvidia.com-gpu.sock";
+  KubeletLists({"GPU-ours-0"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+  // It stopped: its stream ended (the kubelet marks the devices unhealthy), its socket went.
+  view.predecessor.clear();
+  view.holdings.healthy.clear();
+  EXPECT_EQ(Decide(absl::Milliseconds(5)).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, AStaleCheckpointListIsNotALivePlugin) {
+  // Without pod-resources the checkpoint still lists the devices of a plugin that has gone
+  // (the kubelet does not write it on a disconnect): with no other plugin's socket alive, they
+  // are stale; our own stale list never counts.
+  view.holdings.source = "checkpoint";
+  KubeletLists({"GPU-theirs"});
+  view.live_foreign_sockets = 0;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kWait);
+  view.live_foreign_sockets = 1;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+  view.holdings.healthy[kGpu] = {"GPU-ours-0"};
+  input.registered_last = true;
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+}  // namespace
+}  // namespace edgeaccel
