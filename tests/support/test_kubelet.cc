@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <regex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,53 @@ bool IsExtendedResourceName(const std::string& name) {
          std::regex_match(short_name, kQualifiedName);
 }
 
+std::string KubeletProfileName(KubeletProfile profile) {
+  switch (profile) {
+    case KubeletProfile::kV1_20:
+      return "v1.20";
+    case KubeletProfile::kV1_25ToV1_36:
+      return "v1.25-v1.36";
+    case KubeletProfile::kV1_37:
+      return "v1.37+";
+  }
+  return "?";
+}
+
+class TestKubelet::PodResourcesService final : public v1::PodResourcesLister::Service {
+ public:
+  explicit PodResourcesService(TestKubelet* kubelet) : kubelet_(kubelet) {}
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
+                                       v1::AllocatableResourcesResponse* response) override {
+    absl::MutexLock lock(&kubelet_->mu_);
+    kubelet_->AllocatableLocked(response);
+    return grpc::Status::OK;
+  }
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* response) override {
+    absl::MutexLock lock(&kubelet_->mu_);
+    kubelet_->ListLocked(response);
+    return grpc::Status::OK;
+  }
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest* request,
+                   v1::GetPodResourcesResponse* response) override {
+    absl::MutexLock lock(&kubelet_->mu_);
+    v1::ListPodResourcesResponse all;
+    kubelet_->ListLocked(&all);
+    for (const v1::PodResources& pod : all.pod_resources()) {
+      if (pod.name() == request->pod_name() && pod.namespace_() == request->pod_namespace()) {
+        *response->mutable_pod_resources() = pod;
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::UNKNOWN,
+                        absl::StrCat("pod ", request->pod_name(), " in namespace ",
+                                     request->pod_namespace(), " not found"));
+  }
+
+ private:
+  TestKubelet* kubelet_;
+};
+
 class TestKubelet::RegistrationService final : public v1beta1::Registration::Service {
  public:
   explicit RegistrationService(TestKubelet* kubelet) : kubelet_(kubelet) {}
@@ -76,7 +125,8 @@ class TestKubelet::RegistrationService final : public v1beta1::Registration::Ser
   TestKubelet* kubelet_;
 };
 
-TestKubelet::TestKubelet(std::string root) : root_(std::move(root)) {}
+TestKubelet::TestKubelet(std::string root, KubeletProfile profile)
+    : root_(std::move(root)), profile_(profile) {}
 
 TestKubelet::~TestKubelet() { Stop(); }
 
@@ -87,12 +137,17 @@ void TestKubelet::Start() {
   mkdir(root_.c_str(), 0755);
   mkdir(DevicePluginsDir().c_str(), 0755);
   mkdir(PluginsRegistryDir().c_str(), 0755);
-  // Like the kubelet's device manager: remove everything but the checkpoint.
+  // CleanupPluginDirectory: 1.25+ removes the sockets, 1.20-1.24 every file but the checkpoint;
+  // directories stay in both.
   if (DIR* dir = opendir(DevicePluginsDir().c_str())) {
     while (struct dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
       if (name == "." || name == ".." || name == kKubeletCheckpointName) continue;
-      unlink((DevicePluginsDir() + "/" + name).c_str());
+      const std::string path = DevicePluginsDir() + "/" + name;
+      struct stat st;
+      if (stat(path.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+      if (profile_ != KubeletProfile::kV1_20 && !S_ISSOCK(st.st_mode)) continue;
+      unlink(path.c_str());
     }
     closedir(dir);
   }
@@ -102,6 +157,25 @@ void TestKubelet::Start() {
     if (f != nullptr) {
       fputs("{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}", f);
       fclose(f);
+    }
+  }
+  {
+    // readCheckpoint: what the new process knows. Every resource of RegisteredDevices has no
+    // device (capacity 0) until its plugin registers again; nothing is written yet.
+    absl::MutexLock lock(&mu_);
+    for (auto& [resource, state] : resources_) {
+      state.devices.clear();
+      state.stream_open = false;
+      state.ever_registered = false;
+    }
+    std::ifstream in(checkpoint);
+    nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("Data") && json["Data"].is_object() &&
+        json["Data"].contains("RegisteredDevices") &&
+        json["Data"]["RegisteredDevices"].is_object()) {
+      for (const auto& [resource, ids] : json["Data"]["RegisteredDevices"].items()) {
+        resources_[resource].ever_registered = true;
+      }
     }
   }
   // Kubelets that support the plugin watcher leave this note for device plugins.
@@ -125,9 +199,24 @@ void TestKubelet::Start() {
   server_ = builder.BuildAndStart();
   CHECK(server_ != nullptr) << "test kubelet cannot listen in " << DevicePluginsDir();
 
+  if (serve_pod_resources_) {
+    const std::string dir = root_ + "/pod-resources";
+    mkdir(dir.c_str(), 0755);
+    unlink((dir + "/kubelet.sock").c_str());
+    pod_resources_service_ = std::make_unique<PodResourcesService>(this);
+    grpc::ServerBuilder pod_resources;
+    pod_resources.AddListeningPort(absl::StrCat("unix:", dir, "/kubelet.sock"),
+                                   grpc::InsecureServerCredentials());
+    pod_resources.RegisterService(pod_resources_service_.get());
+    pod_resources_server_ = pod_resources.BuildAndStart();
+    CHECK(pod_resources_server_ != nullptr) << "test kubelet cannot listen in " << dir;
+  }
+
   watcher_stop_fd_ = eventfd(0, EFD_CLOEXEC);
   watcher_ = std::thread([this] { WatchPluginsRegistry(); });
 }
+
+void TestKubelet::ServePodResources(bool serve) { serve_pod_resources_ = serve; }
 
 void TestKubelet::Stop() {
   {
@@ -146,6 +235,13 @@ void TestKubelet::Stop() {
   server_->Wait();
   server_.reset();
   service_.reset();
+  if (pod_resources_server_ != nullptr) {
+    pod_resources_server_->Shutdown(In(absl::Milliseconds(100)));
+    pod_resources_server_->Wait();
+    pod_resources_server_.reset();
+    pod_resources_service_.reset();
+    unlink((root_ + "/pod-resources/kubelet.sock").c_str());
+  }
   // The process is gone: every connection to every plugin drops.
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   {
@@ -161,6 +257,13 @@ void TestKubelet::Stop() {
   for (auto& endpoint : endpoints) {
     if (endpoint->reader.joinable()) endpoint->reader.join();
   }
+  std::vector<std::thread> connecting;
+  {
+    absl::MutexLock lock(&mu_);
+    connecting = std::move(connecting_);
+    connecting_.clear();
+  }
+  for (std::thread& thread : connecting) thread.join();
 }
 
 void TestKubelet::Note(const std::string& entry) {
@@ -190,9 +293,22 @@ grpc::Status TestKubelet::HandleRegister(const v1beta1::RegisterRequest& request
     error = absl::StrCat("invalid name of device plugin socket: ", request.resource_name());
   } else if (request.endpoint().empty() || request.endpoint().find('/') != std::string::npos) {
     error = absl::StrCat("invalid endpoint ", request.endpoint());
+  } else if (profile_ == KubeletProfile::kV1_20) {
+    // Register: go m.addEndpoint(r); return &pluginapi.Empty{}, nil
+    absl::MutexLock lock(&mu_);
+    connecting_.emplace_back([this, request] {
+      absl::Status status = Connect(request.resource_name(),
+                                    DevicePluginsDir() + "/" + request.endpoint(), "kubelet",
+                                    &request.options());
+      if (!status.ok()) {
+        absl::MutexLock lock(&mu_);
+        errors_.push_back(std::string(status.message()));
+        Changed();
+      }
+    });
   } else {
-    absl::Status status = Connect(request.resource_name(),
-                                  DevicePluginsDir() + "/" + request.endpoint(), "kubelet");
+    absl::Status status =
+        Connect(request.resource_name(), DevicePluginsDir() + "/" + request.endpoint(), "kubelet");
     if (!status.ok()) error = std::string(status.message());
   }
   if (!error.empty()) {
@@ -205,15 +321,23 @@ grpc::Status TestKubelet::HandleRegister(const v1beta1::RegisterRequest& request
 }
 
 absl::Status TestKubelet::Connect(const std::string& resource, const std::string& socket,
-                                  const std::string& via) {
+                                  const std::string& via,
+                                  const v1beta1::DevicePluginOptions* request_options) {
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->resource = resource;
   endpoint->via = via;
+  endpoint->socket = socket;
   endpoint->channel = DialUnixSocket(socket);
   endpoint->stub = v1beta1::DevicePlugin::NewStub(endpoint->channel);
-  // Kubelets since 1.25 take the options from this call, whichever way the plugin registered.
+  // Kubelets since 1.25 take the options from this call, whichever way the plugin registered;
+  // 1.20 dials (blocking) and takes them from the Register request.
   v1beta1::DevicePluginOptions options;
-  {
+  if (request_options != nullptr) {
+    options = *request_options;
+    if (!endpoint->channel->WaitForConnected(In(absl::Seconds(10)))) {
+      return absl::UnavailableError(absl::StrCat("failed to dial device plugin ", socket));
+    }
+  } else {
     grpc::ClientContext context;
     context.set_deadline(In(absl::Seconds(10)));
     context.set_wait_for_ready(true);
@@ -232,8 +356,8 @@ absl::Status TestKubelet::Connect(const std::string& resource, const std::string
     raw->generation = next_generation_++;
     auto existing = endpoints_.find(resource);
     if (existing != endpoints_.end()) {
-      // A new registration replaces the old endpoint; its stream is closed.
-      existing->second->stream_context->TryCancel();
+      // A new registration replaces the client; the old one stays open, and its stream keeps
+      // feeding the device list (registerEndpoint / registerClient).
       retired_.push_back(std::move(existing->second));
     }
     ResourceState& state = resources_[resource];
@@ -278,7 +402,7 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
     }
     absl::MutexLock lock(&mu_);
     ResourceState& state = resources_[endpoint->resource];
-    if (state.generation != endpoint->generation) continue;
+    // genericDeviceUpdateCallback is keyed by resource name: whichever stream spoke last.
     state.devices.assign(response.devices().begin(), response.devices().end());
     state.updates++;
     WriteCheckpointLocked();
@@ -286,13 +410,46 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
   }
   reader->Finish();
   absl::MutexLock lock(&mu_);
+  if (running_) StreamEndedLocked(endpoint);
+  Changed();
+}
+
+void TestKubelet::StreamEndedLocked(Endpoint* endpoint) {
   ResourceState& state = resources_[endpoint->resource];
-  if (state.generation == endpoint->generation) {
-    // The kubelet's endpoint stopped: every device of the resource is unhealthy until the
-    // plugin registers again.
-    state.stream_open = false;
-    for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
+  const bool current = state.generation == endpoint->generation;
+  switch (profile_) {
+    case KubeletProfile::kV1_20:
+      // runEndpoint: markResourceUnhealthy only if the ended endpoint is still the current one.
+      if (current) {
+        state.stream_open = false;
+        for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
+      }
+      break;
+    case KubeletProfile::kV1_25ToV1_36:
+      // runClient: c = s.getClient(name); disconnectClient(name, c): the current client,
+      // whichever stream ended.
+      call_log_.push_back(
+          absl::StrCat("Disconnect ", endpoint->resource, current ? "" : " (current client)"));
+      DisconnectLocked(endpoint->resource);
+      break;
+    case KubeletProfile::kV1_37:
+      // Clients keyed by socket path: only the ended stream's own client goes.
+      if (current) DisconnectLocked(endpoint->resource);
+      break;
   }
+}
+
+void TestKubelet::DisconnectLocked(const std::string& resource) {
+  auto it = endpoints_.find(resource);
+  if (it == endpoints_.end()) return;
+  // Disconnect closes the client's connection (its stream ends) and PluginDisconnected marks
+  // every device of the resource unhealthy.
+  it->second->stream_context->TryCancel();
+  retired_.push_back(std::move(it->second));
+  endpoints_.erase(it);
+  ResourceState& state = resources_[resource];
+  state.stream_open = false;
+  for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
   Changed();
 }
 
@@ -348,16 +505,17 @@ absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& 
   return info.name();
 }
 
-void TestKubelet::Deregister(const std::string& resource) {
+void TestKubelet::Deregister(const std::string& resource, const std::string& socket) {
   Note(absl::StrCat("DeRegisterPlugin ", resource));
   absl::MutexLock lock(&mu_);
+  // Up to 1.36 DeRegisterPlugin(name, endpoint) acts on the name alone: the client holding it
+  // now goes, whatever its socket. 1.37+ checks the endpoint.
   auto it = endpoints_.find(resource);
-  if (it == endpoints_.end()) return;
-  // The client is disconnected: its stream ends, and the resource's devices turn unhealthy.
-  it->second->stream_context->TryCancel();
-  retired_.push_back(std::move(it->second));
-  endpoints_.erase(it);
-  Changed();
+  if (profile_ == KubeletProfile::kV1_37 && it != endpoints_.end() &&
+      it->second->socket != socket) {
+    return;
+  }
+  DisconnectLocked(resource);
 }
 
 void TestKubelet::WatchPluginsRegistry() {
@@ -399,7 +557,9 @@ void TestKubelet::WatchPluginsRegistry() {
     }
     for (auto it = deregister.begin(); it != deregister.end();) {
       if (it->first <= absl::Now()) {
-        Deregister(it->second);
+        std::pair<std::string, std::string> what =
+            absl::StrSplit(it->second, absl::MaxSplits('\n', 1));
+        Deregister(what.first, what.second);
         it = deregister.erase(it);
       } else {
         next = std::min(next, it->first);
@@ -433,7 +593,7 @@ void TestKubelet::WatchPluginsRegistry() {
               absl::MutexLock lock(&mu_);
               delay = deregistration_delay_;
             }
-            deregister.emplace_back(absl::Now() + delay, gone->second);
+            deregister.emplace_back(absl::Now() + delay, gone->second + "\n" + path);
             registered.erase(gone);
           }
         }
@@ -553,6 +713,77 @@ absl::StatusOr<v1beta1::AllocateResponse> TestKubelet::Allocate(
   grpc::Status status = stub->Allocate(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
   return response;
+}
+
+absl::StatusOr<std::string> TestKubelet::Admit(const std::string& resource, int count) {
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    // devicesToAllocate's checks, in its order.
+    auto it = resources_.find(resource);
+    const bool registered = it != resources_.end() && it->second.ever_registered;
+    std::string error;
+    int healthy = 0;
+    if (registered) {
+      std::set<std::string> in_use;
+      for (const auto& [uid, cached] : containers_) {
+        if (cached.resource == resource) in_use.insert(cached.ids.begin(), cached.ids.end());
+      }
+      for (const v1beta1::Device& device : it->second.devices) {
+        if (device.health() != "Healthy") continue;
+        ++healthy;
+        if (!in_use.count(device.id()) && static_cast<int>(ids.size()) < count) {
+          ids.push_back(device.id());
+        }
+      }
+    }
+    if (!registered) {
+      error = absl::StrCat("cannot allocate unregistered device ", resource);
+    } else if (healthy == 0 && profile_ != KubeletProfile::kV1_20) {
+      error = absl::StrCat("no healthy devices present; cannot allocate unhealthy devices ",
+                           resource);
+    } else if (static_cast<int>(ids.size()) < count) {
+      error = absl::StrCat("requested number of devices unavailable for ", resource,
+                           ". Requested: ", count, ", Available: ", ids.size());
+    } else if (endpoints_.count(resource) == 0) {
+      error = absl::StrCat("endpoint not found in cache for a registered resource: ", resource);
+    }
+    if (!error.empty()) {
+      errors_.push_back(error);
+      Changed();
+      return absl::FailedPreconditionError(
+          absl::StrCat("UnexpectedAdmissionError: Allocate failed due to ", error));
+    }
+  }
+  return AdmitPod(resource, ids);
+}
+
+void TestKubelet::AllocatableLocked(v1::AllocatableResourcesResponse* response) {
+  // GetAllocatableDevices: allDevices filtered by healthyDevices, one ContainerDevices each.
+  for (const auto& [resource, state] : resources_) {
+    for (const v1beta1::Device& device : state.devices) {
+      if (device.health() != "Healthy") continue;
+      v1::ContainerDevices* out = response->add_devices();
+      out->set_resource_name(resource);
+      out->add_device_ids(device.id());
+      for (const v1beta1::NUMANode& node : device.topology().nodes()) {
+        out->mutable_topology()->add_nodes()->set_id(node.id());
+      }
+    }
+  }
+}
+
+void TestKubelet::ListLocked(v1::ListPodResourcesResponse* response) {
+  for (const auto& [uid, cached] : containers_) {
+    v1::PodResources* pod = response->add_pod_resources();
+    pod->set_name(uid);
+    pod->set_namespace_("default");
+    v1::ContainerResources* container = pod->add_containers();
+    container->set_name("main");
+    v1::ContainerDevices* devices = container->add_devices();
+    devices->set_resource_name(cached.resource);
+    for (const std::string& id : cached.ids) devices->add_device_ids(id);
+  }
 }
 
 absl::StatusOr<std::string> TestKubelet::AdmitPod(const std::string& resource,

@@ -1,25 +1,28 @@
-// TestKubelet: the kubelet's device manager and plugin watcher, as far as a device plugin can
-// tell, on real Unix sockets under a temporary kubelet root.
-//
-// It behaves like the real kubelet (../shared/kubelet-protocol.md):
-//  * Start() deletes every file in device-plugins/ except kubelet_internal_checkpoint, then
-//    serves v1beta1.Registration on device-plugins/kubelet.sock, and walks plugins_registry/ and
-//    watches it with inotify.
-//  * Register: checks version and resource name, dials the plugin's endpoint (a file name in
-//    device-plugins/), calls GetDevicePluginOptions, answers, then opens ONE ListAndWatch stream.
-//    A new registration of the same resource replaces the old endpoint.
-//  * Plugin watcher: dials a new socket, GetInfo (1 s), validates, connects the endpoint (empty:
-//    the same socket), NotifyRegistrationStatus (5 s), then GetDevicePluginOptions and
-//    ListAndWatch. A failed validation is reported with NotifyRegistrationStatus(false) and
-//    retried with backoff.
-//  * When a ListAndWatch stream ends, every device of that resource turns unhealthy and the
-//    stream is not reopened.
-//  * A socket removed from plugins_registry/ is deregistered late (the reconciler's pass, about
-//    0.6 s on a real node), by the resource name it registered: DeRegisterPlugin stops whatever
-//    endpoint holds that name then, even one registered since through kubelet.sock.
-//  * device-plugins/kubelet_internal_checkpoint is written as the kubelet writes it: after
-//    every ListAndWatch update (RegisteredDevices: the healthy ids) and every Allocate
-//    (PodDeviceEntries: ids per NUMA node, the answer as base64 protobuf).
+// TestKubelet: the kubelet's device manager, plugin watcher and pod-resources API, as far as a
+// device plugin can tell, on real Unix sockets under a temporary kubelet root. Each behaviour is
+// the real kubelet's, for the generation the profile names (docs/kubelet-behaviour.md gives the
+// upstream file and function of each):
+//  * Start() deletes the sockets in device-plugins/ (1.25+; 1.20-1.24 every file but the
+//    checkpoint), reads the checkpoint: every resource in its RegisteredDevices is known with no
+//    device until its plugin registers again, and the file is rewritten (with empty lists) on the
+//    next device list or allocation. Then it serves v1beta1.Registration on
+//    device-plugins/kubelet.sock and v1.PodResourcesLister on pod-resources/kubelet.sock, walks
+//    plugins_registry/ and watches it.
+//  * Register: checks version and resource name, dials the endpoint (blocking, 10 s), calls
+//    GetDevicePluginOptions (1.25+; 1.20 takes the options from the request), answers, then opens
+//    ONE ListAndWatch stream. A new registration of a name replaces the client; the replaced
+//    one's stream stays open, and every stream's message rebuilds the device list (whichever
+//    spoke last).
+//  * A stream's end: v1.20 marks the devices unhealthy only if its endpoint is the current one;
+//    v1.25-v1.36 disconnects the *current* client of the name, whichever stream ended
+//    (runClient; kubernetes#121994); v1.37+ keys clients by socket path: only the stream's own
+//    client is disconnected. Disconnected: every device unhealthy, the client gone.
+//  * Plugin watcher: dials a new socket, GetInfo (1 s), validates, connects the endpoint,
+//    NotifyRegistrationStatus (5 s). A socket removed is deregistered on the reconciler's next
+//    pass (1 s loop), by resource name: the client that holds the name then is disconnected.
+//  * device-plugins/kubelet_internal_checkpoint is written as the kubelet writes it (a temporary
+//    file renamed over it) after every device list (RegisteredDevices: the healthy ids) and every
+//    allocation (PodDeviceEntries).
 //  * A container restart replays the cached Allocate answer (no new Allocate): PreStartContainer
 //    first when the plugin's options ask for it, then what the runtime does with the answer:
 //    every DeviceSpec host path must be a device node, or the container fails to start.
@@ -42,15 +45,23 @@
 #include "absl/time/time.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "pluginregistration_v1.grpc.pb.h"
+#include "podresources_v1.grpc.pb.h"
 
 namespace edgeaccel::testing {
 
 // The kubelet's check of an extended resource name (v1helper.IsExtendedResourceName).
 bool IsExtendedResourceName(const std::string& name);
 
+// Kubelet generations whose device manager behaves differently (docs/kubelet-behaviour.md).
+enum class KubeletProfile { kV1_20, kV1_25ToV1_36, kV1_37 };
+std::string KubeletProfileName(KubeletProfile profile);
+inline constexpr KubeletProfile kAllKubeletProfiles[] = {
+    KubeletProfile::kV1_20, KubeletProfile::kV1_25ToV1_36, KubeletProfile::kV1_37};
+
 class TestKubelet {
  public:
-  explicit TestKubelet(std::string root);
+  explicit TestKubelet(std::string root, KubeletProfile profile = KubeletProfile::kV1_25ToV1_36);
+  KubeletProfile profile() const { return profile_; }
   ~TestKubelet();
   TestKubelet(const TestKubelet&) = delete;
   TestKubelet& operator=(const TestKubelet&) = delete;
@@ -101,6 +112,13 @@ class TestKubelet {
   // One Allocate call, as the kubelet makes when it admits a pod.
   absl::StatusOr<v1beta1::AllocateResponse> Allocate(const std::string& resource,
                                                      const std::vector<std::string>& ids);
+  // A pod admitted as the kubelet admits it (devicesToAllocate, then Allocate): refused with the
+  // kubelet's UnexpectedAdmissionError when the resource is not registered, has no healthy
+  // device, or too few free ones. Returns the pod uid.
+  absl::StatusOr<std::string> Admit(const std::string& resource, int count);
+  // Serve the pod-resources API (on by default; off: the socket is not there, as when it is not
+  // mounted or the kubelet predates it).
+  void ServePodResources(bool serve);
   // A pod admitted: Allocate, and the answer cached (and checkpointed) under a new pod uid
   // ("pod-N"), which this returns. DeletePod drops the pod and its cached answer.
   absl::StatusOr<std::string> AdmitPod(const std::string& resource,
@@ -112,7 +130,8 @@ class TestKubelet {
   absl::Status StartContainer(const std::string& pod_uid);
   // Where the runtime finds host paths (a fixture host's root); "/" by default.
   void SetHostRoot(const std::string& root);
-  // How late a plugins_registry/ socket's removal deregisters its resource (default 600 ms).
+  // How late a plugins_registry/ socket's removal deregisters its resource (default 1 s, the
+  // reconciler's loop period: the worst case).
   void SetDeregistrationDelay(absl::Duration delay);
   absl::StatusOr<std::vector<std::string>> GetPreferredAllocation(
       const std::string& resource, const std::vector<std::string>& available,
@@ -131,6 +150,7 @@ class TestKubelet {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
     std::unique_ptr<grpc::ClientContext> stream_context;
+    std::string socket;
     std::thread reader;
     uint64_t generation = 0;
   };
@@ -151,10 +171,19 @@ class TestKubelet {
     uint64_t generation = 0;  // of the endpoint that owns the state now
   };
 
+  class PodResourcesService;
   grpc::Status HandleRegister(const v1beta1::RegisterRequest& request);
+  // The device manager's answer to one stream's end, for this profile.
+  void StreamEndedLocked(Endpoint* endpoint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DisconnectLocked(const std::string& resource) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pod-resources answers.
+  void AllocatableLocked(v1::AllocatableResourcesResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ListLocked(v1::ListPodResourcesResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dials `socket`, calls GetDevicePluginOptions, and opens ListAndWatch in the background.
   absl::Status Connect(const std::string& resource, const std::string& socket,
-                       const std::string& via);
+                       const std::string& via,
+                       const v1beta1::DevicePluginOptions* request_options = nullptr);
   void ReadStream(Endpoint* endpoint);
   void WatchPluginsRegistry();
   // The resource it registered.
@@ -163,13 +192,18 @@ class TestKubelet {
   void Note(const std::string& entry);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
   void WriteCheckpointLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // DeRegisterPlugin(resource): stops the endpoint that holds the name now.
-  void Deregister(const std::string& resource);
+  // DeRegisterPlugin(resource, socket): disconnects the client that holds the name now (v1.37+:
+  // only if it is the one on `socket`).
+  void Deregister(const std::string& resource, const std::string& socket);
   std::unique_ptr<v1beta1::DevicePlugin::Stub> StubFor(const std::string& resource);
 
   const std::string root_;
+  const KubeletProfile profile_;
   std::unique_ptr<RegistrationService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<PodResourcesService> pod_resources_service_;
+  std::unique_ptr<grpc::Server> pod_resources_server_;
+  bool serve_pod_resources_ = true;
   std::thread watcher_;
   int watcher_stop_fd_ = -1;
 
@@ -182,12 +216,14 @@ class TestKubelet {
   std::map<std::string, ResourceState> resources_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Endpoint>> retired_ ABSL_GUARDED_BY(mu_);
+  // v1.20's Register answers at once and connects in the background (go m.addEndpoint).
+  std::vector<std::thread> connecting_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> call_log_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CachedContainer> containers_ ABSL_GUARDED_BY(mu_);  // by pod uid
   int next_pod_ ABSL_GUARDED_BY(mu_) = 1;
   std::string host_root_ ABSL_GUARDED_BY(mu_) = "/";
-  absl::Duration deregistration_delay_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(600);
+  absl::Duration deregistration_delay_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
 };
 
 }  // namespace edgeaccel::testing
