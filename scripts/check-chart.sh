@@ -54,6 +54,7 @@ template k3s --set kubelet.preset=k3s
 template microk8s --set kubelet.preset=microk8s
 template custom --set kubelet.preset=custom --set kubelet.rootDir=/data/kubelet
 grep -q "path: /data/kubelet/plugins_registry" "$out/custom.yaml"
+grep -q "path: /data/kubelet/pod-resources" "$out/custom.yaml"
 template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.enabled=true \
   --set nvidiaDiscrete.enabled=true --set 'families={coral-pcie,coral-usb,tegra}' \
   --set 'replicas.nvidia\.com/gpu=4' --set 'takeOver={nvidia.com/gpu}' \

@@ -16,6 +16,10 @@ const HOST_PATHS = new Map([
   ["/var/lib/kubelet/plugins_registry", "rw"],  // plugin-watcher registration
   ["/var/snap/microk8s/common/var/lib/kubelet/plugins_registry", "rw"],
   ["/var/lib/rancher/k3s/agent/kubelet/plugins_registry", "rw"],
+  // The kubelet's pod-resources API (who holds which devices), read only.
+  ["/var/lib/kubelet/pod-resources", "ro"],
+  ["/var/snap/microk8s/common/var/lib/kubelet/pod-resources", "ro"],
+  ["/var/lib/rancher/k3s/agent/kubelet/pod-resources", "ro"],
   ["/etc/kubernetes/node-feature-discovery/features.d", "rw"],  // the NFD feature file
   ["/var/run/cdi", "rw"],  // the CDI specs (components/cdi)
   ["/dev", "ro"],

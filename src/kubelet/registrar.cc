@@ -426,6 +426,10 @@ bool ResourceRegistrar::RegisteredNow() const {
 
 ArbiterDecision ResourceRegistrar::LookNow() const {
   const NeighbourView view = LookAround(NeighbourQueryNow());
+  {
+    absl::MutexLock lock(&mu_);
+    holdings_source_ = view.holdings_read ? view.holdings.source : "";
+  }
   ArbiterInput input;
   input.view = &view;
   const std::shared_ptr<const Snapshot> snapshot = set_->Current();
@@ -567,6 +571,14 @@ bool ResourceRegistrar::Arbitrate() {
   return true;
 }
 
+void ResourceRegistrar::RecordOurs() {
+  if (record_.RegisteredLast()) return;
+  if (absl::Status status = record_.Set(true); !status.ok()) {
+    Complain(absl::StrCat(status.message(), " (the registration record: after a reboot we may "
+                                            "wait --neighbour-grace for our own resource)"));
+  }
+}
+
 void ResourceRegistrar::CheckEndpoint(RegistrationMode mode) {
   const std::string resource = set_->resource_name();
   {
@@ -663,14 +675,6 @@ void ResourceRegistrar::Run() {
     }
     recheck_other_ = false;
 
-    // What the record says must follow what holds: registered now means ours.
-    if (RegisteredNow() && left_to().empty() && !record_.RegisteredLast()) {
-      if (absl::Status status = record_.Set(true); !status.ok()) {
-        Complain(absl::StrCat(status.message(), " (the registration record: after a reboot we "
-                                                "may wait --neighbour-grace for our own resource)"));
-      }
-    }
-
     // 0b. Registered: an event that may mean another plugin registered the resource after us
     //     (a new socket, the kubelet's checkpoint rewritten) is looked into once it settles.
     if (look_at_ != absl::InfiniteFuture() && absl::Now() >= look_at_) {
@@ -729,6 +733,9 @@ void ResourceRegistrar::Run() {
         server_ = std::move(server);
         active_mode_ = mode;
       }
+      // From here the kubelet may register us at any moment (the plugin watcher) or is about to
+      // (kubelet.sock): the resource is ours from now on, should we restart before it answers.
+      RecordOurs();
       last_complaint_.clear();
       if (!endpoint_lost_.load()) backoff_.Reset();  // a lost endpoint keeps backing off
       retry_at_ = absl::InfinitePast();

@@ -22,7 +22,7 @@
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "eventually.h"
 #include "fixture_host.h"
-#include "other_plugin.h"
+#include "neighbour_plugin.h"
 #include "test_api_server.h"
 #include "test_kubelet.h"
 
@@ -510,11 +510,12 @@ TEST_F(NodeEventsTest, ARefusedRegistrationIsAWarningOnTheNode) {
 
 TEST_F(NodeEventsTest, LeavingAResourceToAnotherPluginIsAWarningOnTheNode) {
   kubelet_.Start();
-  ::edgeaccel::testing::OtherPlugin other(kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock", kTpu,
-                                          {"vendor-tpu-0", "vendor-tpu-1"});
+  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
+                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
+                                              kTpu, {"vendor-tpu-0", "vendor-tpu-1"});
   ASSERT_TRUE(other.Start().ok());
   auto daemon = StartDaemonWithApi();
-  nlohmann::json event = api_.WaitForEvent("DevicePluginTakeoverRefused", other.socket());
+  nlohmann::json event = api_.WaitForEvent("DevicePluginTakeoverRefused", "vendor-tpu-0");
   ASSERT_FALSE(event.is_null()) << daemon->Log();
   EXPECT_THAT(event["message"].get<std::string>(), HasSubstr("--take-over"));
 }
@@ -538,13 +539,15 @@ TEST_F(NodeEventsTest, AnApiServerThatRefusesEventsNeverHoldsUpServing) {
 
 TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
   kubelet_.Start();
-  ::edgeaccel::testing::OtherPlugin other(kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock", kTpu,
-                                          {"vendor-tpu-0", "vendor-tpu-1"});
+  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
+                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
+                                              kTpu, {"vendor-tpu-0", "vendor-tpu-1"});
   ASSERT_TRUE(other.Start().ok());
   ASSERT_TRUE(Advertised(2, 2));
   auto daemon = StartDaemon();
-  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu: not registering it: another device plugin "
-                                 "serves it (" + other.socket()))
+  ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu: not registering it: the kubelet lists 2 "
+                                 "healthy device(s) of coral.ai/edgetpu (vendor-tpu-0, ...) and "
+                                 "we have not registered it: another plugin serves it"))
       << daemon->Log();
   httplib::Client client("127.0.0.1", MetricsPort(*daemon));
   auto health = client.Get("/healthz");
@@ -557,10 +560,11 @@ TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
       kDaemon, {"--discover", "--host-root=" + host_.root(), "--kubelet-root=" + kubelet_.root(),
                 "--device-plugin-dir=" + kubelet_.DevicePluginsDir()});
   EXPECT_EQ(discover.exit_code, 0) << discover.err;
-  EXPECT_THAT(discover.out, HasSubstr("registration: another device plugin serves coral.ai/edgetpu (" +
-                                      other.socket() + ": it advertises vendor-tpu-0, which the "
-                                      "kubelet holds for coral.ai/edgetpu); edgeaccel leaves it to "
-                                      "that plugin (--take-over=coral.ai/edgetpu to take it)"));
+  EXPECT_THAT(discover.out,
+              HasSubstr("registration: left to (the plugin that advertises vendor-tpu-0): the "
+                        "kubelet lists 2 healthy device(s) of coral.ai/edgetpu"));
+  EXPECT_THAT(discover.out, HasSubstr("(--take-over=coral.ai/edgetpu to take it)"));
+  EXPECT_THAT(discover.out, HasSubstr("what the kubelet holds comes from its pod-resources"));
 
   // --take-over: registered on purpose, and said so.
   daemon.reset();
@@ -570,7 +574,9 @@ TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
     return kubelet_.StreamOpen(kTpu) && kubelet_.Devices(kTpu).size() == 2 &&
            kubelet_.Devices(kTpu)[0].id() == "0000:03:00.0";
   }));
-  EXPECT_TRUE(daemon->WaitForLog("registering it anyway, as --take-over asks")) << daemon->Log();
+  EXPECT_TRUE(daemon->WaitForLog("registering it even where another plugin may serve it, as "
+                                 "--take-over asks"))
+      << daemon->Log();
 }
 
 // Switching from a plugin that registered through plugins_registry/ (here: the daemon itself with

@@ -161,6 +161,8 @@ class ResourceRegistrar {
   bool Arbitrate();
   // Registered now, either way.
   bool RegisteredNow() const;
+  // The registration record says the resource is ours (written once, when we start serving).
+  void RecordOurs();
   // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
   // leaves the resource to the plugin that took it).
   void CheckEndpoint(RegistrationMode mode);
@@ -234,7 +236,7 @@ class ResourceRegistrar {
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
   std::string left_to_ ABSL_GUARDED_BY(mu_);
-  std::string holdings_source_ ABSL_GUARDED_BY(mu_);
+  mutable std::string holdings_source_ ABSL_GUARDED_BY(mu_);  // LookNow() updates it too
 };
 
 }  // namespace edgeaccel
