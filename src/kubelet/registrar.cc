@@ -424,8 +424,7 @@ bool ResourceRegistrar::RegisteredNow() const {
   return registered_kubelet_.load() || watcher_service_.registered();
 }
 
-ArbiterDecision ResourceRegistrar::LookNow() const {
-  const NeighbourView view = LookAround(NeighbourQueryNow());
+ArbiterInput ResourceRegistrar::InputFor(const NeighbourView& view) const {
   {
     absl::MutexLock lock(&mu_);
     holdings_source_ = view.holdings_read ? view.holdings.source : "";
@@ -437,6 +436,12 @@ ArbiterDecision ResourceRegistrar::LookNow() const {
   input.registered = RegisteredNow() && left_to().empty();
   input.registered_last = record_.RegisteredLast();
   input.take_over = options_.take_over;
+  return input;
+}
+
+ArbiterDecision ResourceRegistrar::LookNow() const {
+  const NeighbourView view = LookAround(NeighbourQueryNow());
+  const ArbiterInput input = InputFor(view);
   NeighbourArbiter arbiter(set_->resource_name(), options_.neighbour_grace);
   return arbiter.Decide(input, absl::Now());
 }
@@ -470,19 +475,8 @@ bool ResourceRegistrar::Arbitrate() {
         resource, ": the pod-resources API did not answer (", view.holdings_note,
         "); reading the kubelet's checkpoint instead, which is stale once a plugin disconnects"));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    holdings_source_ = view.holdings_read ? view.holdings.source : "";
-  }
-
-  ArbiterInput input;
-  input.view = &view;
-  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  for (const Device& device : snapshot->devices) input.own_ids.push_back(device.id);
   const std::string was_left_to = left_to();
-  input.registered = RegisteredNow() && was_left_to.empty();
-  input.registered_last = record_.RegisteredLast();
-  input.take_over = options_.take_over;
+  const ArbiterInput input = InputFor(view);
   const ArbiterDecision decision = arbiter_.Decide(input, absl::Now());
   VLOG(1) << resource << ": neighbour look took " << absl::FormatDuration(view.took) << " ("
           << (view.holdings_read ? view.holdings.source : "no holdings") << "): "

@@ -161,6 +161,8 @@ class ResourceRegistrar {
   bool Arbitrate();
   // Registered now, either way.
   bool RegisteredNow() const;
+  // What the arbiter is told about us beside `view` (and the source of the holdings noted).
+  ArbiterInput InputFor(const NeighbourView& view) const;
   // The registration record says the resource is ours (written once, when we start serving).
   void RecordOurs();
   // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
