@@ -11,12 +11,9 @@
 #include <cstring>
 #include <algorithm>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
-#include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
@@ -394,14 +391,22 @@ void ResourceRegistrar::StopServing() {
   {
     absl::MutexLock lock(&mu_);
     server = std::move(server_);
-    if (server != nullptr && active_mode_ == RegistrationMode::kPluginWatcher &&
-        (watcher_service_.registered() || server->OpenStreams() > 0)) {
-      watcher_socket_gone_at_ = absl::Now();
-    }
   }
-  if (server != nullptr) server->Stop();
+  if (server != nullptr) {
+    NoteWatcherSocketGoing(*server);
+    server->Stop();
+  }
   registered_kubelet_.store(false);
   watcher_service_.EndpointLost();
+}
+
+void ResourceRegistrar::NoteWatcherSocketGoing(const PluginServer& server) {
+  // The plugin watcher deregisters a removed socket by resource name on its next pass, and
+  // would disconnect a kubelet.sock registration made before it (Options::watcher_pass).
+  if (active_mode_ == RegistrationMode::kPluginWatcher &&
+      (watcher_service_.registered() || server.OpenStreams() > 0)) {
+    watcher_socket_gone_at_ = absl::Now();
+  }
 }
 
 NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
@@ -424,11 +429,14 @@ bool ResourceRegistrar::RegisteredNow() const {
   return registered_kubelet_.load() || watcher_service_.registered();
 }
 
+NeighbourView ResourceRegistrar::Look() const {
+  NeighbourView view = LookAround(NeighbourQueryNow());
+  absl::MutexLock lock(&mu_);
+  holdings_source_ = view.holdings_read ? view.holdings.source : "";
+  return view;
+}
+
 ArbiterInput ResourceRegistrar::InputFor(const NeighbourView& view) const {
-  {
-    absl::MutexLock lock(&mu_);
-    holdings_source_ = view.holdings_read ? view.holdings.source : "";
-  }
   ArbiterInput input;
   input.view = &view;
   const std::shared_ptr<const Snapshot> snapshot = set_->Current();
@@ -440,7 +448,7 @@ ArbiterInput ResourceRegistrar::InputFor(const NeighbourView& view) const {
 }
 
 ArbiterDecision ResourceRegistrar::LookNow() const {
-  const NeighbourView view = LookAround(NeighbourQueryNow());
+  const NeighbourView view = Look();
   const ArbiterInput input = InputFor(view);
   NeighbourArbiter arbiter(set_->resource_name(), options_.neighbour_grace);
   return arbiter.Decide(input, absl::Now());
@@ -454,7 +462,7 @@ std::string ResourceRegistrar::holdings_source() const {
 bool ResourceRegistrar::Arbitrate() {
   last_other_look_ = absl::Now();
   const std::string resource = set_->resource_name();
-  const NeighbourView view = LookAround(NeighbourQueryNow());
+  const NeighbourView view = Look();
   neighbour_looks_.fetch_add(1);
   if (absl::ToInt64Nanoseconds(view.took) > longest_look_ns_.load()) {
     longest_look_ns_.store(absl::ToInt64Nanoseconds(view.took));
@@ -691,10 +699,7 @@ void ResourceRegistrar::Run() {
       LOG(INFO) << resource << ": socket " << stale->socket_path()
                 << " was removed (kubelet restart?); serving again";
       CancelRegisterCall();  // a Register naming the vanished socket cannot succeed
-      if (active_mode_ == RegistrationMode::kPluginWatcher && stale->SocketPresent() &&
-          watcher_service_.registered()) {
-        watcher_socket_gone_at_ = absl::Now();  // see Options::watcher_pass
-      }
+      NoteWatcherSocketGoing(*stale);
       stale->Stop();
       registered_kubelet_.store(false);
     }

@@ -161,8 +161,12 @@ class ResourceRegistrar {
   bool Arbitrate();
   // Registered now, either way.
   bool RegisteredNow() const;
-  // What the arbiter is told about us beside `view` (and the source of the holdings noted).
+  // LookAround now; notes where the holdings came from (holdings_source()).
+  NeighbourView Look() const;
+  // What the arbiter is told about us beside `view`.
   ArbiterInput InputFor(const NeighbourView& view) const;
+  // `server` (ours) is about to stop: if the plugin watcher registered it, remember when.
+  void NoteWatcherSocketGoing(const PluginServer& server);
   // The registration record says the resource is ours (written once, when we start serving).
   void RecordOurs();
   // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
@@ -197,8 +201,7 @@ class ResourceRegistrar {
   bool stop_requested_ ABSL_GUARDED_BY(stop_mu_) = false;
   int stop_fd_ = -1;
   int call_done_fd_ = -1;
-  // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet, or
-  // the stream we hold to another plugin ended.
+  // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet.
   int stream_event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
@@ -238,7 +241,7 @@ class ResourceRegistrar {
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
   std::string left_to_ ABSL_GUARDED_BY(mu_);
-  mutable std::string holdings_source_ ABSL_GUARDED_BY(mu_);  // LookNow() updates it too
+  mutable std::string holdings_source_ ABSL_GUARDED_BY(mu_);  // Look() updates it
 };
 
 }  // namespace edgeaccel
