@@ -380,6 +380,12 @@ std::string Daemon::Describe() const {
           break;
         case ArbiterDecision::kLeave:
         case ArbiterDecision::kStepBack:
+          if (decision.to_edgeaccel) {
+            absl::StrAppend(&out, "  registration: served by the edgeaccel-device-plugin already "
+                                  "running on this node (",
+                            decision.to, ")\n");
+            break;
+          }
           absl::StrAppend(&out, "  registration: left to ", decision.to, ": ", decision.why,
                           " (--take-over=", name, " to take it)\n");
           break;

@@ -72,6 +72,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   }
 
   if (!view.predecessor.empty()) {
+    decision.to_edgeaccel = true;
     return leave(view.predecessor,
                  absl::StrCat("an earlier edgeaccel still serves ", resource_, " on ",
                               view.predecessor, "; registering the moment it is gone"));

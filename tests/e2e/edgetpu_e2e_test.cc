@@ -537,6 +537,22 @@ TEST_F(NodeEventsTest, AnApiServerThatRefusesEventsNeverHoldsUpServing) {
   EXPECT_EQ(parts.size(), 2u) << "one log line per refusal reason";
 }
 
+// `kubectl exec ... --discover` beside the running daemon: the daemon's own socket is not "another
+// plugin", nor a reason to wait.
+TEST_F(E2eTest, DiscoverBesideTheRunningDaemonSaysItServes) {
+  kubelet_.Start();
+  auto daemon = StartDaemon();
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  CommandResult discover = RunCommand(
+      kDaemon, {"--discover", "--host-root=" + host_.root(), "--kubelet-root=" + kubelet_.root(),
+                "--device-plugin-dir=" + kubelet_.DevicePluginsDir()});
+  EXPECT_EQ(discover.exit_code, 0) << discover.err;
+  EXPECT_THAT(discover.out, HasSubstr("registration: served by the edgeaccel-device-plugin "
+                                      "already running on this node (" +
+                                      kubelet_.DevicePluginsDir() + "/" +
+                                      SocketFileName(kTpu) + ")"));
+}
+
 TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
   kubelet_.Start();
   ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,

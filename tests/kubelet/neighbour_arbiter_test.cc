@@ -103,7 +103,9 @@ TEST_F(ArbiterTest, AnEarlierEdgeaccelIsWaitedForThenReplaced) {
   input.registered_last = true;
   view.predecessor = "/var/lib/kubelet/device-plugins/edgeaccel-nvidia.com-gpu.sock";
   KubeletLists({"GPU-ours-0"});
-  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+  const ArbiterDecision left = Decide(absl::ZeroDuration());
+  EXPECT_EQ(left.verdict, ArbiterDecision::kLeave);
+  EXPECT_TRUE(left.to_edgeaccel);
   // It stopped: its stream ended (the kubelet marks the devices unhealthy), its socket went.
   view.predecessor.clear();
   view.holdings.healthy.clear();

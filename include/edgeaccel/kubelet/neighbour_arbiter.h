@@ -42,6 +42,9 @@ struct ArbiterDecision {
   Verdict verdict = kServe;
   std::string to;   // who the resource is left to, for logs, /healthz and --discover
   std::string why;  // one sentence for the log and the Node Event
+  // Left to another edgeaccel process holding our socket name (`to`): during a rollout an
+  // earlier daemon; for `--discover` beside a running daemon, that daemon.
+  bool to_edgeaccel = false;
   absl::Time until = absl::InfiniteFuture();
 };
 
