@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
@@ -74,9 +75,22 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
       record_(options_.keep_record
                   ? absl::StrCat(options_.device_plugin_dir, "/", kRegistrationRecordDir)
                   : "",
-              set->resource_name()) {}
+              set->resource_name()) {
+  std::weak_ptr<OwnIdHistory> weak = own_id_history_;
+  auto remember = [weak](const std::shared_ptr<const Snapshot>& snapshot) {
+    std::shared_ptr<OwnIdHistory> history = weak.lock();
+    if (history == nullptr || snapshot == nullptr) return;
+    absl::MutexLock lock(&history->mu);
+    for (const Device& device : snapshot->devices) history->ids.insert(device.id);
+  };
+  own_id_listener_ = set_->Subscribe(remember);
+  remember(set_->Current());
+}
 
-ResourceRegistrar::~ResourceRegistrar() { Stop(); }
+ResourceRegistrar::~ResourceRegistrar() {
+  set_->Unsubscribe(own_id_listener_);
+  Stop();
+}
 
 std::string ResourceRegistrar::DirectoryFor(RegistrationMode mode) const {
   if (mode == RegistrationMode::kPluginWatcher) {
@@ -439,8 +453,11 @@ NeighbourView ResourceRegistrar::Look() const {
 ArbiterInput ResourceRegistrar::InputFor(const NeighbourView& view) const {
   ArbiterInput input;
   input.view = &view;
-  const std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  for (const Device& device : snapshot->devices) input.own_ids.push_back(device.id);
+  {
+    absl::MutexLock lock(&own_id_history_->mu);
+    input.own_ids.assign(own_id_history_->ids.begin(), own_id_history_->ids.end());
+  }
+  for (const Device& device : set_->Current()->devices) input.own_ids.push_back(device.id);
   input.registered = RegisteredNow() && left_to().empty();
   input.registered_last = record_.RegisteredLast();
   input.take_over = options_.take_over;
@@ -463,7 +480,8 @@ bool ResourceRegistrar::Arbitrate() {
   last_other_look_ = absl::Now();
   const std::string resource = set_->resource_name();
   const NeighbourView view = Look();
-  neighbour_looks_.fetch_add(1);
+  // Counted once its verdict is acted on, so a test that waits for the count sees the outcome.
+  absl::Cleanup counted = [this] { neighbour_looks_.fetch_add(1); };
   if (absl::ToInt64Nanoseconds(view.took) > longest_look_ns_.load()) {
     longest_look_ns_.store(absl::ToInt64Nanoseconds(view.took));
   }

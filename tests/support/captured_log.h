@@ -34,6 +34,13 @@ class CapturedLog : public google::LogSink {
     return count;
   }
   bool Contains(const std::string& text) const { return Count(text) > 0; }
+  // Every line, for a failing check's message.
+  std::string Text() const {
+    absl::MutexLock lock(&mu_);
+    std::string text;
+    for (const std::string& line : lines_) text += line + "\n";
+    return text;
+  }
 
  private:
   mutable absl::Mutex mu_;

@@ -23,7 +23,8 @@ namespace edgeaccel {
 
 struct ArbiterInput {
   const NeighbourView* view = nullptr;
-  // The ids we advertise (or would) for the resource.
+  // The ids we advertise (or would) for the resource, and every id we had since we started: the
+  // kubelet's list may still hold a device we unplugged a moment ago.
   std::vector<std::string> own_ids;
   // We hold a live, current registration of the resource now.
   bool registered = false;

@@ -37,6 +37,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -225,6 +226,16 @@ class ResourceRegistrar {
   absl::Time last_other_look_ = absl::InfinitePast();
   NeighbourArbiter arbiter_;
   RegistrationRecord record_;
+  // Every id the resource's DeviceSet has held since this registrar was made. The kubelet's list
+  // lags our hot-plug (an unplugged device stays in it until our next message lands, and in the
+  // checkpoint until the kubelet writes it again): a device we no longer have is still ours, not
+  // a sign that another plugin registered the resource. Held by the DeviceSet listener too.
+  struct OwnIdHistory {
+    absl::Mutex mu;
+    absl::flat_hash_set<std::string> ids ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<OwnIdHistory> own_id_history_ = std::make_shared<OwnIdHistory>();
+  uint64_t own_id_listener_ = 0;
   OnceLogger holdings_warnings_;
   // While registered: look again at this time (set by events that may mean another plugin
   // registered the resource: a new socket, the kubelet's checkpoint written).
