@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
@@ -19,6 +20,15 @@ std::vector<std::string> Strings(const nlohmann::json& list) {
     if (item.is_string()) out.push_back(item.get<std::string>());
   }
   return out;
+}
+
+// The field's string ("" when it is missing), or nullopt when it is of another type (json::value
+// would throw type_error.302 there, out of whichever thread read the file).
+std::optional<std::string> StringField(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end()) return std::string();
+  if (!it->is_string()) return std::nullopt;
+  return it->get<std::string>();
 }
 
 std::vector<std::string> Sorted(std::vector<std::string> ids) {
@@ -57,11 +67,22 @@ absl::StatusOr<KubeletCheckpoint> ParseKubeletCheckpoint(absl::string_view json)
   if (auto entries = data->find("PodDeviceEntries");
       entries != data->end() && entries->is_array()) {
     for (const nlohmann::json& item : *entries) {
-      if (!item.is_object()) continue;
+      if (!item.is_object()) {
+        ++checkpoint.unreadable_entries;
+        continue;
+      }
       KubeletCheckpoint::Entry entry;
-      entry.pod_uid = item.value("PodUID", "");
-      entry.container_name = item.value("ContainerName", "");
-      entry.resource_name = item.value("ResourceName", "");
+      const std::optional<std::string> pod_uid = StringField(item, "PodUID");
+      const std::optional<std::string> container = StringField(item, "ContainerName");
+      const std::optional<std::string> resource = StringField(item, "ResourceName");
+      const std::optional<std::string> response = StringField(item, "AllocResp");
+      if (!pod_uid || !container || !resource || !response) {
+        ++checkpoint.unreadable_entries;  // a shape we do not know: say nothing from it
+        continue;
+      }
+      entry.pod_uid = *pod_uid;
+      entry.container_name = *container;
+      entry.resource_name = *resource;
       if (auto ids = item.find("DeviceIDs"); ids != item.end()) {
         if (ids->is_array()) {
           entry.device_ids = Strings(*ids);
@@ -73,9 +94,10 @@ absl::StatusOr<KubeletCheckpoint> ParseKubeletCheckpoint(absl::string_view json)
       }
       // Go writes []byte as base64: the marshalled ContainerAllocateResponse.
       std::string bytes;
-      if (!absl::Base64Unescape(item.value("AllocResp", ""), &bytes) ||
+      if (!absl::Base64Unescape(*response, &bytes) ||
           !entry.allocate_response.ParseFromString(bytes)) {
-        continue;  // an entry we cannot read says nothing we can check
+        ++checkpoint.unreadable_entries;  // an entry we cannot read says nothing we can check
+        continue;
       }
       checkpoint.entries.push_back(std::move(entry));
     }

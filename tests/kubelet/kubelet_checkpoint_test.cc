@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -82,6 +84,37 @@ TEST(KubeletCheckpointTest, BadInputIsAClearErrorOrSkipped) {
   ASSERT_EQ(checkpoint->entries.size(), 1u);
   EXPECT_THAT(checkpoint->entries[0].device_ids, ElementsAre("b"));
   EXPECT_THAT(checkpoint->registered_devices.at("r"), ElementsAre("a"));
+  EXPECT_EQ(checkpoint->unreadable_entries, 2);
+}
+
+// A field of another type than the kubelet writes is an entry we cannot read, never an exception:
+// the reader runs on gRPC's thread (PreStartContainer) and on the registrar's, which catch none.
+TEST(KubeletCheckpointTest, FieldsOfAnotherTypeAreSkippedNotThrown) {
+  for (const char* field : {"PodUID", "ContainerName", "ResourceName", "AllocResp"}) {
+    for (const char* value : {"7", "null", "[]", "{}", "true"}) {
+      // The first entry as the kubelet writes it, but for `field`, which is `value`.
+      std::string entry;
+      for (const auto& [key, written] :
+           std::vector<std::pair<std::string, std::string>>{
+               {"PodUID", R"("u")"},
+               {"ContainerName", R"("c")"},
+               {"ResourceName", R"("coral.ai/edgetpu")"},
+               {"AllocResp", absl::StrCat("\"", CachedAnswer("/dev/apex_0"), "\"")}}) {
+        absl::StrAppend(&entry, "\"", key, "\":", key == field ? value : written, ",");
+      }
+      const std::string json = absl::StrCat(
+          R"({"Data":{"PodDeviceEntries":[{)", entry, R"("DeviceIDs":["a"]},)",
+          R"({"PodUID":"u2","ContainerName":"c","ResourceName":"coral.ai/edgetpu",)",
+          R"("DeviceIDs":["b"],"AllocResp":")", CachedAnswer("/dev/apex_1"),
+          R"("}],"RegisteredDevices":{}},"Checksum":0})");
+      absl::StatusOr<KubeletCheckpoint> checkpoint;
+      ASSERT_NO_THROW(checkpoint = ParseKubeletCheckpoint(json)) << field << "=" << value;
+      ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+      ASSERT_EQ(checkpoint->entries.size(), 1u) << field << "=" << value;
+      EXPECT_EQ(checkpoint->entries[0].pod_uid, "u2");
+      EXPECT_EQ(checkpoint->unreadable_entries, 1);
+    }
+  }
 }
 
 TEST(KubeletCheckpointTest, ReadingAFileSaysWhichFile) {

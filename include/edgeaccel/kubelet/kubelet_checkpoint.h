@@ -1,8 +1,10 @@
 // The kubelet's device manager checkpoint, <device-plugin-dir>/kubelet_internal_checkpoint: what
 // the kubelet itself says about device plugins, as far as this node's plugins can read it.
 //
-//  * RegisteredDevices: every device id the kubelet holds per resource, written on every
-//    ListAndWatch update. It tells whose devices a resource has now, which no gRPC call does.
+//  * RegisteredDevices: the healthy device ids per resource as of the kubelet's last write (after
+//    a ListAndWatch update or an allocation). Stale once a plugin disconnects (the kubelet does
+//    not rewrite it then), and emptied for every resource when the kubelet restarts, until its
+//    plugin registers again. The pod-resources API is the live answer; this is the fallback.
 //  * PodDeviceEntries: the Allocate answer the kubelet cached for each container. It replays this
 //    answer, not a new Allocate, whenever the container restarts.
 // It is JSON ({"Data": {...}, "Checksum": N}); the kubelet checks the checksum, we only read.
@@ -29,6 +31,8 @@ struct KubeletCheckpoint {
   };
   std::vector<Entry> entries;
   std::map<std::string, std::vector<std::string>> registered_devices;  // resource -> ids
+  // PodDeviceEntries left out because a field was missing, of another type, or unreadable.
+  int unreadable_entries = 0;
 
   // The cached answer for the container that holds exactly `ids` of `resource` (ids are never
   // shared between containers, so they name one), or nullptr.
