@@ -114,10 +114,6 @@ absl::Status Daemon::Start() {
         sinks_.Post(absl::StrCat("cdi ", r->set->resource_name()), [this, r] { WriteCdi(r); });
       });
     }
-    // Registrars start when a resource first has devices, from whichever thread sees that.
-    r->listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
-      if (!snapshot->devices.empty()) StartRegistrar(r);
-    });
   }
   if (config_.label_node) {
     absl::StatusOr<ApiServerConfig> api =
@@ -150,8 +146,20 @@ absl::Status Daemon::Start() {
     }
   }
   sinks_.Drain(absl::Seconds(10));  // a hung disk only delays the first ListAndWatch's devices
+  // Registrars start when a resource first has devices, from whichever thread sees that, and
+  // only from here on: subscribed before the first scan, they would start on it, before the
+  // specs above are on disk, and the first ListAndWatch would hold back every device. A change
+  // between the scan and the subscription is seen by the check after it.
   for (auto& resource : resources_) {
-    if (!resource->set->Current()->devices.empty()) StartRegistrar(resource.get());
+    Resource* r = resource.get();
+    const uint64_t listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot> snapshot) {
+      if (!snapshot->devices.empty()) StartRegistrar(r);
+    });
+    {
+      absl::MutexLock lock(&mu_);  // StartRegistrar reads it on discovery's threads
+      r->listener = listener;
+    }
+    if (!r->set->Current()->devices.empty()) StartRegistrar(r);
   }
   // Labels follow the devices only once every family has been scanned: subscribing earlier
   // would hand the node labeller (and the NFD file) the half-scanned sets in between, and on a

@@ -95,12 +95,12 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
       (dir->links == 0 || absl::IsNotFound(host_->Stat("/proc/driver/nvidia/version").status()))) {
     stale = "/proc/driver/nvidia is a stale mount (the NVIDIA driver was unloaded or reloaded "
             "since this pod started): restart the pod for a fresh one";
-    log_.Warn(stale);
   }
   {
     absl::MutexLock lock(&stale_mu_);
     stale_ = stale;
   }
+  if (!stale.empty()) log_.Warn(stale);  // once /healthz says it too
   if (!stale.empty()) return devices;
   absl::StatusOr<std::vector<std::string>> buses = host_->ListDirectory(kGpusDir);
   if (!buses.ok()) return devices;  // no driver: nothing to say beyond the start-up hint

@@ -20,16 +20,24 @@ void CompletionLoop::Start() {
 }
 
 void CompletionLoop::Run() {
+  loop_thread_.store(std::this_thread::get_id());
   void* tag = nullptr;
   bool ok = false;
   // Next() with no deadline: this thread sleeps until gRPC has an event for it.
   while (cq_->Next(&tag, &ok)) static_cast<CompletionTag*>(tag)->Proceed(ok);
 }
 
-bool CompletionLoop::Request(const std::function<void()>& request) {
+bool CompletionLoop::StartOperation(const std::function<void()>& operation) {
   absl::MutexLock lock(&mu_);
   if (!accepting_) return false;
-  request();  // only registers the wait: it never blocks
+  operation();  // only starts it: it never blocks
+  return true;
+}
+
+bool CompletionLoop::Post(grpc::Alarm* alarm, CompletionTag* tag) {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return false;  // gRPC aborts on an operation begun on a shut-down queue
+  alarm->Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), tag);
   return true;
 }
 

@@ -26,7 +26,8 @@ class DevicePluginService::Stream {
         arrived_(this, &Stream::OnArrived),
         written_(this, &Stream::OnWriteDone),
         finished_call_(this, &Stream::OnFinishDone),
-        done_(this, &Stream::OnCallDone) {}
+        done_(this, &Stream::OnCallDone),
+        woken_(this, &Stream::OnWoken) {}
 
   // Waits for the next ListAndWatch call on the service's queue.
   void Wait() {
@@ -36,6 +37,7 @@ class DevicePluginService::Stream {
                                                   &arrived_);
   }
 
+  // On the loop thread, when the call arrives.
   void Begin(const std::shared_ptr<Stream>& self) {
     std::weak_ptr<Stream> weak = self;
     listener_id_ = service_->set_->Subscribe([weak](std::shared_ptr<const Snapshot> snapshot) {
@@ -44,41 +46,29 @@ class DevicePluginService::Stream {
     Deliver(service_->set_->Current());
   }
 
-  // A new device list: send it now, or as soon as the write in flight completes. Any thread.
+  // A new device list, from any thread (the DeviceSet's listeners run on the thread that updated
+  // it): kept, and sent from the loop thread as soon as no write is in flight.
   void Deliver(std::shared_ptr<const Snapshot> snapshot) {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       if (!latest_ || snapshot->version > latest_->version) latest_ = std::move(snapshot);
-      if (service_->silenced_.load() || writing_ || !NeedsWriteLocked()) return;
-      PrepareWriteLocked();
     }
-    writer_.Write(response_, &written_);
+    Pump();
   }
 
-  // What advertise_now allows may have changed: send the list again if it differs.
-  void Redeliver() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (service_->silenced_.load() || finished_ || writing_ || !NeedsWriteLocked()) return;
-      PrepareWriteLocked();
-    }
-    writer_.Write(response_, &written_);
-  }
+  // What advertise_now allows may have changed: send the list again if it differs. Any thread.
+  void Redeliver() { Pump(); }
 
-  // Ends the stream with OK (daemon shutdown or server restart).
+  // Ends the stream with OK (daemon shutdown or server restart). Any thread.
   void End() {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
-      if (writing_) {
-        end_pending_ = true;  // Finish once the write in flight completes (OnWriteDone)
-        return;
-      }
-      finishing_ = true;
+      end_pending_ = true;  // Finish once no write is in flight
     }
-    writer_.Finish(grpc::Status::OK, &finished_call_);
+    Pump();
   }
 
  private:
@@ -93,6 +83,75 @@ class DevicePluginService::Stream {
     void (Stream::*const handler_)(bool);
   };
 
+  enum class Next { kNothing, kWrite, kFinish };
+
+  // What the stream does next, decided under mu_; the caller starts it on the loop thread.
+  Next NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finishing_ || call_done_) return Next::kNothing;
+    if (end_pending_) {
+      end_pending_ = false;
+      finishing_ = true;
+      return Next::kFinish;
+    }
+    if (finished_ || service_->silenced_.load() || !NeedsWriteLocked()) return Next::kNothing;
+    PrepareWriteLocked();
+    return Next::kWrite;
+  }
+
+  // Starts what is due. gRPC operations start on the loop thread only: from another thread a
+  // Write could land after PluginServer::Stop drained and destroyed the queue. So another thread
+  // wakes the loop (one alarm per stream, set again only once it has run), and the loop starts it.
+  void Pump() {
+    if (service_->loop_->OnLoopThread()) {
+      Next next;
+      {
+        absl::MutexLock lock(&mu_);
+        next = NextLocked();
+      }
+      Start(next);
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (wake_pending_ || call_done_) return;  // the wake already set will see the new state
+      wake_pending_ = true;
+    }
+    if (!service_->loop_->Post(&wake_, &woken_)) {
+      {
+        absl::MutexLock lock(&mu_);
+        wake_pending_ = false;  // the queue is shutting down: the call's last events follow
+      }
+      MaybeForget();
+    }
+  }
+
+  void Start(Next next) {
+    if (next == Next::kNothing) return;
+    DCHECK(service_->loop_->OnLoopThread());
+    const bool started = service_->loop_->StartOperation([&] {
+      if (next == Next::kWrite) writer_.Write(response_, &written_);
+      if (next == Next::kFinish) writer_.Finish(grpc::Status::OK, &finished_call_);
+    });
+    if (!started) {
+      // The queue is shutting down: the server cancels the call and its done event follows.
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      finishing_ = false;
+      finished_ = true;
+    }
+  }
+
+  void OnWoken(bool) {
+    Next next;
+    {
+      absl::MutexLock lock(&mu_);
+      wake_pending_ = false;
+      next = NextLocked();
+    }
+    Start(next);
+    MaybeForget();
+  }
+
   void OnArrived(bool ok) {
     if (!ok) {  // the server is shutting down; no call came, and no done event will
       delete this;
@@ -103,29 +162,20 @@ class DevicePluginService::Stream {
   }
 
   void OnWriteDone(bool ok) {
-    bool write_next = false;
-    bool finish = false;
+    Next next = Next::kNothing;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (ok) {
         service_->counters_->list_and_watch_updates.fetch_add(1);
-        if (end_pending_) {
-          end_pending_ = false;
-          finish = true;
-          finishing_ = true;
-        } else if (!finished_ && NeedsWriteLocked()) {
-          PrepareWriteLocked();
-          write_next = true;
-        }
+        next = NextLocked();
       } else {
         // The stream is broken (the kubelet went away): the done event follows.
         finished_ = true;
         end_pending_ = false;
       }
     }
-    if (write_next) writer_.Write(response_, &written_);
-    if (finish) writer_.Finish(grpc::Status::OK, &finished_call_);
+    Start(next);
     MaybeForget();
   }
 
@@ -153,12 +203,12 @@ class DevicePluginService::Stream {
     MaybeForget();
   }
 
-  // Once the call is over and no write or finish of ours is in flight, nothing will reach this
-  // object through the queue again.
+  // Once the call is over and no write, finish or wake of ours is in flight, nothing will reach
+  // this object through the queue again.
   void MaybeForget() {
     {
       absl::MutexLock lock(&mu_);
-      if (!call_done_ || writing_ || finishing_ || forgotten_) return;
+      if (!call_done_ || writing_ || finishing_ || wake_pending_ || forgotten_) return;
       forgotten_ = true;
     }
     service_->set_->Unsubscribe(listener_id_);
@@ -202,7 +252,8 @@ class DevicePluginService::Stream {
   grpc::ServerContext context_;
   v1beta1::Empty request_;
   grpc::ServerAsyncWriter<v1beta1::ListAndWatchResponse> writer_;
-  Event arrived_, written_, finished_call_, done_;
+  Event arrived_, written_, finished_call_, done_, woken_;
+  grpc::Alarm wake_;  // hands work from other threads to the loop (Pump)
   uint64_t listener_id_ = 0;
   absl::Mutex mu_;
   std::shared_ptr<const Snapshot> latest_ ABSL_GUARDED_BY(mu_);
@@ -215,6 +266,7 @@ class DevicePluginService::Stream {
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;  // our Finish is in flight
   bool call_done_ ABSL_GUARDED_BY(mu_) = false;
   bool forgotten_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;  // wake_ is set and its tag has not run
   v1beta1::ListAndWatchResponse response_;  // owned by gRPC while a write is in flight
 };
 
@@ -304,7 +356,7 @@ void DevicePluginService::Serve(v1beta1::DevicePlugin::AsyncService* service,
 
 void DevicePluginService::ArmStream() {
   auto* stream = new Stream(this);
-  if (!loop_->Request([stream] { stream->Wait(); })) delete stream;
+  if (!loop_->StartOperation([stream] { stream->Wait(); })) delete stream;
 }
 
 void DevicePluginService::Adopt(Stream* raw) {

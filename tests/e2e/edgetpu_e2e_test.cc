@@ -856,5 +856,24 @@ TEST_F(SlowDiskTest, TheCdiSpecIsOnDiskBeforeTheKubeletHearsOfADevice) {
   EXPECT_THAT(early, ::testing::IsEmpty());
 }
 
+// The first ListAndWatch message already names every device present at start, however slow the
+// disk the CDI spec goes to: registration starts only once the first specs are written.
+TEST_F(SlowDiskTest, TheFirstListAndWatchNamesEveryDeviceWithCdi) {
+  absl::Mutex mu;
+  std::vector<std::vector<std::string>> messages;
+  kubelet_.OnListAndWatch([&](const std::string& resource, const std::vector<std::string>& ids) {
+    absl::MutexLock lock(&mu);
+    if (resource == kTpu) messages.push_back(ids);
+  });
+  kubelet_.Start();
+  auto daemon = StartDaemonOnASlowDisk(absl::Milliseconds(500),
+                                       {"--cdi", "--cdi-dir=" + sinks_.path() + "/cdi"});
+  if (daemon == nullptr) GTEST_SKIP() << "no strace here";
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  absl::MutexLock lock(&mu);
+  ASSERT_FALSE(messages.empty());
+  EXPECT_EQ(messages.front().size(), 2u) << "the first message held devices back";
+}
+
 }  // namespace
 }  // namespace edgeaccel

@@ -12,8 +12,10 @@
 #ifndef EDGEACCEL_KUBELET_COMPLETION_LOOP_H_
 #define EDGEACCEL_KUBELET_COMPLETION_LOOP_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,13 +40,21 @@ class CompletionLoop {
 
   grpc::ServerCompletionQueue* cq() const { return cq_.get(); }
   void Start();
-  // Runs `request` (a RequestX that waits for the next call on this queue) unless the queue is
-  // being shut down, which gRPC forbids asking on; false then, and the caller frees its call
-  // object. A call arriving during shutdown re-arms from the loop thread, so this can race Drain.
-  bool Request(const std::function<void()>& request);
+  // Starts `operation` (one gRPC operation that will post to this queue: a RequestX waiting for
+  // the next call, a Write, a Finish) unless the queue is being shut down: gRPC aborts on an
+  // operation begun on a shut-down queue. False then, and nothing was started: the caller undoes
+  // what it prepared. Held against Drain, so no operation slips in after the queue's Shutdown.
+  bool StartOperation(const std::function<void()>& operation);
+  // Wakes the loop thread with `tag` (its Proceed(true) runs there) through `alarm`, set to fire
+  // at once. For work another thread hands to the loop: every gRPC operation of a call starts on
+  // the loop thread, where it cannot race the queue's shutdown. False when the queue is being
+  // shut down (nothing will run). An alarm is set again only after its tag has run.
+  bool Post(grpc::Alarm* alarm, CompletionTag* tag);
   // Call after grpc::Server::Shutdown(): shuts the queue down, runs the events left (every
   // waiting call is told ok=false and frees itself) and joins the thread.
   void Drain();
+  // Whether the caller is the loop thread (or drains the queue of a loop never started).
+  bool OnLoopThread() const { return std::this_thread::get_id() == loop_thread_.load(); }
 
  private:
   void Run();
@@ -52,6 +62,7 @@ class CompletionLoop {
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   const std::string thread_name_;
   std::thread thread_;
+  std::atomic<std::thread::id> loop_thread_{};
   absl::Mutex mu_;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool drained_ = false;
@@ -92,11 +103,14 @@ class UnaryMethod {
       answered_ = true;
       Arm(method_);  // the next call may arrive while this one is answered
       const grpc::Status status = method_->handler_(request_, &response_);
-      if (status.ok()) {
-        responder_.Finish(response_, status, this);
-      } else {
-        responder_.FinishWithError(status, this);
-      }
+      const bool started = method_->loop_->StartOperation([&] {
+        if (status.ok()) {
+          responder_.Finish(response_, status, this);
+        } else {
+          responder_.FinishWithError(status, this);
+        }
+      });
+      if (!started) delete this;  // shutting down: the call is cancelled, no event will come
     }
 
    private:
@@ -110,7 +124,7 @@ class UnaryMethod {
 
   static void Arm(const std::shared_ptr<const UnaryMethod>& method) {
     auto* call = new Call(method);
-    if (!method->loop_->Request([call] { call->Wait(); })) delete call;
+    if (!method->loop_->StartOperation([call] { call->Wait(); })) delete call;
   }
 
   CompletionLoop* const loop_;
