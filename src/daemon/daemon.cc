@@ -219,9 +219,20 @@ std::string Daemon::RenderMetrics() const {
   std::vector<ResourceMetrics> metrics;
   for (const auto& resource : resources_) {
     const ResourceRegistrar& r = *resource->registrar;
-    metrics.push_back({resource->set->resource_name(), resource->set->Current(), &r.counters(),
-                       r.registered(), r.registrations(), r.kubelet_restarts(),
-                       !r.left_to().empty()});
+    ResourceMetrics m;
+    m.resource = resource->set->resource_name();
+    m.snapshot = resource->set->Current();
+    m.counters = &r.counters();
+    m.registered = r.registered();
+    m.registrations = r.registrations();
+    m.kubelet_restarts = r.kubelet_restarts();
+    m.left_to_other_plugin = !r.left_to().empty();
+    m.registration_failures = r.registration_failures();
+    m.neighbour_looks = r.neighbour_looks();
+    m.longest_look = r.longest_look();
+    m.holdings_unreadable = r.holdings_unreadable();
+    m.checkpoint_unreadable = r.checkpoint_unreadable();
+    metrics.push_back(std::move(m));
   }
   return edgeaccel::RenderMetrics(metrics);
 }

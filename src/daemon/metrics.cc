@@ -115,11 +115,33 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
        [](const ResourceMetrics& r) { return static_cast<double>(r.registrations); }},
       {"edgeaccel_kubelet_restarts_total", "Kubelet restarts seen (kubelet.sock re-created).",
        [](const ResourceMetrics& r) { return static_cast<double>(r.kubelet_restarts); }},
+      {"edgeaccel_registration_failures_total",
+       "Register calls the kubelet refused or did not answer in time (each retried with backoff).",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.registration_failures); }},
+      {"edgeaccel_neighbour_looks_total",
+       "Looks at the other device plugins and at what the kubelet holds, to decide who serves "
+       "the resource.",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.neighbour_looks); }},
+      {"edgeaccel_kubelet_holdings_unreadable_total",
+       "Looks that could read neither the kubelet's pod-resources API nor its checkpoint.",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.holdings_unreadable); }},
+      {"edgeaccel_kubelet_checkpoint_unreadable_total",
+       "Looks that found the kubelet's device checkpoint, or some of its entries, in a shape "
+       "edgeaccel does not know.",
+       [](const ResourceMetrics& r) { return static_cast<double>(r.checkpoint_unreadable); }},
   };
   for (const Counter& c : counters) {
     Family family(&out, c.name, "counter", c.help);
     for (const auto& r : resources) {
       if (r.counters != nullptr) family.Sample({{"resource", r.resource}}, c.value(r));
+    }
+  }
+  Family longest_look(&out, "edgeaccel_neighbour_look_max_seconds", "gauge",
+                      "The longest look at the other device plugins so far (bounded by a 1 s "
+                      "budget).");
+  for (const auto& r : resources) {
+    if (r.counters != nullptr) {
+      longest_look.Sample({{"resource", r.resource}}, absl::ToDoubleSeconds(r.longest_look));
     }
   }
   Family registered(&out, "edgeaccel_registered", "gauge",

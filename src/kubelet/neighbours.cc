@@ -112,6 +112,11 @@ NeighbourView LookAround(const NeighbourQuery& query) {
       view.holdings_read = true;
     }
   }
+  if (checkpoint.ok() && checkpoint->unreadable_entries > 0) {
+    view.checkpoint_problem = "PodDeviceEntries of a shape we do not know";
+  } else if (!checkpoint.ok() && !absl::IsNotFound(checkpoint.status())) {
+    view.checkpoint_problem = std::string(checkpoint.status().message());
+  }
   if (checkpoint.ok()) {
     for (const auto& [resource, ids] : checkpoint->registered_devices) {
       view.holdings.known.insert(resource);

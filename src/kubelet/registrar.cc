@@ -312,6 +312,7 @@ void ResourceRegistrar::FinishRegisterCall() {
                            " (is the kubelet running? is --device-plugin-dir right?)");
   }
   retry_at_ = absl::Now() + backoff_.Next();
+  registration_failures_.fetch_add(1);
   const std::string complaint =
       absl::StrCat("the kubelet did not accept our registration: ", message);
   if (complaint + "; retrying with backoff" != last_complaint_) {
@@ -500,6 +501,12 @@ bool ResourceRegistrar::Arbitrate() {
     holdings_warnings_.Warn(absl::StrCat(
         resource, ": the pod-resources API did not answer (", view.holdings_note,
         "); reading the kubelet's checkpoint instead, which is stale once a plugin disconnects"));
+  }
+  if (!view.checkpoint_problem.empty()) {
+    checkpoint_unreadable_.fetch_add(1);
+    checkpoint_warnings_.Warn(absl::StrCat(
+        resource, ": the kubelet's checkpoint has a shape this edgeaccel does not know (",
+        view.checkpoint_problem, "); what it could not read is left out"));
   }
   const std::string was_left_to = left_to();
   const ArbiterInput input = InputFor(view);

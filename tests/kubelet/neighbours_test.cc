@@ -4,6 +4,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +95,25 @@ TEST_F(NeighboursTest, WithoutPodResourcesTheCheckpointIsReadAndSaysWhy) {
   EXPECT_EQ(view.holdings.source, "checkpoint");
   EXPECT_THAT(view.holdings_note, HasSubstr("pod-resources/kubelet.sock"));
   EXPECT_THAT(view.holdings.healthy[kGpu], ::testing::UnorderedElementsAre("GPU-1", "GPU-2"));
+}
+
+// A checkpoint in a shape we do not know is said (for one warning and a metric), and what can be
+// read of it still counts; a missing one is no problem (no kubelet yet, or a fresh node).
+TEST_F(NeighboursTest, ACheckpointOfAnUnknownShapeIsSaidAndTheRestRead) {
+  kubelet_.ServePodResources(false);
+  kubelet_.Start();
+  const std::string checkpoint = kubelet_.DevicePluginsDir() + "/kubelet_internal_checkpoint";
+  unlink(checkpoint.c_str());
+  EXPECT_EQ(LookAround(Query()).checkpoint_problem, "");
+  std::ofstream(checkpoint) << R"({"Data":{"PodDeviceEntries":[{"PodUID":7,"ResourceName":"x"}],)"
+                            << R"("RegisteredDevices":{"nvidia.com/gpu":["GPU-9"]}},"Checksum":0})";
+  NeighbourView view = LookAround(Query());
+  EXPECT_THAT(view.checkpoint_problem, HasSubstr("PodDeviceEntries of a shape we do not know"));
+  EXPECT_THAT(view.holdings.healthy[kGpu], ElementsAre("GPU-9"));
+  std::ofstream(checkpoint) << "{not json";
+  view = LookAround(Query());
+  EXPECT_THAT(view.checkpoint_problem, HasSubstr("not a JSON object"));
+  EXPECT_FALSE(view.holdings_read);
 }
 
 TEST_F(NeighboursTest, APluginWatcherSocketSaysWhatItServes) {

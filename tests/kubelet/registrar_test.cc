@@ -125,9 +125,13 @@ TEST_F(RegistrationTest, KubeletRestartsAreInvisible) {
 }
 
 TEST_F(RegistrationTest, NoKubeletYetMeansWaitThenRegister) {
+  CapturedLog log;
   auto registrar = StartRegistrar(RegistrationMode::kAuto);
-  absl::SleepFor(absl::Milliseconds(100));
+  // It says it waits (and for what), serves nothing, and registers once the kubelet is there.
+  ASSERT_TRUE(Eventually([&] { return log.Contains("waiting for the kubelet: neither"); }))
+      << log.Text();
   EXPECT_FALSE(registrar->registered());
+  EXPECT_EQ(registrar->socket_path(), "");
   kubelet_.Start();
   ASSERT_TRUE(Advertised(2));
   EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "kubelet");  // auto: device-plugins/ exists
@@ -223,8 +227,11 @@ TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
   options.max_backoff = absl::Milliseconds(200);
   ResourceRegistrar registrar(options, &set_);
   ASSERT_TRUE(registrar.Start().ok());
-  absl::SleepFor(absl::Milliseconds(500));  // several timeouts and retries
+  // Several timeouts, each retried with backoff.
+  ASSERT_TRUE(Eventually([&] { return registrar.registration_failures() >= 3; }))
+      << registrar.registration_failures();
   EXPECT_FALSE(registrar.registered());
+  EXPECT_EQ(registrar.registrations(), 0u);
 
   kubelet_.Start();  // removes the stale socket, serves a live one
   ASSERT_TRUE(Advertised(2));

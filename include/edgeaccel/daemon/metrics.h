@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "edgeaccel/daemon/http_endpoint.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
@@ -32,6 +33,12 @@ struct ResourceMetrics {
   uint64_t kubelet_restarts = 0;
   // Left to another plugin that serves it, on purpose (not registered, and not a fault).
   bool left_to_other_plugin = false;
+  uint64_t registration_failures = 0;
+  // Looks at the other plugins and what the kubelet holds (see kubelet/neighbours.h).
+  uint64_t neighbour_looks = 0;
+  absl::Duration longest_look;
+  uint64_t holdings_unreadable = 0;
+  uint64_t checkpoint_unreadable = 0;
 };
 
 // The Prometheus text exposition for `resources`.

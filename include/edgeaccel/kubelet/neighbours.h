@@ -49,6 +49,9 @@ struct NeighbourView {
   KubeletHoldings holdings;
   bool holdings_read = false;
   std::string holdings_note;
+  // The checkpoint is there but has a shape we do not know (not JSON, no Data, entries with
+  // fields of other types): what was left out, for one warning and a metric. "" when fine.
+  std::string checkpoint_problem;
   // How long the look took, and whether it ran out of budget (sockets left unasked).
   absl::Duration took;
   bool out_of_budget = false;

@@ -128,6 +128,10 @@ class ResourceRegistrar {
   std::string holdings_source() const;
   // Looks that could read neither the pod-resources API nor the checkpoint.
   uint64_t holdings_unreadable() const { return holdings_unreadable_.load(); }
+  // Looks that found the kubelet's checkpoint (or some of its entries) in a shape we do not know.
+  uint64_t checkpoint_unreadable() const { return checkpoint_unreadable_.load(); }
+  // Register calls the kubelet refused or did not answer in time (each retried with backoff).
+  uint64_t registration_failures() const { return registration_failures_.load(); }
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
@@ -247,6 +251,9 @@ class ResourceRegistrar {
   std::atomic<uint64_t> neighbour_looks_{0};
   std::atomic<int64_t> longest_look_ns_{0};
   std::atomic<uint64_t> holdings_unreadable_{0};
+  std::atomic<uint64_t> checkpoint_unreadable_{0};
+  std::atomic<uint64_t> registration_failures_{0};
+  OnceLogger checkpoint_warnings_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
