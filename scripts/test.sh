@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test (as root: fixtures need mknod).
+# Installs what is missing, builds, and runs every test (as root: fixtures need mknod), then says
+# which test cases were skipped on this machine and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
-if [ "$(id -u)" -ne 0 ]; then
-  exec sudo ctest --test-dir build --output-on-failure -j"$(nproc)"
-fi
-exec ctest --test-dir build --output-on-failure -j"$(nproc)"
+run=()
+[ "$(id -u)" -ne 0 ] && run=(sudo)
+status=0
+"${run[@]}" ctest --test-dir build --output-on-failure -j"$(nproc)" || status=$?
+scripts/report-skipped.sh build
+exit $status

@@ -86,8 +86,12 @@ fi
 
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGEACCEL_BUILD_BENCH=ON -DEDGEACCEL_STATIC=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" > /dev/null
-# Every test binary CTest knows ("<layer>/<module>" runs <module>_test).
-mapfile -t tests < <(ctest --test-dir build-tsan -N | sed -n 's#^ *Test *\#[0-9]*: [a-z0-9_]*/\([a-z0-9_]*\)$#\1#p')
+# Every test binary CTest knows ("<layer>/<module>/<Suite>.<Test>" runs in <module>_test). The
+# cases are listed by running the binaries, so they are built first (all of them: the build
+# tree's test targets are what CTest would list).
+cmake --build build-tsan -j"$jobs" > /dev/null
+mapfile -t tests < <(ctest --test-dir build-tsan -N |
+  sed -n 's#^ *Test *\#[0-9]*: [a-z0-9_]*/\([a-z0-9_]*\)/.*$#\1#p' | sort -u)
 ((${#tests[@]})) || { echo "tsan: no tests found in build-tsan"; exit 1; }
 targets=(--target edgeaccel-device-plugin --target edgeaccel-soak)
 for t in "${tests[@]}"; do targets+=(--target "${t}_test"); done

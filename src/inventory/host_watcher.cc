@@ -48,6 +48,8 @@ void HostWatcher::Publish(DeviceSet* set) {
   for (const Family& family : families_) {
     if (family.set == set) devices.insert(devices.end(), family.last.begin(), family.last.end());
   }
+  // Each physical device's node modes once, before replicas copy them.
+  LookUpHostModes(*host_, &devices);
   auto replicas = replicas_.find(set);
   set->Update(ExpandReplicas(std::move(devices), replicas == replicas_.end() ? 1 : replicas->second));
 }
@@ -179,8 +181,10 @@ void HostWatcher::Run() {
         for (size_t f : settling) Rescan(f);
       } else if (fd == watcher_.fd()) {
         HandleInotify();
+        events_handled_.fetch_add(1);
       } else if (fd == uevents_.fd()) {
         HandleUevents();
+        events_handled_.fetch_add(1);
       }
     }
   }

@@ -111,18 +111,13 @@ class DevicePluginService::Stream {
       Start(next);
       return;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      if (wake_pending_ || call_done_) return;  // the wake already set will see the new state
-      wake_pending_ = true;
-    }
-    if (!service_->loop_->Post(&wake_, &woken_)) {
-      {
-        absl::MutexLock lock(&mu_);
-        wake_pending_ = false;  // the queue is shutting down: the call's last events follow
-      }
-      MaybeForget();
-    }
+    // Set under mu_: the call's end (OnCallDone, on the loop) must see either no wake or one
+    // that will run. Were the wake marked pending before it was set, a Stop in between could
+    // drain the loop with this stream kept for a wake that never comes.
+    absl::MutexLock lock(&mu_);
+    if (wake_pending_ || call_done_) return;  // the wake already set will see the new state
+    // Fails only while the queue shuts down: the call's done event then follows on the loop.
+    wake_pending_ = service_->loop_->Post(&wake_, &woken_);
   }
 
   void Start(Next next) {

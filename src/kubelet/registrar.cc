@@ -155,6 +155,7 @@ bool ResourceRegistrar::SetUp() {
       return !stop_requested_;
     }
     const absl::Duration wait = backoff.Next();
+    start_failures_.fetch_add(1);
     if (error != last_error) {
       LOG(ERROR) << set_->resource_name() << ": cannot start registration: " << error
                  << "; trying again (next in " << absl::FormatDuration(wait) << ")";

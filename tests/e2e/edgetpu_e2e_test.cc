@@ -265,8 +265,10 @@ TEST_F(E2eTest, ResourceWithoutDevicesIsRegisteredWhenTheFirstAppears) {
   kubelet_.Start();
   auto daemon = StartDaemon();
   ASSERT_TRUE(daemon->WaitForLog("no PCIe Edge TPU found")) << daemon->Log();
-  absl::SleepFor(absl::Milliseconds(200));
+  // The labels are refreshed once start-up is through, after registrars would have started.
+  ASSERT_TRUE(daemon->WaitForLog("node labels:")) << daemon->Log();
   EXPECT_EQ(kubelet_.Registrations(kTpu), 0) << "a node without TPUs must not show coral.ai/edgetpu";
+  EXPECT_THAT(daemon->Log(), ::testing::Not(HasSubstr("serving on"))) << "nothing served either";
   host_.AddCoralPcie({.index = 0});
   ASSERT_TRUE(Advertised(1, 1)) << daemon->Log();
 }

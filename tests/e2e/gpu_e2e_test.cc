@@ -1,5 +1,5 @@
 // End to end for nvidia.com/gpu (Jetson, discrete), USB Coral, sharing and CDI: the real
-// binary, fixture hosts built from FACTS.md, and the test kubelet.
+// binary, fixture hosts built from docs/host-facts.md, and the test kubelet.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "daemon_process.h"
+#include "nlohmann/json.hpp"
 #include "daemon_test.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
@@ -245,7 +246,12 @@ TEST_F(GpuE2eTest, FamiliesFlagLeavesOthersAlone) {
   host_.AddJetson(FixtureHost::Jetson::kNanoR32);
   StartKubeletAndDaemon({"--families=coral-pcie"});
   ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
-  absl::SleepFor(absl::Milliseconds(200));
+  // The daemon does not know the resource at all: nothing to register, serve or label.
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon_));
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, ::testing::Not(HasSubstr("nvidia.com/gpu")));
+  EXPECT_THAT(daemon_->Log(), ::testing::Not(HasSubstr("nvidia.com/gpu: serving on")));
   EXPECT_EQ(kubelet_.Capacity(kGpu), -1);
 }
 
@@ -277,6 +283,10 @@ TEST_F(GpuE2eTest, CdiSpecIsWrittenNamedByAllocateAndKeptAcrossARestart) {
   ASSERT_EQ(r.cdi_devices_size(), 1);
   EXPECT_EQ(r.cdi_devices(0).name(), "edgeaccel.io/gpu=" + std::string(kUuid0));
   EXPECT_EQ(r.devices_size(), 5) << "DeviceSpecs as well, for runtimes without CDI";
+  // No Edge TPU here: no spec for it (containerd refuses one without devices). The first specs
+  // are settled before the first registration, so this is already final.
+  EXPECT_NE(access((cdi_dir + "/edgeaccel.io-edgetpu.json").c_str(), F_OK), 0)
+      << "a spec without devices";
 
   // A rollout: the old daemon stops, containers that restart meanwhile still resolve the name.
   daemon_->Signal(SIGTERM);
@@ -286,6 +296,52 @@ TEST_F(GpuE2eTest, CdiSpecIsWrittenNamedByAllocateAndKeptAcrossARestart) {
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kGpu) == 2; })) << daemon_->Log();
   r = Allocate(kGpu, {kUuid0});
   ASSERT_EQ(r.cdi_devices_size(), 1) << daemon_->Log();
+}
+
+// The spec gives each node the host's mode and owner (containerd makes the node from them, not
+// from the host), follows a chmod (udev applies its rules after the node appears), and a
+// resource whose last device goes loses its spec (containerd refuses one without devices).
+TEST_F(GpuE2eTest, CdiSpecCarriesTheHostNodesModeAndGoesWithTheLastDevice) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  const std::string node = host_.root() + "/dev/nvidia0";
+  ASSERT_EQ(chmod(node.c_str(), 0660), 0);
+  ASSERT_EQ(chown(node.c_str(), 0, 44), 0);
+  host_.AddCoralPcie({.index = 0});
+  const std::string cdi_dir = dir_.path() + "/cdi";
+  const std::string gpu_spec = cdi_dir + "/edgeaccel.io-gpu.json";
+  const std::string tpu_spec = cdi_dir + "/edgeaccel.io-edgetpu.json";
+  StartKubeletAndDaemon({"--cdi", "--cdi-dir=" + cdi_dir});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  // The spec's entry for a host path (null if none).
+  auto entry = [&](const std::string& host_path) {
+    std::ifstream in(gpu_spec);
+    nlohmann::json spec = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (spec.is_discarded()) return nlohmann::json();
+    for (const auto& device : spec["devices"]) {
+      for (const auto& n : device["containerEdits"]["deviceNodes"]) {
+        if (n["hostPath"] == host_path) return n;
+      }
+    }
+    return nlohmann::json();
+  };
+  nlohmann::json nvidia0 = entry("/dev/nvidia0");
+  ASSERT_FALSE(nvidia0.is_null()) << daemon_->Log();
+  EXPECT_EQ(nvidia0["fileMode"], 0660) << nvidia0.dump();
+  EXPECT_EQ(nvidia0["uid"], 0) << nvidia0.dump();
+  EXPECT_EQ(nvidia0["gid"], 44) << nvidia0.dump();
+
+  // udev's rule lands after the node appeared: the spec follows it.
+  ASSERT_EQ(chmod(node.c_str(), 0666), 0);
+  EXPECT_TRUE(Eventually([&] { return entry("/dev/nvidia0").value("fileMode", -1) == 0666; }))
+      << entry("/dev/nvidia0").dump() << daemon_->Log();
+
+  // The Edge TPU is unplugged: its resource has no device left, and no spec.
+  ASSERT_EQ(access(tpu_spec.c_str(), F_OK), 0);
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  EXPECT_TRUE(daemon_->WaitForLog("removed the CDI spec " + tpu_spec)) << daemon_->Log();
+  EXPECT_NE(access(tpu_spec.c_str(), F_OK), 0);
+  EXPECT_EQ(access(gpu_spec.c_str(), F_OK), 0);
 }
 
 // The spec cannot be written (its directory is a file): Allocate names nothing a runtime would
@@ -306,7 +362,7 @@ TEST_F(GpuE2eTest, CdiNamesOnlyOnceTheSpecIsOnDisk) {
   // The directory appears: the retry writes the spec, and Allocate names the device again.
   unlink(cdi_dir.c_str());
   mkdir(cdi_dir.c_str(), 0755);
-  // The GPU's spec (the Edge TPU resource has one too, retried on its own clock).
+  // The GPU's spec (the Edge TPU resource has no devices, so no spec to write).
   EXPECT_TRUE(daemon_->WaitForLog("wrote the CDI spec " + cdi_dir + "/edgeaccel.io-gpu.json on retry",
                                   absl::Seconds(15)))
       << daemon_->Log();

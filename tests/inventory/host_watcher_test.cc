@@ -44,6 +44,15 @@ class HealthTest : public ::testing::Test {
     watcher_->Add(discoverer != nullptr ? discoverer : &coral_, &set_);
     ASSERT_TRUE(watcher_->Start().ok());
   }
+  // Waits until the watcher has handled a batch of events after `handled` were.
+  bool EventsHandledAfter(uint64_t handled) {
+    const absl::Time deadline = absl::Now() + kPatience;
+    while (watcher_->events_handled() == handled) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(2));  // the watcher's thread has no event for the test
+    }
+    return true;
+  }
   // Waits for the next version and returns it.
   std::shared_ptr<const Snapshot> NextSnapshot() {
     uint64_t version = set_.Current()->version;
@@ -124,9 +133,10 @@ TEST_F(HealthTest, IdleWithoutProbeMeansNoRescans) {
   fixture_.AddCoralPcie({.index = 0});
   StartWatcher();
   const uint64_t scans = watcher_->scans();
-  // Unrelated activity in /dev does not rescan either.
+  // Unrelated activity in /dev does not rescan either: seen, and left alone.
+  const uint64_t handled = watcher_->events_handled();
   fixture_.WriteFile("/dev/ttyS0", "");
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(EventsHandledAfter(handled));
   EXPECT_EQ(watcher_->scans(), scans);
 }
 
@@ -139,7 +149,11 @@ TEST_F(HealthTest, ChangesUnderSysAloneAreNotSeenWithoutTheProbe) {
   fixture_.MakeDirectory("/sys/devices/pci0000:00/0000:04:00.0/apex/apex_1");
   fixture_.Symlink("../../devices/pci0000:00/0000:04:00.0/apex/apex_1", "/sys/class/apex/apex_1");
   fixture_.SetApexAttribute(0, "status", "DEAD\n");
-  absl::SleepFor(absl::Milliseconds(300));
+  // A marker in /dev, which is watched: inotify hands events over in order, so once the marker
+  // is handled, any event the sys/ changes had made would have been handled too.
+  const uint64_t handled = watcher_->events_handled();
+  fixture_.WriteFile("/dev/ttyS0", "");
+  ASSERT_TRUE(EventsHandledAfter(handled));
   EXPECT_EQ(watcher_->scans(), scans);
   EXPECT_EQ(set_.Current()->HealthyCount(), 1);
 }
@@ -161,7 +175,9 @@ TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
   uint64_t scans = watcher_->scans();
   fixture_.WriteFile("/sys/class/thing/thing0", "");
   fixture_.WriteFile("/proc/driver/thing/thing0", "");
-  absl::SleepFor(absl::Milliseconds(300));
+  const uint64_t handled = watcher_->events_handled();
+  fixture_.WriteFile("/dev/ttyS0", "");  // the marker (see ChangesUnderSysAlone...)
+  ASSERT_TRUE(EventsHandledAfter(handled));
   EXPECT_EQ(watcher_->scans(), scans);
   // /dev is devtmpfs on a node, and is watched: a rescan now, and the settle look after it.
   fixture_.MakeCharDevice("/dev/thing0", 240, 0);
@@ -203,10 +219,12 @@ TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
   auto* usb_only = Own<SysfsWatchingDiscoverer>();
   usb_only->subsystems = {"usb"};
   StartWatcher(absl::ZeroDuration(), usb_only);
+  if (!watcher_->listening_to_uevents()) GTEST_SKIP() << "no uevent socket here";
   const uint64_t scans = watcher_->scans();
+  const uint64_t handled = watcher_->events_handled();
   absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
   if (!loop.ok()) GTEST_SKIP() << loop.status();
-  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(EventsHandledAfter(handled)) << "the loop device's uevents were never received";
   EXPECT_EQ(watcher_->scans(), scans);
 }
 

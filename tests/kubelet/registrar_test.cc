@@ -243,8 +243,10 @@ TEST_F(RegistrationTest, SocketPathTakenByAFileWaitsUntilItIsFreed) {
   const std::string ours = kubelet_.DevicePluginsDir() + "/" + SocketFileName(kResourceEdgeTpu);
   FILE* f = fopen(ours.c_str(), "w");
   fclose(f);
+  CapturedLog log;
   auto registrar = StartRegistrar(RegistrationMode::kKubelet);
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(Eventually([&] { return log.Contains("the path is taken by a regular file"); }))
+      << log.Text();
   EXPECT_FALSE(registrar->registered());
   EXPECT_EQ(kubelet_.Registrations(kTpu), 0);
   unlink(ours.c_str());
@@ -455,7 +457,8 @@ TEST_F(RegistrationTest, AStartWithoutInotifyOrFdsIsRetried) {
     registrar = std::make_unique<ResourceRegistrar>(options, &set_);  // its inotify fails here
     EXPECT_TRUE(registrar->Start().ok());
     EXPECT_TRUE(Eventually([&] { return log.Contains("cannot start registration"); }));
-    absl::SleepFor(absl::Milliseconds(300));
+    // Retried (every 400 ms here) while the fds stay taken.
+    EXPECT_TRUE(Eventually([&] { return registrar->start_failures() >= 2; }));
   }
   EXPECT_TRUE(Advertised(2)) << "never registered after the fds came back";
   EXPECT_TRUE(log.Contains("registration can start now"));

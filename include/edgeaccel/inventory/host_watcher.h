@@ -72,6 +72,10 @@ class HostWatcher {
   // Number of rescans triggered so far, for tests and metrics.
   uint64_t scans() const { return scans_.load(); }
 
+  // Batches of inotify events and of kernel uevents read and acted on (a rescan, or none): a test
+  // waits for this to know an event it expects to be ignored has been seen and ignored.
+  uint64_t events_handled() const { return events_handled_.load(); }
+
   // Whether kernel uevents are being received (the socket opened).
   bool listening_to_uevents() const { return uevents_.ok(); }
 
@@ -111,6 +115,7 @@ class HostWatcher {
   int epoll_fd_ = -1;
   std::thread thread_;
   std::atomic<uint64_t> scans_{0};
+  std::atomic<uint64_t> events_handled_{0};
 };
 
 }  // namespace edgeaccel

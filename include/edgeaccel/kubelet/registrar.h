@@ -130,6 +130,8 @@ class ResourceRegistrar {
   uint64_t holdings_unreadable() const { return holdings_unreadable_.load(); }
   // Looks that found the kubelet's checkpoint (or some of its entries) in a shape we do not know.
   uint64_t checkpoint_unreadable() const { return checkpoint_unreadable_.load(); }
+  // Attempts to start registration that found no inotify instance or no fd (each retried).
+  uint64_t start_failures() const { return start_failures_.load(); }
   // Register calls the kubelet refused or did not answer in time (each retried with backoff).
   uint64_t registration_failures() const { return registration_failures_.load(); }
   // The socket we serve on now ("" before the first start).
@@ -253,6 +255,7 @@ class ResourceRegistrar {
   std::atomic<uint64_t> holdings_unreadable_{0};
   std::atomic<uint64_t> checkpoint_unreadable_{0};
   std::atomic<uint64_t> registration_failures_{0};
+  std::atomic<uint64_t> start_failures_{0};
   OnceLogger checkpoint_warnings_;
 
   mutable absl::Mutex mu_;
