@@ -66,7 +66,8 @@ TEST(TegraParseTest, SocFromCompatible) {
   EXPECT_FALSE(TegraGpuForSoc("tegra999").has_value());
 }
 
-// One row per board and L4T release in the fixtures (FACTS.md 3-4): what discovery must report.
+// One row per board and L4T release in the fixtures (docs/host-facts.md §3-4): what discovery
+// must report.
 struct JetsonCase {
   const char* name;
   FixtureHost::Jetson board;

@@ -297,8 +297,8 @@ void FixtureHost::AddCoralPcie(const CoralPcie& tpu) const {
   WriteFile(pci + "/class", "0x0880ff\n");
   WriteFile(pci + "/numa_node", absl::StrCat(tpu.numa_node, "\n"));
   const std::string sys = absl::StrCat(pci, "/apex/", name);
-  // Gasket's generic attributes, then apex's (FACTS.md 1.5); thresholds read back as the
-  // driver encodes them.
+  // Gasket's generic attributes, then apex's (docs/host-facts.md §1.5); thresholds read back as
+  // the driver encodes them.
   WriteFile(sys + "/status", tpu.status + "\n");
   WriteFile(sys + "/driver_version", "1.2\n");
   WriteFile(sys + "/framework_version", "1.1.4\n");
@@ -465,9 +465,9 @@ void FixtureHost::AddJetson(Jetson board) const {
   WriteFile("/sys/class/thermal/thermal_zone2/type", "PMIC-Die\n");
   WriteFile("/sys/class/thermal/thermal_zone2/temp", "100000\n");
   // Every node as the kernel registered it: a major per driver region (/proc/devices), and
-  // /sys/dev/char/M:m naming the node (DEVNAME) for those made by device_create (FACTS: research
-  // notes on nvgpu, nvhost, nvmap, host1x-fence, tegra_dc, drm). Majors are dynamic on a real
-  // board; these are plausible ones.
+  // /sys/dev/char/M:m naming the node (DEVNAME) for those made by device_create
+  // (docs/host-facts.md §0.2-0.3, §3.5; docs/tegra-device-nodes.md on nvgpu, nvhost, nvmap,
+  // host1x-fence, tegra_dc, drm). Majors are dynamic on a real board; these are plausible ones.
   const unsigned gpu_major = 492;  // nvgpu: a region named after the GPU platform device
   unsigned gpu_minor = 0;
   unsigned next_nvhost_major = 500;  // nvhost: one region per engine, all named "nvhost"

@@ -1,6 +1,6 @@
 // Fake host trees (dev/ sys/ proc/ etc/) built from what real machines expose
-// (see ../shared/fixtures-facts/FACTS.md when writing new ones). Device nodes are real
-// character devices made with mknod, so the tests must run as root.
+// (docs/host-facts.md gives each fact and its source; add to it when writing new ones). Device
+// nodes are real character devices made with mknod, so the tests must run as root.
 #ifndef EDGEACCEL_TESTS_SUPPORT_FIXTURE_HOST_H_
 #define EDGEACCEL_TESTS_SUPPORT_FIXTURE_HOST_H_
 
@@ -196,7 +196,7 @@ class FixtureHost {
   // Unplugged: the node goes (devtmpfs), then the interface and device directories in sysfs.
   void UnplugCoralUsb(const CoralUsb& usb) const;
 
-  // Jetson boards as their L4T release exposes them (FACTS.md 3-4).
+  // Jetson boards as their L4T release exposes them (docs/host-facts.md §3-4).
   // kIgxOrinR36: an Orin module on an IGX board in dGPU mode (add the discrete GPU with
   // AddNvidiaGpu): the iGPU's nodes without its display driver's /dev/nvidia*.
   enum class Jetson { kNanoR32, kXavierNxR35, kAgxOrinR36, kIgxOrinR36 };
