@@ -1,5 +1,7 @@
 #include "edgeaccel/kubelet/neighbour_arbiter.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/inventory/replicas.h"
@@ -82,9 +84,12 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   const bool stale_own_list =
       view.holdings.source == "checkpoint" && foreign_id.empty() && input.registered_last;
   if (!healthy.empty() && healthy_is_live && !stale_own_list) {
-    return leave(absl::StrCat("(the plugin that advertises ", healthy.front(), ")"),
+    // The least id names the plugin: pod-resources lists devices in no particular order, and the
+    // same plugin must read the same (one log line, not one per look).
+    const std::string& named = *std::min_element(healthy.begin(), healthy.end());
+    return leave(absl::StrCat("(the plugin that advertises ", named, ")"),
                  absl::StrCat("the kubelet lists ", healthy.size(), " healthy device(s) of ",
-                              resource_, " (", healthy.front(),
+                              resource_, " (", named,
                               ", ...) and we have not registered it: another plugin serves it"));
   }
 

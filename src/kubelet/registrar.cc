@@ -528,8 +528,7 @@ bool ResourceRegistrar::Arbitrate() {
       left_to_.clear();
     } else if (options_.take_over && !decision.why.empty() &&
                (!view.registry_claim.empty() || view.live_foreign_sockets > 0)) {
-      Complain(absl::StrCat(resource, ": registering it even where another plugin may serve it, "
-                                      "as --take-over asks"));
+      Complain("registering it even where another plugin may serve it, as --take-over asks");
     }
     watcher_service_.SetSteppedBack(false);
     if (predecessor_was_watcher_) {

@@ -53,6 +53,18 @@ TEST_F(ArbiterTest, HealthyDevicesWeDidNotRegisterAreAnotherPlugins) {
   EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
 }
 
+// pod-resources lists a plugin's devices in no set order: the same plugin reads the same, so the
+// registrar says "not registering it" once, not on every look (seen on a real kubelet 1.36).
+TEST_F(ArbiterTest, ThePluginLeftToIsNamedTheSameWhateverOrderItsDevicesCome) {
+  KubeletLists({"vendor-tpu-1", "vendor-tpu-0"});
+  const ArbiterDecision first = Decide(absl::ZeroDuration());
+  KubeletLists({"vendor-tpu-0", "vendor-tpu-1"});
+  const ArbiterDecision second = Decide(absl::Seconds(1));
+  EXPECT_EQ(first.verdict, ArbiterDecision::kLeave);
+  EXPECT_EQ(first.to, second.to);
+  EXPECT_EQ(first.why, second.why);
+}
+
 TEST_F(ArbiterTest, AfterAKubeletRestartAnotherPluginsResourceIsLeftForTheGraceWhateverTheOrder) {
   KubeletJustRestarted();
   // We come back first: the plugin that served it is up to 120 s late, and more.
