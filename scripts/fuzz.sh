@@ -9,7 +9,8 @@ cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelW
   -DEDGEACCEL_BUILD_TESTS=OFF -DEDGEACCEL_BUILD_BENCH=OFF -DEDGEACCEL_BUILD_FUZZ=ON -DEDGEACCEL_STATIC=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
   >/dev/null
-targets=(tegra_release nvidia_proc flags cdi host_files labels host_resolution uevent http_response)
+targets=(tegra_release nvidia_proc flags cdi host_files labels host_resolution uevent http_response
+         event_body kubelet_checkpoint)
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 mkdir -p build-fuzz/crashes
 failed=0

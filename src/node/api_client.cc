@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -221,7 +223,101 @@ bool CertificateNamesAddress(const mbedtls_x509_crt& cert, const std::string& ho
   return false;
 }
 
-// A TCP connection to the first address of `config.host` that answers before the deadline.
+// One address to connect to, as the resolver gives it.
+struct SocketAddress {
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  int family = AF_UNSPEC;
+};
+
+std::string AddressText(const SocketAddress& a) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  const void* ip;
+  if (a.family == AF_INET6) {
+    ip = &reinterpret_cast<const sockaddr_in6*>(&a.address)->sin6_addr;
+  } else {
+    ip = &reinterpret_cast<const sockaddr_in*>(&a.address)->sin_addr;
+  }
+  inet_ntop(a.family, ip, text, sizeof(text));
+  return text;
+}
+
+// How long the next of `left` addresses may take to connect: an equal share of the time left,
+// but at least 2 s where that much is left, as Go's net.Dialer (client-go's, kubectl's) divides
+// a dial's deadline over a name's addresses (net/dial.go: partialDeadline).
+absl::Time PartialDeadline(absl::Time deadline, size_t left) {
+  const absl::Time now = absl::Now();
+  const absl::Duration remaining = deadline - now;
+  constexpr absl::Duration kSaneMinimum = absl::Seconds(2);
+  absl::Duration share = remaining / static_cast<int64_t>(left);
+  if (share < kSaneMinimum) share = std::min(remaining, kSaneMinimum);
+  return now + share;
+}
+
+// A TCP connection to the first of `addresses` that answers, each tried in turn with its share
+// of the time to `deadline`: an address that never answers (a dead route, a full accept queue)
+// costs its share, not the whole request. `endpoint` names the server in errors.
+absl::Status ConnectToFirstAnswering(const std::vector<SocketAddress>& addresses,
+                                     absl::Time deadline, const std::string& endpoint, Fd& out) {
+  std::vector<std::string> failures;
+  bool timed_out = false;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const SocketAddress& a = addresses[i];
+    if (i > 0 && absl::Now() >= deadline) break;  // no time left to try the rest
+    auto failed = [&](const std::string& why) {
+      failures.push_back(addresses.size() == 1 ? why : absl::StrCat(AddressText(a), ": ", why));
+    };
+    Fd fd(socket(a.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+    if (fd.get() < 0) {
+      failed(strerror(errno));
+      continue;
+    }
+    if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.address), a.length) != 0) {
+      if (errno != EINPROGRESS) {
+        failed(strerror(errno));
+        continue;
+      }
+      absl::Status waited =
+          WaitFor(fd.get(), POLLOUT, PartialDeadline(deadline, addresses.size() - i), "connect");
+      timed_out = !waited.ok() && absl::IsDeadlineExceeded(waited);
+      if (!waited.ok()) {
+        failed(timed_out ? "timed out" : std::string(waited.message()));
+        continue;
+      }
+      int error = 0;
+      socklen_t len = sizeof(error);
+      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error != 0) {
+        failed(strerror(error));
+        continue;
+      }
+    }
+    const int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    out.Reset(fd.Release());
+    return absl::OkStatus();
+  }
+  if (failures.empty()) failures.push_back("no address");
+  return absl::Status(
+      timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+      absl::StrCat("cannot connect to the API server at ", endpoint, ": ",
+                   absl::StrJoin(failures, "; ")));
+}
+
+std::vector<SocketAddress> Addresses(const addrinfo* found) {
+  std::vector<SocketAddress> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_addrlen > sizeof(sockaddr_storage)) continue;
+    SocketAddress address;
+    memcpy(&address.address, a->ai_addr, a->ai_addrlen);
+    address.length = a->ai_addrlen;
+    address.family = a->ai_family;
+    addresses.push_back(address);
+  }
+  return addresses;
+}
+
+// A TCP connection to the API server: its name resolved afresh, then its addresses in turn.
 absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -237,36 +333,7 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out
         " (is /etc/resolv.conf there, and the name right?)"));
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, freeaddrinfo);
-  std::string last_error = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    Fd fd(socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (fd.get() < 0) {
-      last_error = strerror(errno);
-      continue;
-    }
-    if (connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        last_error = strerror(errno);
-        continue;
-      }
-      absl::Status waited = WaitFor(fd.get(), POLLOUT, deadline, "connect");
-      if (!waited.ok()) return absl::DeadlineExceededError(
-          absl::StrCat("cannot connect to the API server at ", Endpoint(config), ": timed out"));
-      int error = 0;
-      socklen_t len = sizeof(error);
-      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
-      if (error != 0) {
-        last_error = strerror(error);
-        continue;
-      }
-    }
-    const int one = 1;
-    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    out.Reset(fd.Release());
-    return absl::OkStatus();
-  }
-  return absl::UnavailableError(
-      absl::StrCat("cannot connect to the API server at ", Endpoint(config), ": ", last_error));
+  return ConnectToFirstAnswering(Addresses(found), deadline, Endpoint(config), out);
 }
 
 // Runs one non-blocking TLS step until it completes or the deadline passes. Returns the
@@ -274,6 +341,10 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out
 template <typename Step>
 absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, Step step) {
   while (true) {
+    // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
+    }
     const int n = step();
     if (n >= 0) return n;
     if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
@@ -290,54 +361,16 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, S
   }
 }
 
-struct Parsed {
-  bool complete = false;
-  HttpResponse response;
-};
+}  // namespace
 
-// Decodes a chunked body; complete once the last chunk (size 0) and the trailers have been read.
-absl::StatusOr<bool> Dechunk(absl::string_view in, std::string& out) {
-  out.clear();
-  while (true) {
-    const size_t eol = in.find("\r\n");
-    if (eol == absl::string_view::npos) return false;
-    absl::string_view size_field = in.substr(0, eol);
-    size_field = size_field.substr(0, size_field.find(';'));  // chunk extensions
-    size_field = absl::StripAsciiWhitespace(size_field);
-    uint64_t size = 0;
-    if (size_field.empty() || size_field.size() > 15 ||
-        !absl::SimpleHexAtoi(size_field, &size)) {
-      return absl::DataLossError("bad chunk size in the answer");
-    }
-    in.remove_prefix(eol + 2);
-    if (size == 0) return in.find("\r\n") != absl::string_view::npos;  // trailers end with CRLF
-    if (out.size() + size > kMaxApiResponseBytes) {
-      return absl::ResourceExhaustedError("the answer is larger than 8 MiB");
-    }
-    if (in.size() < size + 2) return false;
-    if (in.substr(size, 2) != "\r\n") return absl::DataLossError("a chunk does not end in CRLF");
-    out.append(in.data(), size);
-    in.remove_prefix(size + 2);
-  }
-}
-
-absl::StatusOr<Parsed> Parse(absl::string_view raw, bool at_eof) {
-  Parsed parsed;
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (head_end == absl::string_view::npos) {
-    if (at_eof) {
-      return absl::DataLossError(raw.empty() ? "the server closed the connection without an answer"
-                                             : "the answer ends inside its header");
-    }
-    if (raw.size() > 64 * 1024) return absl::DataLossError("the answer's header exceeds 64 KiB");
-    return parsed;
-  }
-  std::vector<absl::string_view> lines = absl::StrSplit(raw.substr(0, head_end), "\r\n");
+// The status line and the headers; chooses how the body is read.
+absl::Status HttpResponseReader::ParseHead(absl::string_view head) {
+  std::vector<absl::string_view> lines = absl::StrSplit(head, "\r\n");
   // "HTTP/1.1 200 OK"
   absl::string_view status_line = lines[0];
   if (!absl::ConsumePrefix(&status_line, "HTTP/1.") || status_line.size() < 5 ||
-      status_line[1] != ' ' || !absl::SimpleAtoi(status_line.substr(2, 3), &parsed.response.status) ||
-      parsed.response.status < 100 || parsed.response.status > 599) {
+      status_line[1] != ' ' || !absl::SimpleAtoi(status_line.substr(2, 3), &response_.status) ||
+      response_.status < 100 || response_.status > 599) {
     return absl::DataLossError(absl::StrCat("not an HTTP answer: \"",
                                             absl::CEscape(lines[0].substr(0, 64)), "\""));
   }
@@ -355,38 +388,199 @@ absl::StatusOr<Parsed> Parse(absl::string_view raw, bool at_eof) {
     } else if (name == "transfer-encoding") {
       chunked = absl::StrContains(absl::AsciiStrToLower(value), "chunked");
     } else if (name == "content-type") {
-      parsed.response.content_type = std::string(value);
+      response_.content_type = std::string(value);
     }
   }
-  absl::string_view body = raw.substr(head_end + 4);
   if (chunked) {
-    absl::StatusOr<bool> done = Dechunk(body, parsed.response.body);
-    if (!done.ok()) return done.status();
-    if (!*done && at_eof) return absl::DataLossError("the answer ends inside a chunk");
-    parsed.complete = *done;
+    phase_ = Phase::kChunkSize;
   } else if (has_length) {
     if (length > kMaxApiResponseBytes) {
       return absl::ResourceExhaustedError("the answer is larger than 8 MiB");
     }
-    if (body.size() < length) {
-      if (at_eof) return absl::DataLossError("the answer is shorter than its Content-Length");
-      return parsed;
-    }
-    parsed.response.body = std::string(body.substr(0, length));
-    parsed.complete = true;
+    left_ = length;
+    phase_ = length == 0 ? Phase::kDone : Phase::kLength;
+  } else if (response_.status == 204 || response_.status == 304) {
+    phase_ = Phase::kDone;  // never a body (RFC 9112, section 6.3)
   } else {
-    parsed.response.body = std::string(body);
-    parsed.complete = at_eof || parsed.response.status == 204 || parsed.response.status == 304;
+    phase_ = Phase::kToEnd;
   }
-  return parsed;
+  return absl::OkStatus();
 }
 
-}  // namespace
+// Consumes what it can of pending_. Only a head or a chunk's size line waits there for its end,
+// and the search for that end resumes where the last one stopped: every byte is looked at once.
+absl::StatusOr<bool> HttpResponseReader::Step() {
+  size_t pos = 0;  // consumed from pending_
+  auto wait = [&](size_t tail) {
+    // Keeps the unconsumed rest; `tail` bytes at its end may begin the line end sought.
+    pending_.erase(0, pos);
+    scanned_ = pending_.size() > tail ? pending_.size() - tail : 0;
+    return false;
+  };
+  auto more = [&] {  // for the rest of a body or a chunk: no line end is being sought
+    pending_.erase(0, pos);
+    scanned_ = 0;
+    return false;
+  };
+  auto take_body = [&](uint64_t most) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(most, pending_.size() - pos));
+    response_.body.append(pending_, pos, n);
+    pos += n;
+    return n;
+  };
+  while (true) {
+    switch (phase_) {
+      case Phase::kHead: {
+        // The head ends within 64 KiB, however the reads cut it.
+        constexpr size_t kMaxHead = 64 * 1024;
+        const size_t end = pending_.find("\r\n\r\n", scanned_);
+        if (end == std::string::npos ? pending_.size() > kMaxHead + 3 : end > kMaxHead) {
+          return absl::DataLossError("the answer's header exceeds 64 KiB");
+        }
+        if (end == std::string::npos) return wait(3);
+        if (absl::Status head = ParseHead(absl::string_view(pending_).substr(0, end));
+            !head.ok()) {
+          return head;
+        }
+        pos = end + 4;
+        scanned_ = 0;
+        break;
+      }
+      case Phase::kLength:
+        left_ -= take_body(left_);
+        if (left_ > 0) return more();
+        phase_ = Phase::kDone;
+        break;
+      case Phase::kToEnd:
+        take_body(pending_.size() - pos);
+        if (response_.body.size() > kMaxApiResponseBytes) {
+          return absl::ResourceExhaustedError("the answer is larger than 8 MiB");
+        }
+        return more();
+      case Phase::kChunkSize: {
+        // A size line is a few hex digits and, rarely, extensions: one over 4 KiB is garbage,
+        // however the reads cut it.
+        constexpr size_t kMaxSizeLine = 4096;
+        const size_t eol = pending_.find("\r\n", pos + scanned_);
+        if (eol == std::string::npos ? pending_.size() - pos > kMaxSizeLine + 1
+                                     : eol - pos > kMaxSizeLine) {
+          return absl::DataLossError("bad chunk size in the answer (a line over 4 KiB)");
+        }
+        if (eol == std::string::npos) return wait(1);
+        absl::string_view size_field = absl::string_view(pending_).substr(pos, eol - pos);
+        size_field = size_field.substr(0, size_field.find(';'));  // chunk extensions
+        size_field = absl::StripAsciiWhitespace(size_field);
+        uint64_t size = 0;
+        if (size_field.empty() || size_field.size() > 15 ||
+            !absl::SimpleHexAtoi(size_field, &size)) {
+          return absl::DataLossError("bad chunk size in the answer");
+        }
+        pos = eol + 2;
+        scanned_ = 0;
+        if (size == 0) {
+          phase_ = Phase::kTrailers;
+          break;
+        }
+        if (response_.body.size() + size > kMaxApiResponseBytes) {
+          return absl::ResourceExhaustedError("the answer is larger than 8 MiB");
+        }
+        left_ = size;
+        phase_ = Phase::kChunkData;
+        break;
+      }
+      case Phase::kChunkData:
+        left_ -= take_body(left_);
+        if (left_ > 0) return more();
+        phase_ = Phase::kChunkEnd;
+        break;
+      case Phase::kChunkEnd:
+        if (pending_.size() - pos < 2) return more();
+        if (pending_.compare(pos, 2, "\r\n") != 0) {
+          return absl::DataLossError("a chunk does not end in CRLF");
+        }
+        pos += 2;
+        phase_ = Phase::kChunkSize;
+        break;
+      case Phase::kTrailers:
+        // The last chunk; done at the next line end (trailers, if any, are not used).
+        if (pending_.find("\r\n", pos + scanned_) == std::string::npos) return wait(1);
+        phase_ = Phase::kDone;
+        break;
+      case Phase::kDone:
+        pending_.clear();
+        scanned_ = 0;
+        return true;
+    }
+  }
+}
+
+absl::StatusOr<bool> HttpResponseReader::Feed(absl::string_view data) {
+  if (!error_.ok()) return error_;
+  if (phase_ == Phase::kDone) return true;
+  received_ = received_ || !data.empty();
+  pending_.append(data.data(), data.size());
+  absl::StatusOr<bool> done = Step();
+  if (!done.ok()) error_ = done.status();
+  return done;
+}
+
+absl::Status HttpResponseReader::Finish() {
+  if (!error_.ok()) return error_;
+  switch (phase_) {
+    case Phase::kDone:
+      return absl::OkStatus();
+    case Phase::kToEnd:
+      phase_ = Phase::kDone;
+      return absl::OkStatus();
+    case Phase::kHead:
+      error_ = absl::DataLossError(
+          received_ ? "the answer ends inside its header"
+                    : "the server closed the connection without an answer");
+      break;
+    case Phase::kLength:
+      error_ = absl::DataLossError("the answer is shorter than its Content-Length");
+      break;
+    default:
+      error_ = absl::DataLossError("the answer ends inside a chunk");
+      break;
+  }
+  return error_;
+}
 
 absl::StatusOr<HttpResponse> ParseHttpResponse(absl::string_view raw) {
-  absl::StatusOr<Parsed> parsed = Parse(raw, /*at_eof=*/true);
-  if (!parsed.ok()) return parsed.status();
-  return std::move(parsed->response);
+  HttpResponseReader reader;
+  absl::StatusOr<bool> done = reader.Feed(raw);
+  if (!done.ok()) return done.status();
+  if (!*done) {
+    if (absl::Status finished = reader.Finish(); !finished.ok()) return finished;
+  }
+  return std::move(reader.response());
+}
+
+absl::StatusOr<int> ConnectToAny(const std::vector<std::string>& addresses, int port,
+                                 absl::Time deadline) {
+  std::vector<SocketAddress> resolved;
+  for (const std::string& address : addresses) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", address));
+    }
+    for (const SocketAddress& a : Addresses(found)) resolved.push_back(a);
+    freeaddrinfo(found);
+  }
+  ApiServerConfig config;
+  config.host = addresses.empty() ? std::string() : addresses.front();
+  config.port = port;
+  Fd fd;
+  if (absl::Status connected = ConnectToFirstAnswering(resolved, deadline, Endpoint(config), fd);
+      !connected.ok()) {
+    return connected;
+  }
+  return fd.Release();
 }
 
 absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
@@ -457,24 +651,33 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
     sent += *n;
   }
 
-  std::string raw;
+  // Each read is handed to the reader once: the answer is parsed as it arrives, never again
+  // from its start (a big answer in small TLS records made that quadratic).
+  HttpResponseReader reader;
+  size_t received = 0;
   char buf[16 * 1024];
   while (true) {
     absl::StatusOr<int> n = Drive(socket_fd, deadline, what, [&] {
       return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
     });
     if (!n.ok()) return n.status();
-    const bool at_eof = *n == 0;
-    raw.append(buf, at_eof ? 0 : *n);
-    if (raw.size() > kMaxApiResponseBytes + 64 * 1024) {
+    if (*n == 0) {
+      if (absl::Status finished = reader.Finish(); !finished.ok()) {
+        return absl::Status(finished.code(), absl::StrCat(what, ": ", finished.message()));
+      }
+      return std::move(reader.response());
+    }
+    received += *n;
+    if (received > kMaxApiResponseBytes + 64 * 1024) {
       return absl::ResourceExhaustedError(absl::StrCat(what, ": the answer is larger than 8 MiB"));
     }
-    absl::StatusOr<Parsed> parsed = Parse(raw, at_eof);
-    if (!parsed.ok()) return absl::Status(parsed.status().code(),
-                                          absl::StrCat(what, ": ", parsed.status().message()));
-    if (parsed->complete) {
+    absl::StatusOr<bool> done = reader.Feed(absl::string_view(buf, *n));
+    if (!done.ok()) {
+      return absl::Status(done.status().code(), absl::StrCat(what, ": ", done.status().message()));
+    }
+    if (*done) {
       mbedtls_ssl_close_notify(&tls.ssl);  // best effort
-      return std::move(parsed->response);
+      return std::move(reader.response());
     }
   }
 }

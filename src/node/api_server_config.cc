@@ -1,7 +1,10 @@
 #include "edgeaccel/node/api_server_config.h"
 
+#include <limits.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -38,13 +41,41 @@ absl::Status ParseServer(const std::string& server, ApiServerConfig* config) {
   const size_t colon = rest.rfind(':');
   config->port = 443;
   if (colon != absl::string_view::npos && rest.back() != ']') {
-    if (!absl::SimpleAtoi(rest.substr(colon + 1), &config->port)) {
+    const absl::string_view port_text = rest.substr(colon + 1);
+    int64_t port = 0;
+    if (!absl::SimpleAtoi(port_text, &port)) {
       return absl::InvalidArgumentError(absl::StrCat("the API server has a bad port: ", server));
     }
+    // A TCP port: 0 would reach nothing (and -1 or 70000 something else once truncated).
+    if (port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the API server's port must be 1 to 65535, got ", port_text, ": ", server));
+    }
+    config->port = static_cast<int>(port);
     rest = rest.substr(0, colon);
   }
   config->host = std::string(absl::StripPrefix(absl::StripSuffix(rest, "]"), "["));
   return absl::OkStatus();
+}
+
+// The directory that relative paths in the kubeconfig at `path` are relative to, as an absolute
+// path: the file's own directory (client-go's ResolveLocalPaths), and `path` itself relative to
+// the current directory. Absolute, so the token file, read again for every request, does not
+// depend on the working directory later.
+std::string KubeconfigDirectory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (slash == 0) dir = "/";
+  if (dir[0] == '/') return dir;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return dir;  // left relative: the best there is
+  return dir == "." ? std::string(cwd) : absl::StrCat(cwd, "/", dir);
+}
+
+// A path named in the kubeconfig: absolute as it is, else under the kubeconfig's directory.
+std::string BesideKubeconfig(const std::string& path, const std::string& base_dir) {
+  if (path.empty() || path[0] == '/') return path;
+  return absl::StrCat(base_dir, absl::EndsWith(base_dir, "/") ? "" : "/", path);
 }
 
 // A file named in a kubeconfig, or its inline base64 "-data" twin.
@@ -58,8 +89,7 @@ absl::StatusOr<std::string> KubeconfigBlob(const YAML::Node& node, const std::st
     return decoded;
   }
   if (node[key]) {
-    std::string path = node[key].as<std::string>();
-    if (!path.empty() && path[0] != '/') path = base_dir + "/" + path;
+    const std::string path = BesideKubeconfig(node[key].as<std::string>(), base_dir);
     std::string content = ReadLocalFile(path);
     if (content.empty()) return absl::InvalidArgumentError(absl::StrCat("kubeconfig: cannot read ", path));
     return content;
@@ -74,7 +104,7 @@ absl::StatusOr<ApiServerConfig> KubeconfigConfig(const std::string& node_name,
   if (absl::Status status = RequireNodeName(node_name); !status.ok()) return status;
   ApiServerConfig config;
   config.node_name = node_name;
-  const std::string base_dir = kubeconfig_path.substr(0, kubeconfig_path.find_last_of('/') + 1);
+  const std::string base_dir = KubeconfigDirectory(kubeconfig_path);
   try {
     YAML::Node doc = YAML::LoadFile(kubeconfig_path);
     const std::string current = doc["current-context"].as<std::string>("");
@@ -103,7 +133,9 @@ absl::StatusOr<ApiServerConfig> KubeconfigConfig(const std::string& node_name,
     config.ca_pem = *ca;
     if (user) {
       config.token = user["token"].as<std::string>("");
-      if (user["tokenFile"]) config.token_file = user["tokenFile"].as<std::string>();
+      if (user["tokenFile"]) {
+        config.token_file = BesideKubeconfig(user["tokenFile"].as<std::string>(), base_dir);
+      }
       absl::StatusOr<std::string> cert = KubeconfigBlob(user, "client-certificate", base_dir);
       absl::StatusOr<std::string> key = KubeconfigBlob(user, "client-key", base_dir);
       if (!cert.ok()) return cert.status();

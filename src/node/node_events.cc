@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 
@@ -21,10 +22,65 @@ std::string Rfc3339(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
 }
 
+// The length of the well-formed UTF-8 character at the start of `s` (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or 0 where there is none.
+size_t Utf8CharLength(absl::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto continuation = [&](size_t i, unsigned char low = 0x80, unsigned char high = 0xBF) {
+    return i < s.size() && byte(i) >= low && byte(i) <= high;
+  };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return continuation(1) ? 2 : 0;
+  if (lead >= 0xE0 && lead <= 0xEF) {
+    const unsigned char low = lead == 0xE0 ? 0xA0 : 0x80;
+    const unsigned char high = lead == 0xED ? 0x9F : 0xBF;
+    return continuation(1, low, high) && continuation(2) ? 3 : 0;
+  }
+  if (lead >= 0xF0 && lead <= 0xF4) {
+    const unsigned char low = lead == 0xF0 ? 0x90 : 0x80;
+    const unsigned char high = lead == 0xF4 ? 0x8F : 0xBF;
+    return continuation(1, low, high) && continuation(2) && continuation(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// `text` with every byte that does not belong to a well-formed character replaced by U+FFFD, as
+// Go's encoding/json writes client-go's strings: a device's sysfs text or a reason built from it
+// may hold any bytes, and JSON holds only Unicode.
+std::string ValidUtf8(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const size_t length = Utf8CharLength(text);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      text.remove_prefix(1);
+    } else {
+      out.append(text.data(), length);
+      text.remove_prefix(length);
+    }
+  }
+  return out;
+}
+
 // client-go keeps a message to 1 KiB in events it aggregates; the API server's own limit on the
-// whole note is larger, but a device's reason never needs more.
+// whole note is larger, but a device's reason never needs more. The cut falls between characters
+// ("°C" is two bytes): half a character is not UTF-8, and JSON cannot carry it.
 std::string Bounded(const std::string& message) {
-  return message.size() <= 1024 ? message : message.substr(0, 1021) + "...";
+  std::string valid = ValidUtf8(message);
+  if (valid.size() <= 1024) return valid;
+  size_t cut = 1021;
+  while (cut > 0 && (static_cast<unsigned char>(valid[cut]) & 0xC0) == 0x80) --cut;
+  valid.resize(cut);
+  return valid + "...";
+}
+
+// Never throws: the message is valid UTF-8 already (Bounded), and any other string that is not
+// (a reason, the node's name) has its bad bytes replaced, where the default (strict) would throw
+// type_error.316 out of the thread that sends events.
+std::string Json(const nlohmann::json& object) {
+  return object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -48,7 +104,7 @@ std::string NodeEventObject(const NodeEvent& event, const std::string& node,
       {"lastTimestamp", Rfc3339(now)},
       {"count", count},
   };
-  return object.dump();
+  return Json(object);
 }
 
 NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits)
@@ -93,7 +149,25 @@ void NodeEventRecorder::Run() {
       event = std::move(queue_.front());
       queue_.pop_front();
     }
-    Send(event);
+    // Nothing may end the process from here: an exception out of a std::thread's function is
+    // std::terminate. None is expected (the bodies are built not to throw); one that comes
+    // anyway (a bug, or no memory) costs this event, is counted as failed, and is said once.
+    try {
+      Send(event);
+    } catch (const std::exception& e) {
+      Unexpected(e.what());
+    } catch (...) {
+      Unexpected("an exception that is not a std::exception");
+    }
+  }
+}
+
+void NodeEventRecorder::Unexpected(const std::string& what) {
+  failed_.fetch_add(1);
+  if (said_.insert("exception").second) {
+    LOG(ERROR) << "node " << config_.node_name << ": an event could not be recorded: " << what
+               << " (a bug in edgeaccel; said once, counted as failed; devices are served as "
+                  "before)";
   }
 }
 
@@ -146,7 +220,7 @@ void NodeEventRecorder::Send(const NodeEvent& event) {
                             {"message", Bounded(event.message)}};
     absl::StatusOr<HttpResponse> response =
         client_.Request("PATCH", absl::StrCat(kEventsPath, "/", remembered.name),
-                        "application/strategic-merge-patch+json", patch.dump());
+                        "application/strategic-merge-patch+json", Json(patch));
     if (response.ok() && response->status == 200) {
       remembered.count++;
       aggregated_.fetch_add(1);

@@ -4,15 +4,21 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "fixture_host.h"
 #include "test_api_server.h"
@@ -22,7 +28,10 @@ namespace {
 
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestApiServer;
 using ::testing::HasSubstr;
+
+constexpr size_t kManyChunksBytes = 4 << 20;
 
 class ApiClientTest : public ::testing::Test {
  protected:
@@ -40,6 +49,18 @@ class ApiClientTest : public ::testing::Test {
       res.set_chunked_content_provider("application/json", [](size_t offset, httplib::DataSink& sink) {
         if (offset < 3000) {
           const std::string part(1000, 'x');
+          sink.write(part.data(), part.size());
+        } else {
+          sink.done();
+        }
+        return true;
+      });
+    });
+    // 4 MiB in 256-byte chunks: one TLS record, one read, each.
+    server_->Get("/many-chunks", [](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("application/json", [](size_t offset, httplib::DataSink& sink) {
+        if (offset < kManyChunksBytes) {
+          const std::string part(256, 'y');
           sink.write(part.data(), part.size());
         } else {
           sink.done();
@@ -170,6 +191,91 @@ TEST_F(ApiClientTest, BadConfigurationIsAClearError) {
               HasSubstr("cannot connect to the API server at 127.0.0.1:1: Connection refused"));
 }
 
+// An answer arrives in as many reads as the server made TLS records. Each read used to parse the
+// whole answer again (and decode every chunk so far): quadratic, minutes for 4 MiB in 256-byte
+// chunks. Read once, it takes a fraction of a second.
+TEST_F(ApiClientTest, ALargeAnswerInSmallPiecesIsReadWithinTheDeadline) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<HttpResponse> response = ApiClient(Config()).Request("GET", "/many-chunks");
+  ASSERT_TRUE(response.ok()) << response.status() << " after " << absl::Now() - start;
+  EXPECT_EQ(response->body.size(), kManyChunksBytes);
+  EXPECT_EQ(response->body.find_first_not_of('y'), std::string::npos);
+  // Within the request's own timeout (the old reader took a minute here: the deadline was
+  // looked at only while waiting, and a server that keeps sending never makes us wait).
+  EXPECT_LT(absl::Now() - start, Config().timeout);
+}
+
+// A listening socket whose accept queue is full: a connect to it never completes (the kernel
+// drops the SYN), as to an address behind a dead route. Needs no root, no route, no firewall.
+class NeverAnswers {
+ public:
+  NeverAnswers(const std::string& address, int port) {
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, address.c_str(), &addr.sin_addr);
+    bound_ = bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+             listen(listener_, 0) == 0;
+    // Connect until one stays pending: the queue is full (Linux takes backlog + 1, gVisor 1).
+    for (int i = 0; bound_ && i < 16 && !full_; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      fillers_.push_back(fd);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) continue;
+      pollfd p{fd, POLLOUT, 0};
+      full_ = errno == EINPROGRESS && poll(&p, 1, 300) == 0;
+    }
+  }
+  ~NeverAnswers() {
+    for (int fd : fillers_) close(fd);
+    close(listener_);
+  }
+  bool ready() const { return bound_ && full_; }
+
+ private:
+  int listener_ = -1;
+  bool bound_ = false;
+  bool full_ = false;
+  std::vector<int> fillers_;
+};
+
+// A name with several addresses whose first never answers: the next is tried within the
+// deadline (each gets its share, as Go's net.Dialer gives client-go's), not given up on.
+TEST_F(ApiClientTest, AnAddressThatNeverAnswersIsPassedOver) {
+  NeverAnswers dead("127.0.0.2", port_);
+  ASSERT_TRUE(dead.ready());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int> fd =
+      ConnectToAny({"127.0.0.2", "127.0.0.1"}, port_, start + absl::Seconds(4));
+  ASSERT_TRUE(fd.ok()) << fd.status() << " after " << absl::Now() - start;
+  sockaddr_in peer{};
+  socklen_t len = sizeof(peer);
+  ASSERT_EQ(getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &len), 0);
+  EXPECT_EQ(peer.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+  close(*fd);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+
+  // Every address silent: one error, at the deadline, not later.
+  NeverAnswers dead_too("127.0.0.3", port_);
+  ASSERT_TRUE(dead_too.ready());
+  const absl::Time again = absl::Now();
+  absl::StatusOr<int> none =
+      ConnectToAny({"127.0.0.2", "127.0.0.3"}, port_, again + absl::Milliseconds(600));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded) << none.status();
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("cannot connect to the API server at 127.0.0.2:" + std::to_string(port_)));
+  EXPECT_LT(absl::Now() - again, absl::Seconds(2));
+
+  // A refusal is passed over at once.
+  const absl::Time refused = absl::Now();
+  fd = ConnectToAny({"127.0.0.1", "127.0.0.1"}, 1, refused + absl::Seconds(4));
+  EXPECT_THAT(std::string(fd.status().message()), HasSubstr("Connection refused"));
+  fd = ConnectToAny({"127.0.0.4", "127.0.0.1"}, port_, refused + absl::Seconds(4));
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  EXPECT_LT(absl::Now() - refused, absl::Seconds(1));
+}
+
 // A server that accepts and never answers: the client gives up at its deadline.
 TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -195,6 +301,127 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   close(listener);
 }
 
+// The API server stand-in that the node and e2e tests point the daemon at answers as the real
+// one does, so a request the real one refuses fails there too: checked with the client itself.
+class TestApiServerTest : public ::testing::Test {
+ protected:
+  ApiServerConfig Config() {
+    ApiServerConfig config;
+    config.host = "127.0.0.1";
+    config.port = api_.port();
+    config.ca_file = api_.ca_file();
+    config.token_file = api_.token_file();
+    config.timeout = absl::Seconds(5);
+    return config;
+  }
+  // The answer's status and, for an error, its Status reason.
+  std::pair<int, std::string> Call(const std::string& method, const std::string& path,
+                                   const std::string& type = "", const std::string& body = "",
+                                   std::optional<ApiServerConfig> config = std::nullopt) {
+    absl::StatusOr<HttpResponse> response =
+        ApiClient(config.value_or(Config())).Request(method, path, type, body);
+    EXPECT_TRUE(response.ok()) << response.status();
+    if (!response.ok()) return {0, ""};
+    last_body_ = nlohmann::json::parse(response->body, nullptr, false);
+    std::string reason;
+    if (last_body_.is_object() && last_body_.value("kind", "") == "Status") {
+      reason = last_body_.value("reason", "");
+    }
+    return {response->status, reason};
+  }
+  std::string NodeLabel(const std::string& key) {
+    Call("GET", kNode);
+    return last_body_["metadata"]["labels"].value(key, "");
+  }
+  std::string NodeVersion() {
+    Call("GET", kNode);
+    return last_body_["metadata"]["resourceVersion"];
+  }
+
+  static constexpr char kNode[] = "/api/v1/nodes/node-1";
+  static constexpr char kMerge[] = "application/merge-patch+json";
+  TestApiServer api_;
+  nlohmann::json last_body_;
+};
+
+using Answer = std::pair<int, std::string>;
+
+TEST_F(TestApiServerTest, ABadTokenIs401AndNoTokenIsAnonymous) {
+  ApiServerConfig config = Config();
+  config.token = "not-the-token";
+  EXPECT_EQ(Call("GET", kNode, "", "", config), Answer(401, "Unauthorized"));
+  EXPECT_EQ(Call("PATCH", kNode, kMerge, R"({"metadata":{"labels":{"a":"b"}}})", config),
+            Answer(401, "Unauthorized"));
+  config.token.clear();
+  config.token_file.clear();
+  EXPECT_EQ(Call("GET", kNode, "", "", config), Answer(403, "Forbidden"));
+  EXPECT_THAT(last_body_.value("message", ""), HasSubstr("system:anonymous"));
+  EXPECT_EQ(NodeLabel("a"), "");
+  EXPECT_EQ(Call("GET", kNode), Answer(200, ""));
+}
+
+TEST_F(TestApiServerTest, APatchOfAnotherContentTypeIs415) {
+  for (const char* type : {"application/json", "text/plain", ""}) {
+    EXPECT_EQ(Call("PATCH", kNode, type, R"({"metadata":{"labels":{"a":"b"}}})"),
+              Answer(415, "UnsupportedMediaType")) << type;
+    // Before the name is looked up: 415, not 404, for an Event that does not exist.
+    EXPECT_EQ(Call("PATCH", "/api/v1/namespaces/default/events/gone", type, R"({"count":2})"),
+              Answer(415, "UnsupportedMediaType")) << type;
+  }
+  EXPECT_EQ(NodeLabel("a"), "");
+  EXPECT_EQ(Call("PATCH", kNode, "application/merge-patch+json; charset=utf-8",
+                 R"({"metadata":{"labels":{"a":"b"}}})"), Answer(200, ""));
+  EXPECT_EQ(Call("PATCH", kNode, "application/strategic-merge-patch+json",
+                 R"({"metadata":{"labels":{"a":"c"}}})"), Answer(200, ""));
+  EXPECT_EQ(Call("PATCH", kNode, "application/json-patch+json",
+                 R"([{"op":"replace","path":"/metadata/labels/a","value":"d"}])"), Answer(200, ""));
+  EXPECT_EQ(NodeLabel("a"), "d");
+}
+
+TEST_F(TestApiServerTest, AMalformedBodyIs400) {
+  for (const char* body : {"{not json", "[1]", "\"a\"", ""}) {
+    EXPECT_EQ(Call("PATCH", kNode, kMerge, body), Answer(400, "BadRequest")) << body;
+    EXPECT_EQ(Call("POST", "/api/v1/namespaces/default/events", "application/json", body),
+              Answer(400, "BadRequest")) << body;
+    EXPECT_EQ(Call("PUT", kNode, "application/json", body), Answer(400, "BadRequest")) << body;
+  }
+  EXPECT_EQ(Call("PATCH", kNode, "application/json-patch+json", R"({"op":"add"})"),
+            Answer(400, "BadRequest"));
+  // A well-formed JSON patch that does not apply is 422.
+  EXPECT_EQ(Call("PATCH", kNode, "application/json-patch+json",
+                 R"([{"op":"test","path":"/metadata/name","value":"other"}])"),
+            Answer(422, "Invalid"));
+  Call("GET", kNode);
+  EXPECT_EQ(last_body_["metadata"]["name"], "node-1");
+  EXPECT_EQ(last_body_["metadata"]["labels"], nlohmann::json::object());
+}
+
+TEST_F(TestApiServerTest, AStaleResourceVersionIs409) {
+  const std::string first = NodeVersion();
+  EXPECT_EQ(Call("PATCH", kNode, kMerge,
+                 R"({"metadata":{"resourceVersion":")" + first + R"(","labels":{"a":"1"}}})"),
+            Answer(200, ""));
+  const std::string second = NodeVersion();
+  EXPECT_NE(second, first);
+  // Written against the first version, which is gone.
+  EXPECT_EQ(Call("PATCH", kNode, kMerge,
+                 R"({"metadata":{"resourceVersion":")" + first + R"(","labels":{"a":"2"}}})"),
+            Answer(409, "Conflict"));
+  EXPECT_THAT(last_body_.value("message", ""), HasSubstr("the object has been modified"));
+  EXPECT_EQ(Call("PUT", kNode, "application/json",
+                 R"({"metadata":{"name":"node-1","resourceVersion":")" + first +
+                     R"(","labels":{"a":"3"}}})"),
+            Answer(409, "Conflict"));
+  EXPECT_EQ(NodeLabel("a"), "1");
+  // The current version, or none (unconditional, as nodes and events allow), is written.
+  EXPECT_EQ(Call("PUT", kNode, "application/json",
+                 R"({"metadata":{"name":"node-1","resourceVersion":")" + second +
+                     R"(","labels":{"a":"4"}}})"),
+            Answer(200, ""));
+  EXPECT_EQ(Call("PATCH", kNode, kMerge, R"({"metadata":{"labels":{"a":"5"}}})"), Answer(200, ""));
+  EXPECT_EQ(NodeLabel("a"), "5");
+}
+
 TEST(ParseHttpResponseTest, WhatServersSend) {
   absl::StatusOr<HttpResponse> r =
       ParseHttpResponse("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: a/b\r\n\r\n{}");
@@ -209,6 +436,53 @@ TEST(ParseHttpResponseTest, WhatServersSend) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(r->body, "no");
+}
+
+// The reader gets the answer in whatever pieces TLS records cut it into: every cut gives what
+// the whole gives, answer or error.
+TEST(HttpResponseReaderTest, AnyCutGivesWhatTheWholeGives) {
+  const std::vector<std::string> answers = {
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: a/b\r\n\r\nhello",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n\r\n0\r\n\r\n",
+      "HTTP/1.0 403 Forbidden\r\n\r\nno",
+      "HTTP/1.1 204 No Content\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}",
+      "SSH-2.0-OpenSSH\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Le",
+  };
+  for (const std::string& answer : answers) {
+    const absl::StatusOr<HttpResponse> whole = ParseHttpResponse(answer);
+    auto same = [&](absl::StatusOr<HttpResponse> pieces, const std::string& how) {
+      ASSERT_EQ(pieces.ok(), whole.ok())
+          << how << ": " << pieces.status() << " / " << whole.status();
+      if (!whole.ok()) {
+        EXPECT_EQ(pieces.status(), whole.status()) << how;
+        return;
+      }
+      EXPECT_EQ(pieces->status, whole->status) << how;
+      EXPECT_EQ(pieces->content_type, whole->content_type) << how;
+      EXPECT_EQ(pieces->body, whole->body) << how;
+    };
+    auto read = [](const std::vector<absl::string_view>& pieces) -> absl::StatusOr<HttpResponse> {
+      HttpResponseReader reader;
+      for (absl::string_view piece : pieces) {
+        absl::StatusOr<bool> done = reader.Feed(piece);
+        if (!done.ok()) return done.status();
+        if (*done) return reader.response();
+      }
+      if (absl::Status finished = reader.Finish(); !finished.ok()) return finished;
+      return reader.response();
+    };
+    const absl::string_view all = answer;
+    for (size_t cut = 0; cut <= all.size(); ++cut) {
+      same(read({all.substr(0, cut), all.substr(cut)}), absl::StrCat(all, " cut at ", cut));
+    }
+    std::vector<absl::string_view> bytes;
+    for (size_t i = 0; i < all.size(); ++i) bytes.push_back(all.substr(i, 1));
+    same(read(bytes), absl::StrCat(all, " byte by byte"));
+  }
 }
 
 TEST(ParseHttpResponseTest, MalformedAnswersAreErrors) {

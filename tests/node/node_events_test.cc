@@ -128,6 +128,66 @@ TEST_F(EventsApiTest, RefusalsAreLoggedOncePerReasonAndNothingWaits) {
   }
 }
 
+// A message over 1 KiB is cut, and "°C" is two bytes: cut at byte 1021 it left half a
+// character, and nlohmann's dump() threw type_error.316 on the ea-events thread, which ended the
+// process. The cut must fall on a character boundary wherever the long characters sit.
+TEST(NodeEventObjectTest, ALongMessageIsCutBetweenCharacters) {
+  for (const std::string& wide :
+       {std::string("°"), std::string("≥"), std::string("\xF0\x9F\x94\xA5")}) {
+    for (size_t prefix = 1010; prefix <= 1030; ++prefix) {
+      std::string message(prefix, 'a');
+      while (message.size() < 1100) message += wide + "C ";
+      std::string object;
+      ASSERT_NO_THROW(object = NodeEventObject({true, "EdgeTPUUnhealthy", message}, "node-1",
+                                               "node-1.1", 1, absl::Now(), absl::Now()))
+          << prefix;
+      nlohmann::json parsed = nlohmann::json::parse(object, nullptr, /*allow_exceptions=*/false);
+      ASSERT_FALSE(parsed.is_discarded()) << prefix;
+      const std::string cut = parsed["message"];
+      EXPECT_LE(cut.size(), 1024u) << prefix;
+      EXPECT_EQ(cut.substr(cut.size() - 3), "...") << prefix;
+      const std::string kept = cut.substr(0, cut.size() - 3);
+      EXPECT_EQ(message.compare(0, kept.size(), kept), 0) << "a prefix of the message: " << prefix;
+      EXPECT_GE(kept.size(), 1021u - wide.size() + 1) << "no more cut than one character";
+    }
+  }
+}
+
+// Whatever bytes the builder is given (a device's sysfs text, a node name from the environment)
+// it makes JSON of, and never throws: invalid UTF-8 becomes U+FFFD, as Go's encoding/json writes
+// it for client-go.
+TEST(NodeEventObjectTest, InvalidUtf8AnywhereIsReplacedNotThrown) {
+  const std::string bad = "bad \xFF\xC3( \xE2\x82 \xED\xA0\x80 \xC0\xAF end";
+  std::string object;
+  ASSERT_NO_THROW(object = NodeEventObject({true, bad, bad + std::string(2000, '\xFE')}, bad,
+                                           bad, 1, absl::Now(), absl::Now()));
+  nlohmann::json parsed = nlohmann::json::parse(object, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(parsed.is_discarded()) << object;
+  EXPECT_THAT(parsed["reason"].get<std::string>(), StartsWith("bad \uFFFD"));
+  EXPECT_THAT(parsed["involvedObject"]["name"].get<std::string>(), HasSubstr("end"));
+  EXPECT_LE(parsed["message"].get<std::string>().size(), 1024u);
+}
+
+// The recorder's thread survives both: the Events are created, with whole characters.
+TEST_F(EventsApiTest, TheRecorderSurvivesCutCharactersAndInvalidUtf8) {
+  NodeEventRecorder recorder(Config());
+  recorder.Start();
+  // Bytes 1020 and 1021 are "°": a cut at byte 1021 would split it.
+  const std::string hot = std::string(1020, 'x') + "°C ≥ 99.8 °C (hw_temp_warn2)";
+  recorder.Record({true, "EdgeTPUUnhealthy", hot});
+  recorder.Record({true, "EdgeTPUUnhealthy", "bad byte \xFF in sysfs"});
+  ASSERT_TRUE(Eventually([&] { return recorder.created() == 2; }))
+      << "failed " << recorder.failed() << ", dropped " << recorder.dropped();
+  EXPECT_EQ(recorder.failed(), 0u);
+  nlohmann::json cut = api_.WaitForEvent("EdgeTPUUnhealthy", "xxx...");
+  ASSERT_FALSE(cut.is_null());
+  EXPECT_EQ(cut["message"].get<std::string>(), std::string(1020, 'x') + "...");
+  EXPECT_FALSE(api_.WaitForEvent("EdgeTPUUnhealthy", "bad byte \uFFFD in sysfs").is_null());
+  // The same again aggregates: the PATCH body is built with the same care.
+  recorder.Record({true, "EdgeTPUUnhealthy", hot});
+  ASSERT_TRUE(Eventually([&] { return recorder.aggregated() == 1; }));
+}
+
 TEST(NodeEventRecorderTest, RecordingNeverWaitsForTheApiServer) {
   // Nothing listens: every send fails after the connect attempt; Record must not wait for it.
   ApiServerConfig config;

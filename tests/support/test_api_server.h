@@ -1,8 +1,21 @@
 // A local HTTPS server standing in for the Kubernetes API server, for what the daemon sends it
-// about its Node: GET/PATCH of the Node (merge patch) and Events in namespace default (POST,
-// strategic-merge PATCH). As strict as the real one about those requests: a POST must carry a
-// complete Event with a fresh name (409 otherwise), a PATCH must name an Event that exists (404
-// once it expired) with the strategic-merge content type (415 otherwise).
+// about its Node: GET/PATCH/PUT of the Node and POST/PATCH/PUT of Events in namespace default.
+// As strict as the real one about those requests, and answering as it does (a metav1.Status
+// body with its reason):
+//  * authentication: `Authorization: Bearer <the token in token_file()>`; another token is 401
+//    Unauthorized, no bearer token at all is the anonymous user, 403 Forbidden (the real one
+//    with --anonymous-auth on, its default; a bad token is never taken for anonymous);
+//  * a PATCH's Content-Type (parameters after ';' aside) is one of application/json-patch+json,
+//    merge-patch+json, strategic-merge-patch+json, apply-patch+yaml, else 415, before anything
+//    else is looked at; a POST's is application/json (the real one also takes YAML and
+//    protobuf, which nothing here sends), else 415;
+//  * a body that is not JSON, or a merge or strategic-merge patch that is not a JSON object, is
+//    400 BadRequest; a JSON patch (RFC 6902) that cannot be applied is 422;
+//  * every stored object carries metadata.resourceVersion, new on every write; a PUT or PATCH
+//    whose object (after the patch) carries another one is 409 Conflict; none is unconditional;
+//  * a POST must carry a complete Event (422 Invalid otherwise) with a fresh name (409
+//    AlreadyExists); a PATCH must name an Event that exists (404 NotFound once it expired).
+// Server-side apply (apply-patch+yaml with a fieldManager) is not implemented: 501, said so.
 #ifndef EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 #define EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 
@@ -62,6 +75,8 @@ class TestApiServer {
   absl::Mutex mu_;
   nlohmann::json node_ ABSL_GUARDED_BY(mu_);
   nlohmann::json events_ ABSL_GUARDED_BY(mu_) = nlohmann::json::object();
+  std::string token_;  // what a request must carry as its bearer token
+  uint64_t revision_ ABSL_GUARDED_BY(mu_) = 1;  // the last resourceVersion given (etcd's revision)
   int posts_ ABSL_GUARDED_BY(mu_) = 0;
   int patches_ ABSL_GUARDED_BY(mu_) = 0;
   int refuse_with_ ABSL_GUARDED_BY(mu_) = 0;

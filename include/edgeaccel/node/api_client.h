@@ -7,19 +7,23 @@
 // It speaks TLS 1.2, which every API server accepts unless told --tls-min-version=VersionTLS13.
 // What the API server needs is small:
 // one request per connection (`Connection: close`), a bearer token or a client certificate, the
-// answer's status and body (Content-Length, chunked, or read to the end). Each request resolves
-// the name afresh, connects with a deadline, verifies the server's chain against the configured
-// CA and its name (DNS name or IP address) against the certificate, and is bounded in time
-// (`ApiServerConfig::timeout` covers connect, handshake and the whole exchange) and size.
+// answer's status and body (Content-Length, chunked, or read to the end, parsed as it arrives).
+// Each request resolves the name afresh, connects to its addresses in turn (each with its share
+// of the deadline: one that never answers does not cost the others their turn), verifies the
+// server's chain against the configured CA and its name (DNS name or IP address) against the
+// certificate, and is bounded in time (`ApiServerConfig::timeout` covers connect, handshake and
+// the whole exchange) and size.
 // Every failure is an error that says which step failed and why (the name that did not resolve,
-// the CA file that cannot be read, OpenSSL's verification reason); nothing is thrown.
+// the CA file that cannot be read, mbedTLS's verification reasons); nothing is thrown.
 #ifndef EDGEACCEL_NODE_API_CLIENT_H_
 #define EDGEACCEL_NODE_API_CLIENT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "edgeaccel/node/api_server_config.h"
 
 namespace edgeaccel {
@@ -50,9 +54,44 @@ class ApiClient {
   const ApiServerConfig config_;
 };
 
+// An HTTP/1.1 answer read as it arrives, each byte looked at once: the head (at most 64 KiB),
+// then the body by Content-Length, by chunks, or to the end of the connection (at most
+// kMaxApiResponseBytes). Request() feeds it every read; exposed for the tests and the fuzzer.
+class HttpResponseReader {
+ public:
+  // The next bytes the server sent: true once the answer is complete (anything after it is
+  // ignored), false while more is needed, an error once it cannot be an answer (then always).
+  absl::StatusOr<bool> Feed(absl::string_view data);
+  // The server closed the connection: OK when what came before is a whole answer.
+  absl::Status Finish();
+  // The answer, once Feed() said true or Finish() OK.
+  HttpResponse& response() { return response_; }
+
+ private:
+  enum class Phase { kHead, kLength, kChunkSize, kChunkData, kChunkEnd, kTrailers, kToEnd, kDone };
+  absl::Status ParseHead(absl::string_view head);
+  absl::StatusOr<bool> Step();
+
+  Phase phase_ = Phase::kHead;
+  std::string pending_;  // bytes received and not yet consumed: the head, or a chunk's size line
+  size_t scanned_ = 0;   // how much of pending_ is known to hold no line end (no rescans)
+  uint64_t left_ = 0;    // of the Content-Length body, or of the current chunk
+  bool received_ = false;
+  absl::Status error_;
+  HttpResponse response_;
+};
+
 // The parsed head and body of an HTTP/1.1 answer read to the end of the connection; exposed for
 // the tests and the fuzzer. `raw` is everything the server sent.
 absl::StatusOr<HttpResponse> ParseHttpResponse(absl::string_view raw);
+
+// A TCP connection (non-blocking, TCP_NODELAY) to the first of `addresses` (numeric IPv4 or IPv6
+// addresses, tried in the order given, as the resolver orders a name's) that accepts one before
+// `deadline`; each gets its share of the time left. The caller owns the descriptor. Request()
+// connects this way to what the API server's name resolves to; exposed for the tests, which
+// cannot arrange what a name resolves to.
+absl::StatusOr<int> ConnectToAny(const std::vector<std::string>& addresses, int port,
+                                 absl::Time deadline);
 
 }  // namespace edgeaccel
 

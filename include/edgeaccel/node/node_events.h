@@ -44,6 +44,8 @@ struct NodeEvent {
 };
 
 // The Event object (JSON) client-go would create for `event` about `node`, first seen at `now`.
+// Never throws, whatever bytes it is given: invalid UTF-8 becomes U+FFFD (as Go's encoding/json
+// writes it), and a message is cut to at most 1024 bytes between characters.
 std::string NodeEventObject(const NodeEvent& event, const std::string& node,
                             const std::string& name, int count, absl::Time first_seen,
                             absl::Time now);
@@ -69,7 +71,7 @@ class NodeEventRecorder {
   uint64_t created() const { return created_.load(); }        // POSTed
   uint64_t aggregated() const { return aggregated_.load(); }  // PATCHed: count + 1
   uint64_t dropped() const { return dropped_.load(); }        // spam filter or full queue
-  uint64_t failed() const { return failed_.load(); }          // refused or unreachable
+  uint64_t failed() const { return failed_.load(); }          // refused, unreachable, or a bug
 
  private:
   struct Remembered {
@@ -81,6 +83,7 @@ class NodeEventRecorder {
   void Send(const NodeEvent& event);
   bool TakeToken(absl::Time now);
   void Fail(const std::string& why, const std::string& detail);
+  void Unexpected(const std::string& what);  // an exception out of Send
   static std::string Key(const NodeEvent& event);
 
   const ApiServerConfig config_;
