@@ -19,6 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (input.ConsumeBool()) device.replica_of = input.ConsumeRandomLengthString(64);
     const std::string path = input.ConsumeRandomLengthString(64);
     device.nodes.push_back({path, path, "rw"});
+    if (input.ConsumeBool()) {
+      device.nodes.back().host_mode = edgeaccel::HostNodeMode{
+          input.ConsumeIntegral<mode_t>(), input.ConsumeIntegral<uid_t>(), input.ConsumeIntegral<gid_t>()};
+    }
     device.envs[input.ConsumeRandomLengthString(16)] = input.ConsumeRandomLengthString(32);
     snapshot.devices.push_back(device);
   }
@@ -34,5 +38,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (parsed["kind"] != edgeaccel::CdiKind(resource)) __builtin_trap();
+  // Each node's fileMode is its permission bits alone (what Go's os.FileMode reads), with its
+  // owner; none where the mode is unknown.
+  if (parsed["devices"].size() == snapshot.devices.size()) {
+    for (size_t i = 0; i < snapshot.devices.size(); ++i) {
+      const edgeaccel::DeviceNode& node = snapshot.devices[i].nodes[0];
+      const nlohmann::json& out = parsed["devices"][i]["containerEdits"]["deviceNodes"][0];
+      if (!node.host_mode.has_value()) {
+        if (out.contains("fileMode") || out.contains("uid") || out.contains("gid")) __builtin_trap();
+        continue;
+      }
+      if (out["fileMode"] != (node.host_mode->permissions & 0777) ||
+          out["uid"] != node.host_mode->uid || out["gid"] != node.host_mode->gid) {
+        __builtin_trap();
+      }
+    }
+  }
   return 0;
 }

@@ -5,7 +5,7 @@
 #   1. the daemon runs against a fixture host with two Edge TPUs, --cdi, the real /var/run/cdi;
 #   2. the tests' kubelet sees them registered and gets an Allocate answer with a CDI name;
 #   3. podman starts a container with that name: the device node is inside, as a char device
-#      with the TPU's numbers;
+#      with the TPU's numbers and the mode and owner of the node the daemon saw;
 #   4. one TPU is unplugged: the daemon rewrites the spec, and podman refuses the stale name.
 # The spec's hostPath is the host's own /dev/apex_N, so the nodes are made there for the run
 # (char 120:N, no driver behind them) and removed after. Needs root.
@@ -59,10 +59,17 @@ run() {
   local device=$1; shift
   podman run --rm --network=none --device "$device" --rootfs "$work/rootfs" "$@"
 }
-out=$(run "$name" /bin/busybox stat -c '%n %F %t:%T' /dev/apex_0 2>&1) ||
+# The node in the container has the mode and owner of the host's node as the daemon sees it
+# (the spec's fileMode, uid, gid), not the runtime's default (0666 on containerd 2.1).
+chmod 0660 "$tree/dev/apex_0"
+chown 0:44 "$tree/dev/apex_0"
+for _ in $(seq 100); do grep -q '"fileMode": 432, "uid": 0, "gid": 44' "$spec" && break; sleep 0.1; done
+grep -q '"fileMode": 432, "uid": 0, "gid": 44' "$spec" ||
+  fail "the spec does not carry the node's mode and owner: $(cat "$spec")"
+out=$(run "$name" /bin/busybox stat -c '%n %F %t:%T %a %u:%g' /dev/apex_0 2>&1) ||
   fail "podman could not start a container with $name: $out"
-[ "$out" = "/dev/apex_0 character special file 78:0" ] ||
-  fail "the container's /dev/apex_0 is not the TPU's node (char 120:0): $out"
+[ "$out" = "/dev/apex_0 character special file 78:0 660 0:44" ] ||
+  fail "the container's /dev/apex_0 is not the TPU's node (char 120:0, 0660, 0:44): $out"
 echo "check-cdi-podman: podman resolved $name: $out"
 
 # Unplugged: the node goes (devtmpfs), then sysfs; the daemon rewrites the spec without it.

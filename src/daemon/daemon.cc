@@ -205,7 +205,9 @@ void Daemon::RefreshLabels() {
   if (nfd_writer_ != nullptr) {
     absl::Status status = nfd_writer_->Write(
         [dir = config_.nfd_features_dir, labels] { return WriteNfdFeatureFile(dir, labels); });
-    if (!status.ok()) {
+    if (absl::IsCancelled(status) || absl::IsFailedPrecondition(status)) {
+      LOG(INFO) << "stopping: " << status.message();  // the writer was stopped: no retry to wait for
+    } else if (!status.ok()) {
       LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
                  << "; Node Feature Discovery will not show these labels until a retry succeeds";
     }
@@ -270,7 +272,10 @@ void Daemon::WriteCdi(Resource* resource) {
   resource->cdi_attempted_version = snapshot->version;
   absl::Status status =
       resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
-  if (!status.ok()) {
+  if (absl::IsCancelled(status) || absl::IsFailedPrecondition(status)) {
+    // Stop() came first (the writer was stopped): the spec stays as it is on disk.
+    LOG(INFO) << resource->set->resource_name() << ": stopping: " << status.message();
+  } else if (!status.ok()) {
     LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
                << status.message()
                << "; CDI-aware runtimes will not find these devices until a retry succeeds "
@@ -307,17 +312,19 @@ void Daemon::Stop() {
   }
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
+  // The file writers before the sinks: a sink waiting in Write() on a hung disk is released at
+  // once (RetryingFileWriter::Stop never waits for the disk), so sinks_.Stop() does not wait
+  // for it either. The CDI specs stay on disk (see CdiSpecFile): containers that restart while
+  // we are away resolve their cached CDI names from them.
+  if (nfd_writer_ != nullptr) nfd_writer_->Stop();
+  for (auto& resource : resources_) {
+    if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
+  }
   sinks_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
   for (auto& resource : resources_) resource->registrar->Stop();
   // After everything that records has stopped; what is still queued is dropped.
   if (node_events_ != nullptr) node_events_->Stop();
-  if (nfd_writer_ != nullptr) nfd_writer_->Stop();
-  for (auto& resource : resources_) {
-    // The CDI spec stays on disk (see CdiSpecFile): containers that restart while we are away
-    // resolve their cached CDI names from it.
-    if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
-  }
 }
 
 void Daemon::RecordEvent(NodeEvent event) {

@@ -81,7 +81,12 @@ ABSL_FLAG(bool, tegra_display_nodes, false,
           "Off: the GPU's compute and media nodes only.");
 ABSL_FLAG(bool, cdi, false,
           "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
-          "keep matching CDI specs in --cdi-dir, removed on exit.");
+          "keep matching CDI specs in --cdi-dir, one per resource that has devices. Specs stay "
+          "on exit: the kubelet replays cached CDI names when a container restarts while the "
+          "daemon is down or restarting. The runtime must have CDI on: containerd 2.x fails "
+          "every container that names a CDI device when its config sets enable_cdi = false (as "
+          "containerd 1.7's 'config default' writes); remove that line, or set enable_cdi = true "
+          "and cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"], and restart containerd.");
 ABSL_FLAG(std::string, cdi_dir, "/var/run/cdi", "Where CDI specs are written (with --cdi).");
 ABSL_FLAG(std::string, metrics_address, ":9405",
           "host:port serving /metrics (Prometheus) and /healthz; empty turns it off.");

@@ -1,6 +1,7 @@
 #include "edgeaccel/discovery/device.h"
 
 #include "absl/strings/str_join.h"
+#include "edgeaccel/host/host.h"
 
 namespace edgeaccel {
 
@@ -11,6 +12,22 @@ absl::string_view HealthName(Health health) {
 bool AdvertisementDiffers(const Device& a, const Device& b) {
   return a.id != b.id || a.health != b.health || a.numa_node != b.numa_node ||
          a.nodes != b.nodes || a.envs != b.envs;
+}
+
+void LookUpHostModes(const Host& host, std::vector<Device>* devices) {
+  for (Device& device : *devices) {
+    for (DeviceNode& node : device.nodes) {
+      absl::StatusOr<FileInfo> info = host.Stat(node.host_path);
+      if (info.ok()) {
+        node.host_mode = HostNodeMode{static_cast<mode_t>(info->permissions & 0777), info->uid,
+                                      info->gid};
+        node.host_stat_error.clear();
+      } else {
+        node.host_mode.reset();
+        node.host_stat_error = std::string(info.status().message());
+      }
+    }
+  }
 }
 
 void SetHealthFromProblems(const std::vector<std::string>& problems, Device* device) {

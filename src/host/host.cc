@@ -98,6 +98,8 @@ FileInfo InfoOf(const struct stat& st) {
   info.major = major(st.st_rdev);
   info.minor = minor(st.st_rdev);
   info.permissions = st.st_mode & 07777;
+  info.uid = st.st_uid;
+  info.gid = st.st_gid;
   info.inode = st.st_ino;
   info.links = st.st_nlink;
   return info;

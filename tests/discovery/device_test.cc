@@ -1,6 +1,12 @@
 #include "edgeaccel/discovery/device.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "edgeaccel/host/host.h"
+#include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
@@ -46,6 +52,39 @@ TEST(DeviceTest, OnlyWhatTheKubeletSeesIsAnAdvertisementChange) {
   other = base;
   other.envs["NVIDIA_VISIBLE_DEVICES"] = "0";
   EXPECT_TRUE(AdvertisementDiffers(base, other));
+  // The host node's mode and owner go into the CDI spec: udev changing them must rewrite it.
+  other = base;
+  other.nodes[0].host_mode = HostNodeMode{0660, 0, 44};
+  EXPECT_TRUE(AdvertisementDiffers(base, other));
+  Device chmodded = other;
+  chmodded.nodes[0].host_mode->permissions = 0666;
+  EXPECT_TRUE(AdvertisementDiffers(other, chmodded));
+  // Why a node could not be stat'ed is for the log only.
+  other = base;
+  other.nodes[0].host_stat_error = "No such file or directory";
+  EXPECT_FALSE(AdvertisementDiffers(base, other));
+}
+
+TEST(DeviceTest, HostModesAreTheHostNodesOwnOnesUnderTheHostRoot) {
+  testing::FixtureHost host_tree;
+  host_tree.MakeCharDevice("/dev/apex_0", 120, 0);
+  const std::string node = host_tree.root() + "/dev/apex_0";
+  ASSERT_EQ(chmod(node.c_str(), 0660), 0);
+  ASSERT_EQ(chown(node.c_str(), 0, 44), 0);
+  Host host(host_tree.root());
+  std::vector<Device> devices = {Tpu(), Tpu()};
+  devices[1].nodes[0].host_path = "/dev/apex_1";  // not there
+  LookUpHostModes(host, &devices);
+  ASSERT_TRUE(devices[0].nodes[0].host_mode.has_value());
+  EXPECT_EQ(devices[0].nodes[0].host_mode->permissions, 0660u);
+  EXPECT_EQ(devices[0].nodes[0].host_mode->uid, 0u);
+  EXPECT_EQ(devices[0].nodes[0].host_mode->gid, 44u);
+  EXPECT_FALSE(devices[1].nodes[0].host_mode.has_value());
+  EXPECT_THAT(devices[1].nodes[0].host_stat_error, ::testing::HasSubstr("No such file or directory"));
+  // Again after udev's chmod: the new mode, nothing stale.
+  ASSERT_EQ(chmod(node.c_str(), 0600), 0);
+  LookUpHostModes(host, &devices);
+  EXPECT_EQ(devices[0].nodes[0].host_mode->permissions, 0600u);
 }
 
 TEST(DeviceTest, PhysicalIdOfAReplicaIsItsDevice) {

@@ -858,6 +858,31 @@ TEST_F(SlowDiskTest, TheCdiSpecIsOnDiskBeforeTheKubeletHearsOfADevice) {
   EXPECT_THAT(early, ::testing::IsEmpty());
 }
 
+// SIGTERM while a spec's fsync is held: Daemon::Stop, and with it the sockets' removal, does not
+// wait for the disk; only the process's exit does (the writer's destructor joins the write).
+TEST_F(SlowDiskTest, StopDoesNotWaitForAHeldFsync) {
+  kubelet_.Start();
+  auto daemon = StartDaemonOnASlowDisk(
+      absl::Seconds(4), {"--cdi", "--cdi-dir=" + sinks_.path() + "/cdi",
+                         "--nfd-features-dir=" + sinks_.path() + "/features.d"});
+  if (daemon == nullptr) GTEST_SKIP() << "no strace here";
+  if (!Advertised(2, 2)) {
+    if (daemon->Log().find("ptrace") != std::string::npos) GTEST_SKIP() << daemon->Log();
+    FAIL() << daemon->Log();
+  }
+  ASSERT_TRUE(daemon->WaitForLog("node labels:", absl::Seconds(30)));
+  // A change starts a CDI write whose fsync is held for 4 s; the kubelet hears of the removal
+  // at once, while the write is still in flight.
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(Advertised(2, 1));
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(kill(tracee_pid_, SIGTERM), 0);
+  ASSERT_TRUE(daemon->WaitForLog("stopped cleanly in", absl::Seconds(10))) << daemon->Log();
+  const absl::Duration stopped = absl::Now() - start;
+  EXPECT_LT(stopped, absl::Seconds(1)) << daemon->Log();
+  EXPECT_NE(access((kubelet_.DevicePluginsDir() + "/" + SocketFileName(kTpu)).c_str(), F_OK), 0) << "our socket is still there";
+}
+
 // The first ListAndWatch message already names every device present at start, however slow the
 // disk the CDI spec goes to: registration starts only once the first specs are written.
 TEST_F(SlowDiskTest, TheFirstListAndWatchNamesEveryDeviceWithCdi) {

@@ -2,6 +2,8 @@
 #ifndef EDGEACCEL_DISCOVERY_DEVICE_H_
 #define EDGEACCEL_DISCOVERY_DEVICE_H_
 
+#include <sys/types.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -10,6 +12,8 @@
 #include "absl/strings/string_view.h"
 
 namespace edgeaccel {
+
+class Host;
 
 enum class Health { kHealthy, kUnhealthy };
 
@@ -20,17 +24,37 @@ inline constexpr absl::string_view kUnhealthy = "Unhealthy";
 // "Healthy" / "Unhealthy", as the kubelet expects them.
 absl::string_view HealthName(Health health);
 
+// The mode bits and owner of a device node on the host, as stat(2) gives them.
+struct HostNodeMode {
+  mode_t permissions = 0;  // st_mode & 0777
+  uid_t uid = 0;
+  gid_t gid = 0;
+
+  bool operator==(const HostNodeMode& other) const {
+    return permissions == other.permissions && uid == other.uid && gid == other.gid;
+  }
+  bool operator!=(const HostNodeMode& other) const { return !(*this == other); }
+};
+
 // A device node a container needs. host_path is the path on the host (never under
 // --host-root), which is what the container runtime opens.
 struct DeviceNode {
   std::string host_path;
   std::string container_path;
   std::string permissions;  // any of "r", "w", "m"
+  // The host node's mode and owner, looked up (under --host-root) each time the device set is
+  // published (HostWatcher), so a chmod or chown by udev after the node appears is seen too.
+  // The CDI spec hands them to the runtime, which otherwise makes the node with its own
+  // defaults (crw-rw-rw- on containerd 2.1.9, where the host node is crw-rw----). Unset when it
+  // could not be stat'ed; host_stat_error then says why (not compared: it changes nothing).
+  std::optional<HostNodeMode> host_mode = std::nullopt;
+  std::string host_stat_error = {};
 
   bool operator==(const DeviceNode& other) const {
     return host_path == other.host_path && container_path == other.container_path &&
-           permissions == other.permissions;
+           permissions == other.permissions && host_mode == other.host_mode;
   }
+  bool operator!=(const DeviceNode& other) const { return !(*this == other); }
 };
 
 struct Device {
@@ -62,8 +86,13 @@ inline const std::string& PhysicalId(const Device& device) {
   return device.replica_of.empty() ? device.id : device.replica_of;
 }
 
-// True when the kubelet-visible parts differ: id, health, topology or device nodes. Facts and
-// telemetry changes are not worth a ListAndWatch message.
+// Sets each device node's host_mode from stat(2) of its host path inside `host`'s root (symlinks
+// followed), or its host_stat_error when that fails.
+void LookUpHostModes(const Host& host, std::vector<Device>* devices);
+
+// True when the kubelet-visible parts differ: id, health, topology or device nodes (including
+// the host node's mode and owner, which the CDI spec carries: a change must rewrite it). Facts
+// and telemetry changes are not worth a ListAndWatch message.
 bool AdvertisementDiffers(const Device& a, const Device& b);
 
 }  // namespace edgeaccel

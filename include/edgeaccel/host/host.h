@@ -25,6 +25,8 @@ struct FileInfo {
   unsigned major = 0;  // for device nodes
   unsigned minor = 0;
   mode_t permissions = 0;
+  uid_t uid = 0;  // owner and group
+  gid_t gid = 0;
   ino_t inode = 0;
   nlink_t links = 1;  // 0 for a directory deleted while something (a bind mount) still holds it
 };
