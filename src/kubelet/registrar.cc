@@ -395,7 +395,10 @@ void ResourceRegistrar::Wait(absl::Duration timeout) {
         call_->context.TryCancel();
       }
     } else if (event.mask & (IN_DELETE | IN_MOVED_FROM)) {
-      registered_kubelet_.store(false);
+      if (registered_kubelet_.exchange(false)) {
+        LOG(INFO) << set_->resource_name() << ": " << KubeletSocket()
+                  << " went: the kubelet has stopped; registering again when it is back";
+      }
     }
   }
   // Re-arming happens at the top of the loop in Run().
