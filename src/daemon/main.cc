@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "edgeaccel/daemon/config.h"
 #include "edgeaccel/daemon/daemon.h"
+#include "edgeaccel/kubelet/grpc_event_engine.h"
 #include "glog/logging.h"
 
 // absl flag support for the registration mode.
@@ -225,6 +226,10 @@ int main(int argc, char** argv) {
   // every 5 s in the background while they exist, for pollers that cannot wait on a socket;
   // ours always can (epoll, and a thread of ours waits in every call). Off, unless set.
   setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "0", /*overwrite=*/0);
+  // gRPC's deferred work and timers on one thread of ours, not on a pool sized by the core count
+  // with a timer thread that wakes every second (kubelet/grpc_event_engine.h). Before any channel
+  // or server is made.
+  edgeaccel::UseOneThreadGrpcEventEngine();
   // Sockets we create are for root (the kubelet) only.
   umask(0077);
   signal(SIGPIPE, SIG_IGN);

@@ -37,7 +37,10 @@ bool CompletionLoop::StartOperation(const std::function<void()>& operation) {
 bool CompletionLoop::Post(grpc::Alarm* alarm, CompletionTag* tag) {
   absl::MutexLock lock(&mu_);
   if (!accepting_) return false;  // gRPC aborts on an operation begun on a shut-down queue
-  alarm->Set(cq_.get(), gpr_now(GPR_CLOCK_MONOTONIC), tag);
+  // A deadline already past fires inside Set (timer_init runs a timer whose deadline is <= now
+  // at once); "now" would be rounded up to the next millisecond and go through gRPC's timer
+  // thread instead, a wake-up of another thread for every device change.
+  alarm->Set(cq_.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), tag);
   return true;
 }
 

@@ -1,0 +1,186 @@
+#include "edgeaccel/kubelet/grpc_event_engine.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+
+namespace edgeaccel {
+namespace {
+
+using grpc_event_engine::experimental::EndpointConfig;
+using grpc_event_engine::experimental::EventEngine;
+using grpc_event_engine::experimental::MemoryAllocator;
+using grpc_event_engine::experimental::MemoryAllocatorFactory;
+
+class OneThreadEventEngine final : public EventEngine {
+ public:
+  explicit OneThreadEventEngine(std::string thread_name) {
+    thread_ = std::thread([this, name = std::move(thread_name)] {
+      pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      Loop();
+    });
+  }
+  ~OneThreadEventEngine() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    // gRPC may drop its last reference from a closure we run: the thread cannot join itself.
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+
+  bool IsWorkerThread() override { return std::this_thread::get_id() == thread_.get_id(); }
+
+  absl::StatusOr<std::unique_ptr<Listener>> CreateListener(
+      Listener::AcceptCallback, absl::AnyInvocable<void(absl::Status)>, const EndpointConfig&,
+      std::unique_ptr<MemoryAllocatorFactory>) override {
+    return absl::UnimplementedError("edgeaccel's gRPC event engine makes no listeners");
+  }
+  ConnectionHandle Connect(OnConnectCallback on_connect, const ResolvedAddress&,
+                           const EndpointConfig&, MemoryAllocator, Duration) override {
+    Run([on_connect = std::move(on_connect)]() mutable {
+      on_connect(absl::UnimplementedError("edgeaccel's gRPC event engine makes no connections"));
+    });
+    return {{0, 0}};
+  }
+  bool CancelConnect(ConnectionHandle) override { return false; }
+  std::unique_ptr<DNSResolver> GetDNSResolver(const DNSResolver::ResolverOptions&) override {
+    return nullptr;
+  }
+
+  void Run(Closure* closure) override { Run([closure] { closure->Run(); }); }
+  void Run(absl::AnyInvocable<void()> closure) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.push_back(std::move(closure));
+    }
+    wake_.notify_one();
+  }
+  TaskHandle RunAfter(Duration when, Closure* closure) override {
+    return RunAfter(when, [closure] { closure->Run(); });
+  }
+  TaskHandle RunAfter(Duration when, absl::AnyInvocable<void()> closure) override {
+    const auto at = std::chrono::steady_clock::now() + when;
+    TaskHandle handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const intptr_t id = ++last_id_;
+      timers_.emplace(std::make_pair(at, id), std::move(closure));
+      handle = TaskHandle{{id, 0}};
+    }
+    wake_.notify_one();
+    return handle;
+  }
+  bool Cancel(TaskHandle handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+      if (it->first.second == handle.keys[0]) {
+        timers_.erase(it);
+        return true;
+      }
+    }
+    return false;  // already run (or running): the caller is told so, as the interface says
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      const Clock::time_point now = Clock::now();
+      while (!timers_.empty() && timers_.begin()->first.first <= now) {
+        ready_.push_back(std::move(timers_.begin()->second));
+        timers_.erase(timers_.begin());
+      }
+      if (!ready_.empty()) {
+        absl::AnyInvocable<void()> closure = std::move(ready_.front());
+        ready_.pop_front();
+        lock.unlock();
+        closure();
+        closure = nullptr;  // whatever it holds goes before the lock is taken again
+        lock.lock();
+        continue;
+      }
+      // No deadline when nothing is pending: an idle daemon's gRPC wakes nobody.
+      if (timers_.empty()) {
+        wake_.wait(lock);
+      } else {
+        wake_.wait_until(lock, timers_.begin()->first.first);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  intptr_t last_id_ = 0;
+  std::deque<absl::AnyInvocable<void()>> ready_;
+  // By deadline, then by the order they were asked for.
+  std::multimap<std::pair<Clock::time_point, intptr_t>, absl::AnyInvocable<void()>> timers_;
+  std::thread thread_;
+};
+
+// What gRPC's factory hands out: the one engine, never destroyed with gRPC's last reference (gRPC
+// keeps its default engine only weakly, and would otherwise make and unmake a thread each time).
+class SharedEngine final : public EventEngine {
+ public:
+  explicit SharedEngine(EventEngine* engine) : engine_(engine) {}
+  bool IsWorkerThread() override { return engine_->IsWorkerThread(); }
+  absl::StatusOr<std::unique_ptr<Listener>> CreateListener(
+      Listener::AcceptCallback on_accept, absl::AnyInvocable<void(absl::Status)> on_shutdown,
+      const EndpointConfig& config, std::unique_ptr<MemoryAllocatorFactory> factory) override {
+    return engine_->CreateListener(std::move(on_accept), std::move(on_shutdown), config,
+                                   std::move(factory));
+  }
+  ConnectionHandle Connect(OnConnectCallback on_connect, const ResolvedAddress& addr,
+                           const EndpointConfig& args, MemoryAllocator allocator,
+                           Duration timeout) override {
+    return engine_->Connect(std::move(on_connect), addr, args, std::move(allocator), timeout);
+  }
+  bool CancelConnect(ConnectionHandle handle) override { return engine_->CancelConnect(handle); }
+  std::unique_ptr<DNSResolver> GetDNSResolver(const DNSResolver::ResolverOptions& o) override {
+    return engine_->GetDNSResolver(o);
+  }
+  void Run(Closure* closure) override { engine_->Run(closure); }
+  void Run(absl::AnyInvocable<void()> closure) override { engine_->Run(std::move(closure)); }
+  TaskHandle RunAfter(Duration when, Closure* closure) override {
+    return engine_->RunAfter(when, closure);
+  }
+  TaskHandle RunAfter(Duration when, absl::AnyInvocable<void()> closure) override {
+    return engine_->RunAfter(when, std::move(closure));
+  }
+  bool Cancel(TaskHandle handle) override { return engine_->Cancel(handle); }
+
+ private:
+  EventEngine* const engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<EventEngine> MakeOneThreadEventEngine(std::string thread_name) {
+  return std::make_unique<OneThreadEventEngine>(std::move(thread_name));
+}
+
+void UseOneThreadGrpcEventEngine() {
+  grpc_event_engine::experimental::SetEventEngineFactory([]() -> std::unique_ptr<EventEngine> {
+    // Made on first use and kept for the process's life (its thread ends with the process).
+    static EventEngine* const engine = MakeOneThreadEventEngine("ea-grpc-timer").release();
+    return std::make_unique<SharedEngine>(engine);
+  });
+}
+
+}  // namespace edgeaccel
