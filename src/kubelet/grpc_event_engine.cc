@@ -22,19 +22,22 @@ using grpc_event_engine::experimental::MemoryAllocatorFactory;
 
 class OneThreadEventEngine final : public EventEngine {
  public:
-  explicit OneThreadEventEngine(std::string thread_name) {
-    thread_ = std::thread([this, name = std::move(thread_name)] {
+  explicit OneThreadEventEngine(std::string thread_name) : state_(std::make_shared<State>()) {
+    // The thread holds the state too: gRPC may destroy the engine from a closure it runs, and
+    // the loop still needs the state until it sees it is stopping.
+    thread_ = std::thread([state = state_, name = std::move(thread_name)] {
       pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
-      Loop();
+      Loop(*state);
     });
   }
   ~OneThreadEventEngine() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stopping = true;
+      state_->wake.notify_one();
     }
-    wake_.notify_one();
-    // gRPC may drop its last reference from a closure we run: the thread cannot join itself.
+    // Destroyed on its own thread (from a closure): that thread cannot join itself, and ends
+    // once the closure returns.
     if (std::this_thread::get_id() == thread_.get_id()) {
       thread_.detach();
     } else {
@@ -63,32 +66,28 @@ class OneThreadEventEngine final : public EventEngine {
 
   void Run(Closure* closure) override { Run([closure] { closure->Run(); }); }
   void Run(absl::AnyInvocable<void()> closure) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(std::move(closure));
-    }
-    wake_.notify_one();
+    // Notified under the lock: once the closure runs it may destroy the engine, condition
+    // variable included, and a notify after unlocking would touch it.
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->ready.push_back(std::move(closure));
+    state_->wake.notify_one();
   }
   TaskHandle RunAfter(Duration when, Closure* closure) override {
     return RunAfter(when, [closure] { closure->Run(); });
   }
   TaskHandle RunAfter(Duration when, absl::AnyInvocable<void()> closure) override {
-    const auto at = std::chrono::steady_clock::now() + when;
-    TaskHandle handle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const intptr_t id = ++last_id_;
-      timers_.emplace(std::make_pair(at, id), std::move(closure));
-      handle = TaskHandle{{id, 0}};
-    }
-    wake_.notify_one();
-    return handle;
+    const auto at = Clock::now() + when;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    const intptr_t id = ++state_->last_id;
+    state_->timers.emplace(std::make_pair(at, id), std::move(closure));
+    state_->wake.notify_one();
+    return TaskHandle{{id, 0}};
   }
   bool Cancel(TaskHandle handle) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    for (auto it = state_->timers.begin(); it != state_->timers.end(); ++it) {
       if (it->first.second == handle.keys[0]) {
-        timers_.erase(it);
+        state_->timers.erase(it);
         return true;
       }
     }
@@ -97,18 +96,27 @@ class OneThreadEventEngine final : public EventEngine {
 
  private:
   using Clock = std::chrono::steady_clock;
+  struct State {
+    std::mutex mu;
+    std::condition_variable wake;
+    bool stopping = false;
+    intptr_t last_id = 0;
+    std::deque<absl::AnyInvocable<void()>> ready;
+    // By deadline, then by the order they were asked for.
+    std::multimap<std::pair<Clock::time_point, intptr_t>, absl::AnyInvocable<void()>> timers;
+  };
 
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_) {
+  static void Loop(State& state) {
+    std::unique_lock<std::mutex> lock(state.mu);
+    while (!state.stopping) {
       const Clock::time_point now = Clock::now();
-      while (!timers_.empty() && timers_.begin()->first.first <= now) {
-        ready_.push_back(std::move(timers_.begin()->second));
-        timers_.erase(timers_.begin());
+      while (!state.timers.empty() && state.timers.begin()->first.first <= now) {
+        state.ready.push_back(std::move(state.timers.begin()->second));
+        state.timers.erase(state.timers.begin());
       }
-      if (!ready_.empty()) {
-        absl::AnyInvocable<void()> closure = std::move(ready_.front());
-        ready_.pop_front();
+      if (!state.ready.empty()) {
+        absl::AnyInvocable<void()> closure = std::move(state.ready.front());
+        state.ready.pop_front();
         lock.unlock();
         closure();
         closure = nullptr;  // whatever it holds goes before the lock is taken again
@@ -116,21 +124,15 @@ class OneThreadEventEngine final : public EventEngine {
         continue;
       }
       // No deadline when nothing is pending: an idle daemon's gRPC wakes nobody.
-      if (timers_.empty()) {
-        wake_.wait(lock);
+      if (state.timers.empty()) {
+        state.wake.wait(lock);
       } else {
-        wake_.wait_until(lock, timers_.begin()->first.first);
+        state.wake.wait_until(lock, state.timers.begin()->first.first);
       }
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  intptr_t last_id_ = 0;
-  std::deque<absl::AnyInvocable<void()>> ready_;
-  // By deadline, then by the order they were asked for.
-  std::multimap<std::pair<Clock::time_point, intptr_t>, absl::AnyInvocable<void()>> timers_;
+  const std::shared_ptr<State> state_;
   std::thread thread_;
 };
 
