@@ -103,7 +103,9 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/
 # The instrumented libraries must be the ones loaded, or TSan sees none of their locks.
 for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc_unsecure.so" "$grpc_dir/lib/libgrpc++_unsecure.so" \
            "$grpc_dir/lib/libgpr.so"; do
-  ldd build-tsan/edgeaccel-device-plugin | grep -q "$lib" ||
+  # (grep reads all of ldd's output: with -q it could exit first, and pipefail would count
+  # ldd's SIGPIPE as a failure.)
+  ldd build-tsan/edgeaccel-device-plugin | grep "$lib" > /dev/null ||
     { echo "tsan.sh: $lib is not the one the daemon loads" >&2; exit 1; }
 done
 failed=0
