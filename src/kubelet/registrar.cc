@@ -462,7 +462,10 @@ ArbiterInput ResourceRegistrar::InputFor(const NeighbourView& view) const {
     absl::MutexLock lock(&own_id_history_->mu);
     input.own_ids.assign(own_id_history_->ids.begin(), own_id_history_->ids.end());
   }
-  for (const Device& device : set_->Current()->devices) input.own_ids.push_back(device.id);
+  // The snapshot is held by name: a range-for over `set_->Current()->devices` would drop the
+  // temporary shared_ptr before the loop runs, and a concurrent Update could free the list.
+  const std::shared_ptr<const Snapshot> current = set_->Current();
+  for (const Device& device : current->devices) input.own_ids.push_back(device.id);
   input.registered = RegisteredNow() && left_to().empty();
   input.registered_last = record_.RegisteredLast();
   input.take_over = options_.take_over;
