@@ -20,6 +20,11 @@
 // never from another plugin's streams (neighbours.h). An earlier edgeaccel still serving the
 // resource (a rollout with maxSurge) is waited for, and replaced the moment its socket goes.
 //
+// What to do on each event is decided by a RegistrationMachine (registration_machine.h), which
+// this class steps from its one thread and serves as the machine's ports: inotify on the two
+// kubelet directories, eventfds for Stop, a finished Register call (register_call.h) and a
+// stream's end, and poll() until the machine's wake time.
+//
 // A lost endpoint: the kubelet can stop our endpoint without restarting (a plugin-watcher
 // deregistration of an older plugin for the same resource arrives late and stops whatever
 // endpoint holds the name; another plugin registers the resource). Our ListAndWatch stream then
@@ -52,16 +57,13 @@
 #include "edgeaccel/kubelet/plugin_options.h"
 #include "edgeaccel/kubelet/plugin_server.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
+#include "edgeaccel/kubelet/register_call.h"
+#include "edgeaccel/kubelet/registration_machine.h"
 #include "edgeaccel/kubelet/registration_record.h"
 
 namespace edgeaccel {
 
-enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
-
-absl::string_view RegistrationModeName(RegistrationMode mode);
-bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
-
-class ResourceRegistrar {
+class ResourceRegistrar : private RegistrationPorts {
  public:
   struct Options {
     // As this process sees them: plugins_registry/ is under kubelet_root; device-plugins/ is
@@ -114,96 +116,68 @@ class ResourceRegistrar {
   // Successful registrations so far (kubelet mode: Register calls; watcher: notifications).
   uint64_t registrations() const;
   // kubelet.sock re-creations seen after a first registration.
-  uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
+  uint64_t kubelet_restarts() const { return machine_.kubelet_restarts(); }
   // The kubelet dropped our endpoint and we are not registered again yet.
-  bool endpoint_lost() const { return endpoint_lost_.load() && !registered(); }
+  bool endpoint_lost() const { return machine_.endpoint_lost() && !registered(); }
   // Whom we leave the resource to now (a socket, or a description); "" when we do not.
-  std::string left_to() const;
+  std::string left_to() const { return machine_.left_to(); }
   // Looks now, as the registrar would, and says what it would decide (for --discover).
-  ArbiterDecision LookNow() const;
+  ArbiterDecision LookNow();
   // Looks at neighbours so far, and the longest one took.
-  uint64_t neighbour_looks() const { return neighbour_looks_.load(); }
-  absl::Duration longest_look() const { return absl::Nanoseconds(longest_look_ns_.load()); }
+  uint64_t neighbour_looks() const { return machine_.neighbour_looks(); }
+  absl::Duration longest_look() const { return machine_.longest_look(); }
   // Where the last look learnt what the kubelet holds: "pod-resources", "checkpoint", or "".
-  std::string holdings_source() const;
+  std::string holdings_source() const { return machine_.holdings_source(); }
   // Looks that could read neither the pod-resources API nor the checkpoint.
-  uint64_t holdings_unreadable() const { return holdings_unreadable_.load(); }
+  uint64_t holdings_unreadable() const { return machine_.holdings_unreadable(); }
   // Looks that found the kubelet's checkpoint (or some of its entries) in a shape we do not know.
-  uint64_t checkpoint_unreadable() const { return checkpoint_unreadable_.load(); }
+  uint64_t checkpoint_unreadable() const { return machine_.checkpoint_unreadable(); }
   // Attempts to start registration that found no inotify instance or no fd (each retried).
   uint64_t start_failures() const { return start_failures_.load(); }
   // Register calls the kubelet refused or did not answer in time (each retried with backoff).
-  uint64_t registration_failures() const { return registration_failures_.load(); }
+  uint64_t registration_failures() const { return machine_.registration_failures(); }
   // The socket we serve on now ("" before the first start).
   std::string socket_path() const;
   const PluginCounters& counters() const { return counters_; }
 
  private:
-  // Identifies one incarnation of kubelet.sock: a re-created socket may reuse the inode number,
-  // but not the change time as well.
-  struct SocketId {
-    ino_t inode = 0;
-    int64_t ctime_ns = 0;
-    bool operator==(const SocketId& o) const { return inode == o.inode && ctime_ns == o.ctime_ns; }
-    bool operator!=(const SocketId& o) const { return !(*this == o); }
-  };
-  // One Register call in flight (gRPC callback API, so this thread keeps watching meanwhile).
-  struct RegisterCall {
-    std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<v1beta1::Registration::Stub> stub;
-    grpc::ClientContext context;
-    v1beta1::RegisterRequest request;
-    v1beta1::Empty response;
-    SocketId kubelet;
-    absl::Time started;
-    grpc::Status status;  // written by gRPC's thread before it signals call_done_fd_
-    bool cancelled_by_us = false;  // guarded by mu_
-  };
+  // RegistrationPorts: what the machine observes and does, with real files, sockets and gRPC.
+  RegistrationMode EffectiveMode() override;
+  std::optional<KubeletSocketId> KubeletSocket() override;
+  bool KubeletAnswers() override;
+  EndpointState Endpoint() override;
+  absl::Status Serve(RegistrationMode mode) override;
+  void StopServing() override;
+  void Silence() override;
+  void StartRegister(const KubeletSocketId& kubelet) override;
+  void CancelRegister() override;
+  NeighbourView Look() override;
+  std::vector<std::string> OwnIds() override;
+  bool WatcherRegistered() override { return watcher_service_.registered(); }
+  void WatcherEndpointLost() override { watcher_service_.EndpointLost(); }
+  void WatcherSteppedBack(bool stepped_back) override {
+    watcher_service_.SetSteppedBack(stepped_back);
+  }
+  bool RecordSaysOurs() override;
+  absl::Status Record(bool ours) override;
+  void Warn(const std::string& reason, const std::string& message) override;
 
+  // Gets what Run needs, retrying with backoff until it has it; false when stopped first.
+  bool SetUp();
+  // The registration thread: feeds the machine what inotify, the eventfds and the clock say.
   void Run();
+  // Waits until `wake` for inotify events, a finished Register call, a stream's end or Stop(),
+  // and hands what arrived to the machine.
+  void Wait(absl::Time wake);
   NeighbourQuery NeighbourQueryNow() const;
-  // Looks at the neighbours and decides; true when we must not serve or register now (left to
-  // another plugin, waiting for one, or stepped back). Sets or clears left_to_; logs and warns
-  // once per change of mind.
-  bool Arbitrate();
-  // Registered now, either way.
-  bool RegisteredNow() const;
-  // LookAround now; notes where the holdings came from (holdings_source()).
-  NeighbourView Look() const;
-  // What the arbiter is told about us beside `view`.
-  ArbiterInput InputFor(const NeighbourView& view) const;
-  // `server` (ours) is about to stop: if the plugin watcher registered it, remember when.
-  void NoteWatcherSocketGoing(const PluginServer& server);
-  // The registration record says the resource is ours (written once, when we start serving).
-  void RecordOurs();
-  // Our stream ended: if the kubelet has dropped our endpoint, says so and registers again (or
-  // leaves the resource to the plugin that took it).
-  void CheckEndpoint(RegistrationMode mode);
-  // Stops serving (our socket goes) and forgets any registration.
-  void StopServing();
-  RegistrationMode EffectiveMode() const;
   std::string DirectoryFor(RegistrationMode mode) const;
-  std::string KubeletSocket() const;
-  // Identity of kubelet.sock now; nullopt if it is not there.
-  std::optional<SocketId> KubeletSocketId() const;
-  void StartRegisterCall(const SocketId& kubelet);
-  void FinishRegisterCall();
-  void CancelRegisterCall();
-  // Waits for inotify events, a finished Register call, Stop(), or `timeout` (negative: no
-  // timeout), and handles what arrived.
-  void Wait(absl::Duration timeout);
-  // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
-  void Complain(const std::string& message);
-  // Options::warn, if set.
-  void Warn(const std::string& reason, const std::string& message);
+  std::string KubeletSocketPath() const;
 
   const Options options_;
   DeviceSet* const set_;
   PluginCounters counters_;
   PluginWatcherService watcher_service_;
   DirectoryWatcher inotify_;
-  // Gets what Run needs, retrying with backoff until it has it; false when stopped first.
-  bool SetUp();
   absl::Mutex stop_mu_;
   bool stop_requested_ ABSL_GUARDED_BY(stop_mu_) = false;
   int stop_fd_ = -1;
@@ -212,26 +186,11 @@ class ResourceRegistrar {
   int stream_event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> registered_kubelet_{false};
-  std::atomic<uint64_t> registrations_{0};
-  std::atomic<uint64_t> kubelet_restarts_{0};
-  std::atomic<bool> endpoint_lost_{false};
-
-  // Only the registration thread touches these.
-  RegistrationMode active_mode_ = RegistrationMode::kAuto;
-  bool need_register_ = false;
-  SocketId registered_kubelet_id_;
-  SocketId restart_counted_for_;
-  absl::Time retry_at_ = absl::InfinitePast();
-  Backoff backoff_;
-  std::string last_complaint_;
-  absl::Time check_endpoint_at_ = absl::InfiniteFuture();
-  bool recheck_other_ = false;             // something changed while we leave it to another
-  absl::Time recheck_other_at_ = absl::InfiniteFuture();
-  absl::Time settle_look_at_ = absl::InfiniteFuture();
-  absl::Time last_other_look_ = absl::InfinitePast();
-  NeighbourArbiter arbiter_;
-  RegistrationRecord record_;
+  std::atomic<uint64_t> start_failures_{0};
+  RegistrationMachine machine_;
+  // Written by the registration thread only; read by LookNow from others.
+  mutable absl::Mutex record_mu_;
+  RegistrationRecord record_ ABSL_GUARDED_BY(record_mu_);
   // Every id the resource's DeviceSet has held since this registrar was made. The kubelet's list
   // lags our hot-plug (an unplugged device stays in it until our next message lands, and in the
   // checkpoint until the kubelet writes it again): a device we no longer have is still ours, not
@@ -242,27 +201,11 @@ class ResourceRegistrar {
   };
   std::shared_ptr<OwnIdHistory> own_id_history_ = std::make_shared<OwnIdHistory>();
   uint64_t own_id_listener_ = 0;
-  OnceLogger holdings_warnings_;
-  // While registered: look again at this time (set by events that may mean another plugin
-  // registered the resource: a new socket, the kubelet's checkpoint written).
-  absl::Time look_at_ = absl::InfiniteFuture();
-  // When our plugin-watcher socket last went while registered (see Options::watcher_pass).
-  absl::Time watcher_socket_gone_at_ = absl::InfinitePast();
-  // We left the resource to an earlier edgeaccel registered through the plugin watcher.
-  bool predecessor_was_watcher_ = false;
-  std::atomic<uint64_t> neighbour_looks_{0};
-  std::atomic<int64_t> longest_look_ns_{0};
-  std::atomic<uint64_t> holdings_unreadable_{0};
-  std::atomic<uint64_t> checkpoint_unreadable_{0};
-  std::atomic<uint64_t> registration_failures_{0};
-  std::atomic<uint64_t> start_failures_{0};
-  OnceLogger checkpoint_warnings_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
+  RegistrationMode server_mode_ ABSL_GUARDED_BY(mu_) = RegistrationMode::kAuto;
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
-  std::string left_to_ ABSL_GUARDED_BY(mu_);
-  mutable std::string holdings_source_ ABSL_GUARDED_BY(mu_);  // Look() updates it
 };
 
 }  // namespace edgeaccel

@@ -1,0 +1,251 @@
+// RegistrationMachine: what the registrar decides, as a state machine with its clock and its
+// transport injected.
+//
+// Events in (kubelet.sock created or removed, another socket came or went, inotify events missed,
+// one of our streams ended, a Register call finished, time passed), actions out through
+// RegistrationPorts (serve on our socket, stop serving, silence our streams, call Register,
+// cancel it, look at the neighbours, write the registration record, warn the operator). It does
+// no I/O of its own and never sleeps: ResourceRegistrar drives it from one thread with inotify,
+// eventfds and real gRPC; its tests drive it with a fake clock and recorded ports, stepping
+// through kubelet behaviours (docs/kubelet-behaviour.md) without sockets or sleeps.
+//
+// The shape follows the kubelet's own device manager: the Register call (register_call.h, like
+// its client.go), our socket's lifecycle (PluginServer, like server.go) and the decisions
+// (this, and neighbour_arbiter.h for who serves a resource) are separate.
+//
+// Not thread-safe, but for the accessors marked as readable from any thread: one thread calls
+// the events and Step().
+#ifndef EDGEACCEL_KUBELET_REGISTRATION_MACHINE_H_
+#define EDGEACCEL_KUBELET_REGISTRATION_MACHINE_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "edgeaccel/host/backoff.h"
+#include "edgeaccel/host/once_logger.h"
+#include "edgeaccel/kubelet/neighbour_arbiter.h"
+#include "edgeaccel/kubelet/neighbours.h"
+
+namespace edgeaccel {
+
+enum class RegistrationMode { kAuto, kPluginWatcher, kKubelet };
+
+absl::string_view RegistrationModeName(RegistrationMode mode);
+bool ParseRegistrationMode(absl::string_view text, RegistrationMode* mode);
+
+// One incarnation of kubelet.sock: a re-created socket may reuse the inode number, but not the
+// change time as well.
+struct KubeletSocketId {
+  ino_t inode = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const KubeletSocketId& o) const {
+    return inode == o.inode && ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const KubeletSocketId& o) const { return !(*this == o); }
+};
+
+// Our socket as it is now.
+struct EndpointState {
+  bool serving = false;         // a server of ours is up
+  bool socket_present = false;  // its socket file is still at its path
+  int open_streams = 0;         // ListAndWatch streams open on it
+  RegistrationMode mode = RegistrationMode::kAuto;  // the directory it serves in
+  std::string path;
+};
+
+// How a Register call on kubelet.sock ended.
+struct RegisterOutcome {
+  KubeletSocketId kubelet;  // the kubelet.sock it was made on
+  absl::Time started;
+  bool ok = false;
+  bool cancelled_by_us = false;
+  bool deadline_exceeded = false;
+  std::string message;
+};
+
+// What the machine observes and does. ResourceRegistrar implements these with real files,
+// sockets and gRPC; the machine's tests with a script.
+class RegistrationPorts {
+ public:
+  virtual ~RegistrationPorts() = default;
+
+  // kubelet or plugin-watcher from the directories present; kAuto while neither is there.
+  virtual RegistrationMode EffectiveMode() = 0;
+  // kubelet.sock now; nullopt when it is not there.
+  virtual std::optional<KubeletSocketId> KubeletSocket() = 0;
+  // kubelet.sock accepts a connection.
+  virtual bool KubeletAnswers() = 0;
+
+  virtual EndpointState Endpoint() = 0;
+  // Serves on our socket in `mode`'s directory.
+  virtual absl::Status Serve(RegistrationMode mode) = 0;
+  // Stops serving; our socket goes.
+  virtual void StopServing() = 0;
+  // Our open streams stay open and hear nothing more.
+  virtual void Silence() = 0;
+
+  // Starts a Register call on `kubelet`; its end comes back as RegistrationMachine::RegisterDone.
+  virtual void StartRegister(const KubeletSocketId& kubelet) = 0;
+  // Cancels the call in flight (it still ends through RegisterDone, cancelled_by_us).
+  virtual void CancelRegister() = 0;
+
+  // Looks at the neighbours (bounded by its budget).
+  virtual NeighbourView Look() = 0;
+  // The ids we advertise now, and every id we held since we started.
+  virtual std::vector<std::string> OwnIds() = 0;
+
+  // The plugin watcher's registration of our socket.
+  virtual bool WatcherRegistered() = 0;
+  virtual void WatcherEndpointLost() = 0;
+  virtual void WatcherSteppedBack(bool stepped_back) = 0;
+
+  // The registration record (registration_record.h).
+  virtual bool RecordSaysOurs() = 0;
+  virtual absl::Status Record(bool ours) = 0;
+
+  // A Warning Event for the operator (reason CamelCase).
+  virtual void Warn(const std::string& reason, const std::string& message) = 0;
+};
+
+class RegistrationMachine {
+ public:
+  struct Options {
+    std::string resource;
+    // For log lines only.
+    std::string kubelet_socket_path;
+    // For log lines, and a predecessor whose socket is under plugins_registry_dir registered
+    // through the plugin watcher.
+    std::string device_plugin_dir;
+    std::string plugins_registry_dir;
+    absl::Duration max_backoff = absl::Seconds(30);
+    absl::Duration register_timeout = absl::Seconds(10);
+    bool take_over = false;
+    absl::Duration neighbour_grace = absl::Minutes(5);
+    absl::Duration look_budget = absl::Seconds(1);
+    absl::Duration watcher_pass = absl::Milliseconds(1500);
+    absl::Duration lost_endpoint_settle = absl::Milliseconds(300);
+    double backoff_jitter = 0.2;
+  };
+  // The least time between two looks at the neighbours: a directory that never settles must not
+  // turn the look into a busy loop.
+  static constexpr absl::Duration kLookInterval = absl::Milliseconds(20);
+  // How long after an event that may mean another plugin registered the resource we look: its
+  // first ListAndWatch answer must have reached the kubelet.
+  static constexpr absl::Duration kLookSettle = absl::Milliseconds(100);
+  static constexpr absl::Duration kInitialBackoff = absl::Milliseconds(100);
+
+  RegistrationMachine(Options options, RegistrationPorts* ports, std::function<absl::Time()> clock);
+
+  // Events.
+  void KubeletSocketCreated();
+  void KubeletSocketRemoved();
+  // A socket other than kubelet.sock and ours came or went in either directory, or the
+  // kubelet's checkpoint was written.
+  void NeighbourChanged();
+  // inotify may have missed events (overflow, a directory re-created, one not watchable).
+  void EventsMissed();
+  // One of our ListAndWatch streams ended.
+  void StreamEnded();
+  void RegisterDone(const RegisterOutcome& outcome);
+
+  // Acts on what the events and the clock call for, until there is nothing to do but wait.
+  // Returns when to be stepped again at the latest (InfiniteFuture: at the next event).
+  absl::Time Step();
+
+  // A Register call is in flight (its RegisterDone is still to come).
+  bool call_in_flight() const { return call_kubelet_.has_value(); }
+
+  // Readable from any thread.
+  bool registered_kubelet() const { return registered_kubelet_.load(); }
+  uint64_t registrations() const { return registrations_.load(); }
+  uint64_t kubelet_restarts() const { return kubelet_restarts_.load(); }
+  bool endpoint_lost() const { return endpoint_lost_.load(); }
+  std::string left_to() const;
+  std::string holdings_source() const;
+  uint64_t neighbour_looks() const { return neighbour_looks_.load(); }
+  absl::Duration longest_look() const { return absl::Nanoseconds(longest_look_ns_.load()); }
+  uint64_t holdings_unreadable() const { return holdings_unreadable_.load(); }
+  uint64_t checkpoint_unreadable() const { return checkpoint_unreadable_.load(); }
+  uint64_t registration_failures() const { return registration_failures_.load(); }
+  // What the arbiter is told about us beside `view` (also for --discover, from its thread).
+  ArbiterInput InputFor(const NeighbourView& view);
+  // A look made outside the machine (--discover): holdings_source() tells where it read.
+  void NoteLook(const NeighbourView& view);
+
+ private:
+  absl::Time Now() const { return clock_(); }
+  // One pass: `again` to pass again at once, else wait until `wake` (or the next event).
+  struct Pass {
+    bool again = false;
+    absl::Time wake = absl::InfiniteFuture();
+  };
+  Pass RunOnce();
+  // Looks at the neighbours and decides; true when we must not serve or register now (left to
+  // another plugin, waiting for one, or stepped back). Logs and warns once per change of mind.
+  bool Arbitrate();
+  bool RegisteredNow();
+  void StopServing();
+  // Our plugin-watcher socket is about to go: if the watcher registered it, remember when.
+  void NoteWatcherSocketGoing(const EndpointState& endpoint);
+  void RecordOurs();
+  void CheckEndpoint(RegistrationMode mode);
+  void CancelRegister();
+  // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
+  void Complain(const std::string& message);
+  void SetLeftTo(const std::string& to);
+
+  const Options options_;
+  RegistrationPorts* const ports_;
+  const std::function<absl::Time()> clock_;
+  NeighbourArbiter arbiter_;
+  Backoff backoff_;
+
+  std::optional<KubeletSocketId> call_kubelet_;  // the Register call in flight
+  RegistrationMode active_mode_ = RegistrationMode::kAuto;
+  bool need_register_ = false;
+  KubeletSocketId registered_kubelet_id_;
+  KubeletSocketId restart_counted_for_;
+  absl::Time retry_at_ = absl::InfinitePast();
+  std::string last_complaint_;
+  absl::Time check_endpoint_at_ = absl::InfiniteFuture();
+  bool recheck_other_ = false;  // something changed while we leave it to another
+  absl::Time recheck_other_at_ = absl::InfiniteFuture();
+  absl::Time settle_look_at_ = absl::InfiniteFuture();
+  absl::Time last_other_look_ = absl::InfinitePast();
+  // While registered: look again at this time (set by events that may mean another plugin
+  // registered the resource: a new socket, the kubelet's checkpoint written).
+  absl::Time look_at_ = absl::InfiniteFuture();
+  // When our plugin-watcher socket last went while registered (see Options::watcher_pass).
+  absl::Time watcher_socket_gone_at_ = absl::InfinitePast();
+  // We left the resource to an earlier edgeaccel registered through the plugin watcher.
+  bool predecessor_was_watcher_ = false;
+
+  std::atomic<bool> registered_kubelet_{false};
+  std::atomic<bool> endpoint_lost_{false};
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<uint64_t> kubelet_restarts_{0};
+  std::atomic<uint64_t> neighbour_looks_{0};
+  std::atomic<int64_t> longest_look_ns_{0};
+  std::atomic<uint64_t> holdings_unreadable_{0};
+  std::atomic<uint64_t> checkpoint_unreadable_{0};
+  std::atomic<uint64_t> registration_failures_{0};
+  OnceLogger holdings_warnings_;
+  OnceLogger checkpoint_warnings_;
+  mutable absl::Mutex mu_;
+  std::string left_to_ ABSL_GUARDED_BY(mu_);
+  std::string holdings_source_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_KUBELET_REGISTRATION_MACHINE_H_
