@@ -516,6 +516,10 @@ TEST_F(NodeEventsTest, LeavingAResourceToAnotherPluginIsAWarningOnTheNode) {
                                               kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
                                               kTpu, {"vendor-tpu-0", "vendor-tpu-1"});
   ASSERT_TRUE(other.Start().ok());
+  // The kubelet has the neighbour's list before we start (its Register returns before the
+  // kubelet's first ListAndWatch answer lands; a daemon quicker than that would register first
+  // and step back later, which is another test's case).
+  ASSERT_TRUE(Advertised(2, 2));
   auto daemon = StartDaemonWithApi();
   nlohmann::json event = api_.WaitForEvent("DevicePluginTakeoverRefused", "vendor-tpu-0");
   ASSERT_FALSE(event.is_null()) << daemon->Log();

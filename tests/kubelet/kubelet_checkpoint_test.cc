@@ -10,7 +10,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint_checksum.h"
 #include "fixture_host.h"
+#include "neighbour_plugin.h"
+#include "test_kubelet.h"
 
 namespace edgeaccel {
 namespace {
@@ -127,6 +130,58 @@ TEST(KubeletCheckpointTest, ReadingAFileSaysWhichFile) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("not a JSON object"));
   std::ofstream(path) << R"({"Data":{"RegisteredDevices":{"r":["x"]}},"Checksum":0})";
   ASSERT_TRUE(ReadKubeletCheckpoint(path).ok());
+}
+
+// The kubelet double's checkpoint carries the checksum a real kubelet writes and checks
+// (docs/kubelet-behaviour.md §8), so a reader that trusted it, or a kubelet reading the file
+// back, sees what it would see on a node.
+TEST(KubeletCheckpointChecksumTest, IsTheKubeletsOverGoSpewText) {
+  const nlohmann::json example = nlohmann::json::parse(R"({
+      "PodDeviceEntries":[{"PodUID":"uid-1","ContainerName":"c0","ResourceName":"example.com/dev",
+                           "DeviceIDs":{"-1":["d0"]},"AllocResp":"CgYKAUESATE="}],
+      "RegisteredDevices":{"example.com/dev":["d0","d1"]}})");
+  EXPECT_EQ(testing::SpewCheckpointData(example),
+            "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)"
+            "[{PodUID:(string)uid-1 ContainerName:(string)c0 ResourceName:(string)example.com/dev "
+            "DeviceIDs:(checkpoint.DevicesPerNUMA)map[-1:[d0]] AllocResp:([]uint8)[10 6 10 1 65 "
+            "18 1 49]}] RegisteredDevices:(map[string][]string)map[example.com/dev:[d0 d1]]}");
+  EXPECT_EQ(testing::CheckpointChecksum(example), 1610629251u);
+  const nlohmann::json empty = nlohmann::json::parse(
+      R"({"PodDeviceEntries":null,"RegisteredDevices":{}})");
+  EXPECT_EQ(testing::CheckpointChecksum(empty), 3467439661u);
+  // Keys sorted as Go's spew sorts them: NUMA ids numerically, resource names bytewise.
+  const nlohmann::json sorted = nlohmann::json::parse(R"({"PodDeviceEntries":[
+      {"PodUID":"p","ContainerName":"c","ResourceName":"r","DeviceIDs":{"10":["b"],"2":["a"]},
+       "AllocResp":""}],"RegisteredDevices":{"b":[],"a":null}})");
+  EXPECT_THAT(testing::SpewCheckpointData(sorted),
+              ::testing::HasSubstr("map[2:[a] 10:[b]] AllocResp:([]uint8)[]}] "
+                                   "RegisteredDevices:(map[string][]string)map[a:<nil> b:[]]}"));
+}
+
+TEST(KubeletCheckpointChecksumTest, TheDoubleWritesTheChecksumOfWhatItWrites) {
+  TempDir dir;
+  testing::TestKubelet kubelet(dir.path() + "/kubelet");
+  kubelet.Start();
+  const std::string path = kubelet.DevicePluginsDir() + "/kubelet_internal_checkpoint";
+  auto checked = [&] {
+    std::ifstream in(path);
+    const nlohmann::json written = nlohmann::json::parse(in);
+    return written["Checksum"].get<uint64_t>() == testing::CheckpointChecksum(written["Data"]);
+  };
+  EXPECT_TRUE(checked());  // an empty kubelet's
+  // With a plugin's devices and a pod's cached Allocate answer in it.
+  testing::NeighbourPlugin plugin(testing::NeighbourKind::kNvidiaLike, kubelet.DevicePluginsDir(),
+                                  "vendor-gpu.sock", "nvidia.com/gpu", {"GPU-1", "GPU-2"});
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.Allocatable("nvidia.com/gpu") == 2; }));
+  ASSERT_TRUE(kubelet.AdmitPod("nvidia.com/gpu", {"GPU-2"}).ok());
+  std::ifstream in(path);
+  const nlohmann::json written = nlohmann::json::parse(in);
+  ASSERT_EQ(written["Data"]["PodDeviceEntries"].size(), 1u);
+  EXPECT_EQ(written["Data"]["RegisteredDevices"]["nvidia.com/gpu"].size(), 2u);
+  EXPECT_TRUE(checked());
+  plugin.Stop();
+  kubelet.Stop();
 }
 
 }  // namespace

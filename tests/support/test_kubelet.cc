@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "checkpoint_checksum.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
@@ -155,7 +156,12 @@ void TestKubelet::Start() {
   if (access(checkpoint.c_str(), F_OK) != 0) {
     FILE* f = fopen(checkpoint.c_str(), "w");
     if (f != nullptr) {
-      fputs("{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}", f);
+      // An empty kubelet's checkpoint, checksummed as the kubelet does (3467439661).
+      const nlohmann::json data = {{"PodDeviceEntries", nullptr},
+                                   {"RegisteredDevices", nlohmann::json::object()}};
+      const std::string text =
+          nlohmann::json{{"Data", data}, {"Checksum", CheckpointChecksum(data)}}.dump();
+      fputs(text.c_str(), f);
       fclose(f);
     }
   }
@@ -888,9 +894,9 @@ void TestKubelet::WriteCheckpointLocked() {
                        {"DeviceIDs", per_numa},
                        {"AllocResp", absl::Base64Escape(cached.response.SerializeAsString())}});
   }
-  nlohmann::json checkpoint = {
-      {"Data", {{"PodDeviceEntries", entries}, {"RegisteredDevices", registered}}},
-      {"Checksum", 0}};  // Go's checksum of its own types; only the kubelet checks it
+  const nlohmann::json data = {{"PodDeviceEntries", entries}, {"RegisteredDevices", registered}};
+  // Over exactly what is written, as the kubelet's MarshalCheckpoint does.
+  nlohmann::json checkpoint = {{"Data", data}, {"Checksum", CheckpointChecksum(data)}};
   const std::string path = absl::StrCat(DevicePluginsDir(), "/", kKubeletCheckpointName);
   const std::string temp = path + ".tmp";
   if (FILE* f = fopen(temp.c_str(), "w")) {
