@@ -65,6 +65,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
     // The kubelet's list comes from whichever stream spoke last: a device that is not ours in
     // it means another plugin registered the resource after us.
     if (!foreign_id.empty() && healthy_is_live) {
+      sockets_when_served_ = std::set<std::string>(view.live_foreign.begin(), view.live_foreign.end());
       return leave("(the plugin that now feeds the kubelet's list)",
                    absl::StrCat("another device plugin registered ", resource_,
                                 " after us: the kubelet now lists ", foreign_id,
@@ -84,6 +85,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   const bool stale_own_list =
       view.holdings.source == "checkpoint" && foreign_id.empty() && input.registered_last;
   if (!healthy.empty() && healthy_is_live && !stale_own_list) {
+    sockets_when_served_ = std::set<std::string>(view.live_foreign.begin(), view.live_foreign.end());
     // The least id names the plugin: pod-resources lists devices in no particular order, and the
     // same plugin must read the same (one log line, not one per look).
     const std::string& named = *std::min_element(healthy.begin(), healthy.end());
@@ -93,6 +95,19 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
                               ", ...) and we have not registered it: another plugin serves it"));
   }
 
+  // Nobody lists a healthy device of it. While every socket that was alive when another plugin
+  // served it still is, that plugin is there with every device Unhealthy: still its resource.
+  if (!sockets_when_served_.empty() && view.holdings.known.count(resource_) > 0) {
+    const std::set<std::string> live(view.live_foreign.begin(), view.live_foreign.end());
+    if (std::includes(live.begin(), live.end(), sockets_when_served_.begin(),
+                      sockets_when_served_.end())) {
+      return leave("(the plugin that served it, all its devices Unhealthy)",
+                   absl::StrCat("the kubelet lists no healthy device of ", resource_,
+                                ", but the plugin that served it is still there (its socket "
+                                "lives): its devices are Unhealthy, the resource is still its own"));
+    }
+    sockets_when_served_.clear();  // one went: from here the grace decides
+  }
   // Nobody serves it now. Ours to take, unless the kubelet knows it from another plugin that
   // may still come back (after a kubelet restart or a reboot every plugin registers again, in
   // no particular order, and some start minutes late).

@@ -89,6 +89,9 @@ NeighbourView LookAround(const NeighbourQuery& query) {
       if (view.predecessor.empty()) view.predecessor = socket;
     } else {
       ++view.live_foreign_sockets;
+      struct stat st;
+      const ino_t inode = stat(socket.c_str(), &st) == 0 ? st.st_ino : 0;
+      view.live_foreign.push_back(absl::StrCat(socket, "@", inode));
     }
   }
 

@@ -2,6 +2,7 @@
 // (docs/kubelet-behaviour.md) on an injected clock: no sockets, no sleeps.
 #include "edgeaccel/kubelet/neighbour_arbiter.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace edgeaccel {
@@ -137,6 +138,47 @@ TEST_F(ArbiterTest, AStaleCheckpointListIsNotALivePlugin) {
   view.holdings.healthy[kGpu] = {"GPU-ours-0"};
   input.registered_last = true;
   EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kServe);
+}
+
+// NVIDIA's plugin marks a GPU Unhealthy on a critical Xid and never marks it back: the kubelet
+// then lists no healthy device, as after a restart the plugin has not come back from. The
+// plugin's socket, alive all along, tells the two apart (seen on a real kubelet 1.36: without
+// this the grace ran, and would have handed us the resource of a plugin still serving it).
+TEST_F(ArbiterTest, APluginWhoseDevicesAllTurnedUnhealthyKeepsItsResource) {
+  view.holdings_read = true;
+  view.holdings.source = "pod-resources";
+  view.live_foreign_sockets = 1;
+  view.live_foreign = {"/dp/vendor-gpu.sock@41"};
+  KubeletLists({"GPU-1", "GPU-2"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+  view.holdings.healthy[kGpu].clear();  // every device Unhealthy
+  for (absl::Duration at : {absl::Seconds(1), absl::Minutes(6), absl::Hours(2)}) {
+    const ArbiterDecision decision = Decide(at);
+    EXPECT_EQ(decision.verdict, ArbiterDecision::kLeave);
+    EXPECT_THAT(decision.why, ::testing::HasSubstr("its devices are Unhealthy"));
+  }
+  // Another plugin's socket coming beside it changes nothing.
+  view.live_foreign = {"/dp/intel-gpu.sock@77", "/dp/vendor-gpu.sock@41"};
+  EXPECT_EQ(Decide(absl::Hours(3)).verdict, ArbiterDecision::kLeave);
+  // Its socket goes (a kubelet restart deletes it; the plugin exits): the grace starts now.
+  view.live_foreign = {"/dp/intel-gpu.sock@77"};
+  const ArbiterDecision waiting = Decide(absl::Hours(4));
+  EXPECT_EQ(waiting.verdict, ArbiterDecision::kWait);
+  EXPECT_EQ(waiting.until, kT0 + absl::Hours(4) + absl::Minutes(5));
+  EXPECT_EQ(Decide(absl::Hours(4) + absl::Minutes(5)).verdict, ArbiterDecision::kServe);
+}
+
+TEST_F(ArbiterTest, ASocketReCreatedUnderTheSameNameIsAnotherPlugin) {
+  view.holdings_read = true;
+  view.holdings.source = "pod-resources";
+  view.live_foreign_sockets = 1;
+  view.live_foreign = {"/dp/vendor-gpu.sock@41"};
+  KubeletLists({"GPU-1"});
+  EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
+  // The kubelet restarted and the plugin came back on a new socket with no healthy device yet.
+  view.holdings.healthy[kGpu].clear();
+  view.live_foreign = {"/dp/vendor-gpu.sock@42"};
+  EXPECT_EQ(Decide(absl::Seconds(1)).verdict, ArbiterDecision::kWait);
 }
 
 }  // namespace

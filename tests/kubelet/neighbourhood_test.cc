@@ -145,6 +145,34 @@ TEST_P(NeighbourhoodTest, NeighboursLoseNoHealthEventAndKeepServing) {
   }
 }
 
+// A neighbour built like NVIDIA's marks every device Unhealthy (a critical Xid; it never marks
+// them back): the kubelet lists no healthy device of the resource, as after a restart its plugin
+// has not come back from. Its socket lives on, so the resource stays its own however long it
+// lasts (found on a real kubelet 1.36, where the grace ran out under it).
+TEST_P(NeighbourhoodTest, ANeighbourWithEveryDeviceUnhealthyKeepsItsResource) {
+  kubelet_.Start();
+  auto neighbour = StartNeighbour(NeighbourKind::kNvidiaLike);
+  const absl::Duration grace = absl::Milliseconds(300);
+  auto gpu = StartRegistrar(&gpus_, RegistrationMode::kKubelet,
+                            [&](ResourceRegistrar::Options* o) { o->neighbour_grace = grace; });
+  ASSERT_TRUE(Eventually([&] { return !gpu->left_to().empty(); }));
+  for (const std::string& id : GpuIds()) ASSERT_TRUE(neighbour->MarkUnhealthy(id));
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return UnhealthyAtTheKubelet(kGpu) == 8; }));
+  const uint64_t looks = gpu->neighbour_looks();
+  StirDevicePluginsDir(0);
+  ASSERT_TRUE(Eventually([&] { return gpu->neighbour_looks() > looks; }));
+  absl::SleepFor(3 * grace);  // a time span: what must not happen in it is a registration
+  EXPECT_EQ(gpu->registrations(), 0u);
+  EXPECT_FALSE(gpu->left_to().empty());
+  EXPECT_TRUE(neighbour->serving());
+  EXPECT_EQ(kubelet_.Devices(kGpu).size(), 8u);
+  // It goes for good: the grace starts, and then the resource is ours.
+  neighbour->Stop();
+  ASSERT_TRUE(Eventually([&] { return gpu->registered(); }, absl::Seconds(5)));
+  gpu.reset();
+  kubelet_.Stop();
+}
+
 // After a kubelet restart (or a reboot) the neighbour comes back after us: its resource is left
 // to it while it does (the arbiter's test steps through 0-299 s on a clock), and taken only with
 // --take-over.

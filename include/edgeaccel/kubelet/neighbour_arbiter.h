@@ -13,6 +13,7 @@
 #ifndef EDGEACCEL_KUBELET_NEIGHBOUR_ARBITER_H_
 #define EDGEACCEL_KUBELET_NEIGHBOUR_ARBITER_H_
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,12 @@ class NeighbourArbiter {
   const absl::Duration grace_;
   // Since when the kubelet has known the resource from another plugin with nobody serving it.
   absl::Time unserved_since_ = absl::InfinitePast();
+  // The foreign sockets alive when the kubelet last listed another plugin's healthy devices of
+  // the resource. While every one of them lives on, an empty healthy list means that plugin's
+  // devices are all Unhealthy (NVIDIA's never recover), not that it is gone: the resource stays
+  // its own. A kubelet restart deletes them (and the plugin makes a new one), which starts the
+  // grace.
+  std::set<std::string> sockets_when_served_;
 };
 
 }  // namespace edgeaccel

@@ -42,8 +42,10 @@ struct NeighbourView {
   // Our socket's name held by a live process other than this one: an earlier edgeaccel still
   // serving (a rollout with maxSurge, a restart with another --registration).
   std::string predecessor;
-  // Live sockets in device-plugins/ other than kubelet.sock and ours.
+  // Live sockets in device-plugins/ other than kubelet.sock and ours, and each one's identity
+  // ("path@inode": a socket re-created by a restarted plugin is another).
   int live_foreign_sockets = 0;
+  std::vector<std::string> live_foreign;
   // What the kubelet holds. `holdings_read` is false when neither the pod-resources API nor the
   // checkpoint could be read; `holdings_note` says why pod-resources was not used, if it was not.
   KubeletHoldings holdings;
