@@ -577,13 +577,13 @@ void BenchAllocateVsFloor(int threads, int calls_per_thread) {
                           floor_socket, "0000:03:00.0", threads, calls_per_thread);
 }
 
-// A busy node: one spinning process per online CPU, for as long as this object lives. Bounded:
+// A busy node: `per_cpu` spinning processes per online CPU, for as long as this object lives. Bounded:
 // each dies with the bench (PR_SET_PDEATHSIG) and after `limit` whatever happens (alarm).
 class BusyLoad {
  public:
-  explicit BusyLoad(absl::Duration limit) {
+  BusyLoad(int per_cpu, absl::Duration limit) {
     const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    for (long i = 0; i < cpus; ++i) {
+    for (long i = 0; i < cpus * per_cpu; ++i) {
       const pid_t pid = fork();
       if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -606,7 +606,7 @@ class BusyLoad {
 
 // 1c. The same comparison on a busy node (the kubelet calls Allocate while it admits a pod, and a
 // node admitting pods is busy): the floor is measured under the same load, interleaved.
-void BenchAllocateVsFloorLoaded(int threads, int calls_per_thread) {
+void BenchAllocateVsFloorLoaded(int threads, int calls_per_thread, int busy_per_cpu) {
   RunningDaemon running("5s");
   TempDir dir("edgeaccel-floor");
   const std::string floor_socket = dir.path() + "/floor.sock";
@@ -615,7 +615,7 @@ void BenchAllocateVsFloorLoaded(int threads, int calls_per_thread) {
     fprintf(stderr, "the echo floor server did not start:\n%s\n", floor.Log().c_str());
     exit(1);
   }
-  BusyLoad load(absl::Minutes(5));
+  BusyLoad load(busy_per_cpu, absl::Minutes(5));
   const std::string label = absl::StrCat("allocate_vs_floor_loaded(", load.size(), " busy)");
   CompareAllocateWithEcho(label.c_str(),
                           running.kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu),
@@ -693,7 +693,8 @@ int main(int argc, char** argv) {
   }
   FLAGS_minloglevel = 2;  // in-process servers' INFO/WARNING lines are noise here
   if (only == "allocate-loaded") {
-    edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000);
+    edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 1);
+    edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 2);
     return 0;
   }
   if (only == "idle") {
@@ -706,7 +707,8 @@ int main(int argc, char** argv) {
   }
   edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocateVsFloor(8, quick ? 500 : 5000);
-  edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000);
+  edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 1);
+  edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 2);
   edgeaccel::BenchAllocate(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocate(8, quick ? 500 : 5000);
   edgeaccel::BenchColdStart(quick ? 5 : 30);
