@@ -117,11 +117,12 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   device.facts["device"] = name;
   device.facts["interface"] = "pcie";
   absl::StatusOr<std::string> pci = host_->ReadAttribute(sys + "/pci_address");
-  if (absl::IsNotFound(pci.status())) {
+  if (absl::IsNotFound(pci.status()) || absl::IsAborted(pci.status())) {
     // Every gasket device has pci_address, so its absence means the kernel is tearing this
-    // device down (the class entry outlives its tree for a moment). Reporting it now would
-    // advertise a made-up id ("apex_1") for a device that is leaving.
-    VLOG(1) << sys << ": vanished while being read (device being removed); skipped";
+    // device down (the class entry outlives its tree for a moment), and an attribute replaced
+    // while being read means it was removed and added again. Reporting it now would advertise a
+    // made-up id ("apex_1"); the event that re-adds it brings another scan.
+    VLOG(1) << sys << ": vanished or re-created while being read; skipped this scan";
     return std::nullopt;
   }
   if (pci.ok() && IsPciAddress(*pci)) {

@@ -316,7 +316,7 @@ absl::StatusOr<std::string> Host::ReadFile(absl::string_view host_path, size_t m
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat", host_path);
   if (!S_ISREG(st.st_mode) || st.st_ino != seen.st_ino || st.st_dev != seen.st_dev) {
-    return absl::FailedPreconditionError(
+    return absl::AbortedError(
         absl::StrCat("cannot read ", host_path, ": it changed while being opened"));
   }
   std::string content;

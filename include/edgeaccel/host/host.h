@@ -55,6 +55,8 @@ class Host {
 
   // Reads a whole small file (sysfs attribute, /proc entry). Files larger than `max_bytes` are
   // an error: host files we read are tiny, and a huge one means we are reading the wrong thing.
+  // A file replaced between the look and the open (a device removed and added again, which
+  // gives its sysfs attributes new inodes) is Aborted: read again later, it is the new one.
   absl::StatusOr<std::string> ReadFile(absl::string_view host_path,
                                        size_t max_bytes = 64 * 1024) const;
 
