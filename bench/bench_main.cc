@@ -561,23 +561,7 @@ void BenchTemperatureCrossing(int samples) {
          samples_ms.size(), p.p50, p.p99, p.max);
 }
 
-// 1b. Allocate on the real daemon (its own process, two fake Edge TPUs) vs the floor: a bare sync
-// echo server in another process, on the same kind of socket, from the same archives.
-void BenchAllocateVsFloor(int threads, int calls_per_thread) {
-  RunningDaemon running("5s");
-  TempDir dir("edgeaccel-floor");
-  const std::string floor_socket = dir.path() + "/floor.sock";
-  DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {floor_socket});
-  if (!floor.WaitForLog("ready")) {
-    fprintf(stderr, "the echo floor server did not start:\n%s\n", floor.Log().c_str());
-    exit(1);
-  }
-  CompareAllocateWithEcho("allocate_vs_floor",
-                          running.kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu),
-                          floor_socket, "0000:03:00.0", threads, calls_per_thread);
-}
-
-// A busy node: `per_cpu` spinning processes per online CPU, for as long as this object lives. Bounded:
+// A busy node: `per_cpu` spinning processes per online CPU (none for 0), for as long as this object lives. Bounded:
 // each dies with the bench (PR_SET_PDEATHSIG) and after `limit` whatever happens (alarm).
 class BusyLoad {
  public:
@@ -604,9 +588,12 @@ class BusyLoad {
   std::vector<pid_t> children_;
 };
 
-// 1c. The same comparison on a busy node (the kubelet calls Allocate while it admits a pod, and a
-// node admitting pods is busy): the floor is measured under the same load, interleaved.
-void BenchAllocateVsFloorLoaded(int threads, int calls_per_thread, int busy_per_cpu) {
+// 1b. Allocate on the real daemon (its own process, two fake Edge TPUs) vs the floor: a bare sync
+// echo server in another process, on the same kind of socket, from the same archives.
+// 1c. With `busy_per_cpu` > 0, the same comparison on a busy node (the kubelet calls Allocate
+// while it admits a pod, and a node admitting pods is busy): the floor is measured under the same
+// load, interleaved.
+void BenchAllocateVsFloor(int threads, int calls_per_thread, int busy_per_cpu = 0) {
   RunningDaemon running("5s");
   TempDir dir("edgeaccel-floor");
   const std::string floor_socket = dir.path() + "/floor.sock";
@@ -616,7 +603,9 @@ void BenchAllocateVsFloorLoaded(int threads, int calls_per_thread, int busy_per_
     exit(1);
   }
   BusyLoad load(busy_per_cpu, absl::Minutes(5));
-  const std::string label = absl::StrCat("allocate_vs_floor_loaded(", load.size(), " busy)");
+  const std::string label =
+      busy_per_cpu == 0 ? std::string("allocate_vs_floor")
+                        : absl::StrCat("allocate_vs_floor_loaded(", load.size(), " busy)");
   CompareAllocateWithEcho(label.c_str(),
                           running.kubelet.DevicePluginsDir() + "/" + SocketFileName(kTpu),
                           floor_socket, "0000:03:00.0", threads, calls_per_thread);
@@ -693,8 +682,8 @@ int main(int argc, char** argv) {
   }
   FLAGS_minloglevel = 2;  // in-process servers' INFO/WARNING lines are noise here
   if (only == "allocate-loaded") {
-    edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 1);
-    edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 2);
+    edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000, 1);
+    edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000, 2);
     return 0;
   }
   if (only == "idle") {
@@ -707,8 +696,8 @@ int main(int argc, char** argv) {
   }
   edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocateVsFloor(8, quick ? 500 : 5000);
-  edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 1);
-  edgeaccel::BenchAllocateVsFloorLoaded(1, quick ? 2000 : 20000, 2);
+  edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000, 1);
+  edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000, 2);
   edgeaccel::BenchAllocate(1, quick ? 2000 : 20000);
   edgeaccel::BenchAllocate(8, quick ? 500 : 5000);
   edgeaccel::BenchColdStart(quick ? 5 : 30);

@@ -195,6 +195,12 @@ void RegistrationMachine::RecordOurs() {
   }
 }
 
+void RegistrationMachine::RecordNotOurs() {
+  if (absl::Status status = ports_->Record(false); !status.ok()) {
+    Complain(std::string(status.message()));
+  }
+}
+
 bool RegistrationMachine::Arbitrate() {
   last_other_look_ = Now();
   const std::string& resource = options_.resource;
@@ -266,9 +272,7 @@ bool RegistrationMachine::Arbitrate() {
     registered_kubelet_.store(false);
     ports_->WatcherEndpointLost();
     ports_->WatcherSteppedBack(true);
-    if (absl::Status status = ports_->Record(false); !status.ok()) {
-      Complain(std::string(status.message()));
-    }
+    RecordNotOurs();
     ports_->Warn("DevicePluginSteppedBack",
                  absl::StrCat(resource, ": stepped back: ", decision.why,
                               "; start with --take-over to serve it from edgeaccel"));
@@ -295,9 +299,7 @@ bool RegistrationMachine::Arbitrate() {
       decision.verdict == ArbiterDecision::kWait ? decision.until : absl::InfiniteFuture();
   if (was_left_to != decision.to) {
     if (view.predecessor.empty()) {
-      if (absl::Status status = ports_->Record(false); !status.ok()) {
-        Complain(std::string(status.message()));
-      }
+      RecordNotOurs();
       ports_->Warn("DevicePluginTakeoverRefused",
                    absl::StrCat(resource, ": not registered: ", decision.why,
                                 "; start with --take-over to replace it"));

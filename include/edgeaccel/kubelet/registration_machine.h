@@ -198,6 +198,8 @@ class RegistrationMachine {
   // Our plugin-watcher socket is about to go: if the watcher registered it, remember when.
   void NoteWatcherSocketGoing(const EndpointState& endpoint);
   void RecordOurs();
+  // The resource is left to another plugin: the record says so (a failed write is complained of).
+  void RecordNotOurs();
   void CheckEndpoint(RegistrationMode mode);
   void CancelRegister();
   // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
