@@ -83,6 +83,23 @@ absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text)
   return replicas;
 }
 
+absl::StatusOr<std::set<int>> ParseXids(absl::string_view text) {
+  std::set<int> xids;
+  text = absl::StripAsciiWhitespace(text);
+  if (text == "none" || text.empty()) return xids;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    int xid = 0;
+    if (!absl::SimpleAtoi(entry, &xid) || xid < 1 || xid > 999) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nvml-ignored-xids: \"", absl::CHexEscape(entry.substr(0, 60)),
+          "\" is not an Xid (1 to 999); give a comma-separated list, or none"));
+    }
+    xids.insert(xid);
+  }
+  return xids;
+}
+
 absl::Status ValidateConfig(const DaemonConfig& config) {
   struct stat st;
   if (config.host_root.empty() || config.host_root[0] != '/') {
@@ -118,6 +135,15 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
                                         config.device_plugin_dir);
       !s.ok()) {
     return s;
+  }
+  if (config.nvml_timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nvml-timeout must be at least 100ms, got ", absl::FormatDuration(config.nvml_timeout)));
+  }
+  if (config.nvml_check_interval < absl::ZeroDuration() ||
+      config.nvml_xid_recovery < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--nvml-check-interval and --nvml-xid-recovery must not be negative (0 turns them off)");
   }
   if (config.probe_interval < absl::ZeroDuration() ||
       (config.probe_interval > absl::ZeroDuration() &&

@@ -1,5 +1,7 @@
 #include "edgeaccel/daemon/daemon.h"
 
+#include <unistd.h>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,19 @@
 #include "glog/logging.h"
 
 namespace edgeaccel {
+namespace {
+
+// edgeaccel-nvml-helper in the directory this executable is in (the images put both in
+// /usr/bin; a build tree has both in build/).
+std::string DefaultNvmlHelperPath() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "/usr/bin/edgeaccel-nvml-helper";
+  const std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/')) + "/edgeaccel-nvml-helper";
+}
+
+}  // namespace
 
 Daemon::Daemon(DaemonConfig config)
     : config_(std::move(config)),
@@ -48,8 +63,19 @@ Daemon::Daemon(DaemonConfig config)
         ->discoverers.push_back(std::make_unique<TegraGpuDiscoverer>(&host_, nvidia_options));
   }
   if (enabled("nvidia")) {
-    ResourceFor(std::string(kResourceNvidiaGpu))
-        ->discoverers.push_back(std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options));
+    if (config_.nvml) {
+      NvmlOptions nvml;
+      nvml.helper_path = config_.nvml_helper.empty() ? DefaultNvmlHelperPath() : config_.nvml_helper;
+      nvml.timeout = config_.nvml_timeout;
+      nvml.check_interval = config_.nvml_check_interval;
+      nvml.xid_recovery = config_.nvml_xid_recovery;
+      nvml.ignored_xids = config_.nvml_ignored_xids;
+      nvml.on_change = [this] { watcher_.RequestRescan(nvidia_discoverer_); };
+      nvml_ = std::make_unique<NvmlSupervisor>(&host_, std::move(nvml));
+    }
+    auto discoverer = std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options, nvml_.get());
+    nvidia_discoverer_ = discoverer.get();
+    ResourceFor(std::string(kResourceNvidiaGpu))->discoverers.push_back(std::move(discoverer));
   }
 
   for (auto& resource : resources_) {
@@ -190,7 +216,10 @@ LabelSet Daemon::Labels() const {
   for (const auto& resource : resources_) {
     snapshots[resource->set->resource_name()] = resource->set->Current();
   }
-  return DeriveLabels(snapshots, LabelOptions{config_.seed_labels});
+  LabelOptions options;
+  options.seed_labels = config_.seed_labels;
+  if (nvml_ != nullptr) options.nvml_gpus = nvml_->AllGpuFacts();
+  return DeriveLabels(snapshots, options);
 }
 
 void Daemon::RefreshLabels() {
@@ -235,6 +264,11 @@ std::string Daemon::RenderMetrics() const {
     m.holdings_unreadable = r.holdings_unreadable();
     m.checkpoint_unreadable = r.checkpoint_unreadable();
     metrics.push_back(std::move(m));
+  }
+  if (nvml_ != nullptr && nvml_->started()) {
+    // Read now (at most a second old), waiting a bounded time for a slow or hung NVML.
+    NvmlMetrics gpus{nvml_->Status(), nvml_->Telemetry(absl::Seconds(2))};
+    return edgeaccel::RenderMetrics(metrics, &gpus);
   }
   return edgeaccel::RenderMetrics(metrics);
 }
@@ -312,6 +346,7 @@ void Daemon::Stop() {
   }
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
+  if (nvml_ != nullptr) nvml_->Stop();  // after the scans that start it
   // The file writers before the sinks: a sink waiting in Write() on a hung disk is released at
   // once (RetryingFileWriter::Stop never waits for the disk), so sinks_.Stop() does not wait
   // for it either. The CDI specs stay on disk (see CdiSpecFile): containers that restart while
@@ -381,7 +416,14 @@ void Daemon::RecordHealthEvents(Resource* resource, const Snapshot& snapshot) {
   for (NodeEvent& event : events) RecordEvent(std::move(event));
 }
 
-void Daemon::ScanOnce() { watcher_.ScanAll(); }
+void Daemon::ScanOnce() {
+  watcher_.ScanAll();
+  // A discrete GPU started NVML's helper: what it says belongs in the report too.
+  if (nvml_ != nullptr && nvml_->started()) {
+    nvml_->WaitSettled(config_.nvml_timeout + absl::Seconds(1));
+    watcher_.ScanAll();
+  }
+}
 
 std::string Daemon::Describe() const {
   std::string out;
@@ -424,6 +466,11 @@ std::string Daemon::Describe() const {
     if (snapshot->devices.empty()) {
       for (const auto& discoverer : resource->discoverers) {
         absl::StrAppend(&out, "  ", discoverer->NothingFoundHint(), "\n");
+      }
+    }
+    for (const auto& discoverer : resource->discoverers) {
+      for (const std::string& remark : discoverer->Remarks()) {
+        absl::StrAppend(&out, "  ", remark, "\n");
       }
     }
     for (const Device& device : snapshot->devices) {

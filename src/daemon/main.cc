@@ -80,6 +80,28 @@ ABSL_FLAG(bool, tegra_display_nodes, false,
           "On Jetson, also hand out the display nodes with the integrated GPU (/dev/dri/card*, "
           "/dev/fb*, /dev/tegra_dc_*, Orin's /dev/nvidia*), for containers that drive a display. "
           "Off: the GPU's compute and media nodes only.");
+ABSL_FLAG(bool, nvml, true,
+          "Where discrete NVIDIA GPUs are found, ask NVML (the host's libnvidia-ml.so.1, found "
+          "through its /etc/ld.so.cache and the driver directories, /run/nvidia/driver too) in "
+          "a helper process: memory, compute capability, CUDA version, MIG and ECC mode as node "
+          "labels; critical Xid errors as health; temperature, power, utilisation, memory and "
+          "ECC errors on /metrics. Without NVML the GPUs are served as before.");
+ABSL_FLAG(std::string, nvml_helper, "",
+          "The NVML helper executable; default: edgeaccel-nvml-helper beside this one.");
+ABSL_FLAG(absl::Duration, nvml_timeout, absl::Seconds(10),
+          "How long NVML may take to list the GPUs or answer one reading before its helper is "
+          "killed and started again (a hung NVML call never blocks serving).");
+ABSL_FLAG(absl::Duration, nvml_check_interval, absl::Seconds(30),
+          "How often each GPU is asked whether NVML still answers for it (a GPU that does not is "
+          "Unhealthy); 0: only when /metrics is scraped.");
+ABSL_FLAG(absl::Duration, nvml_xid_recovery, absl::Minutes(10),
+          "A GPU that had a critical Xid error is Healthy again once NVML answers for it and no "
+          "critical Xid came for this long; 0: never (until the daemon restarts), as NVIDIA's "
+          "device plugin does.");
+ABSL_FLAG(std::string, nvml_ignored_xids, "13,31,43,45,68,109",
+          "Xid errors that do not make a GPU Unhealthy (default: the application errors NVIDIA's "
+          "device plugin ignores); remove a code to count it, add one to skip it; none: every "
+          "Xid counts.");
 ABSL_FLAG(bool, cdi, false,
           "Also answer CDI device names (edgeaccel.io/edgetpu=<id>, edgeaccel.io/gpu=<id>) and "
           "keep matching CDI specs in --cdi-dir, one per resource that has devices. Specs stay "
@@ -157,6 +179,14 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.replicas = *replicas;
   config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
   config.tegra_display_nodes = absl::GetFlag(FLAGS_tegra_display_nodes);
+  config.nvml = absl::GetFlag(FLAGS_nvml);
+  config.nvml_helper = absl::GetFlag(FLAGS_nvml_helper);
+  config.nvml_timeout = absl::GetFlag(FLAGS_nvml_timeout);
+  config.nvml_check_interval = absl::GetFlag(FLAGS_nvml_check_interval);
+  config.nvml_xid_recovery = absl::GetFlag(FLAGS_nvml_xid_recovery);
+  absl::StatusOr<std::set<int>> xids = edgeaccel::ParseXids(absl::GetFlag(FLAGS_nvml_ignored_xids));
+  if (!xids.ok()) return xids.status();
+  config.nvml_ignored_xids = *xids;
   config.cdi = absl::GetFlag(FLAGS_cdi);
   config.cdi_dir = absl::GetFlag(FLAGS_cdi_dir);
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);

@@ -44,7 +44,7 @@ class Family {
 
 }  // namespace
 
-std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
+std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const NvmlMetrics* nvml) {
   std::string out;
   Family(&out, "edgeaccel_build_info", "gauge", "Build of the running daemon.")
       .Sample({{"version", kVersion}}, 1);
@@ -68,6 +68,27 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
       {"gpu_load_permille", {"edgeaccel_gpu_load_ratio", 0.001}},
       {"gpu_temperature_celsius", {"edgeaccel_gpu_temperature_celsius", 1}},
   };
+  // NVML's readings of discrete GPUs, with dcgm-exporter's meanings and units (docs/nvml.md):
+  // key in the helper's sample -> metric, and the dcgm-exporter field it matches.
+  const std::map<std::string, std::string> kNvmlGauges = {
+      {"temperature_c", "edgeaccel_gpu_temperature_celsius"},          // DCGM_FI_DEV_GPU_TEMP
+      {"power_w", "edgeaccel_gpu_power_watts"},                        // DCGM_FI_DEV_POWER_USAGE
+      {"sm_util_percent", "edgeaccel_gpu_utilization_percent"},        // DCGM_FI_DEV_GPU_UTIL
+      {"memory_util_percent", "edgeaccel_gpu_memory_copy_utilization_percent"},  // _MEM_COPY_UTIL
+      {"memory_used_mib", "edgeaccel_gpu_memory_used_mib"},            // DCGM_FI_DEV_FB_USED
+      {"memory_total_mib", "edgeaccel_gpu_memory_total_mib"},          // DCGM_FI_DEV_FB_TOTAL
+      {"throttle_reasons", "edgeaccel_gpu_throttle_reasons"},  // DCGM_FI_DEV_CLOCK_THROTTLE_REASONS
+  };
+  if (nvml != nullptr) {
+    for (const NvmlTelemetry& gpu : nvml->gpus) {
+      for (const auto& [key, value] : gpu.values) {
+        auto metric = kNvmlGauges.find(key);
+        if (metric == kNvmlGauges.end()) continue;
+        telemetry[metric->second].push_back(
+            {{{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}}, value});
+      }
+    }
+  }
   for (const auto& r : resources) {
     std::set<std::string> seen;
     for (const Device& d : r.snapshot->devices) {
@@ -90,7 +111,18 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
       {"edgeaccel_edgetpu_throttle_temperature_celsius",
        "Temperature at which the apex driver starts throttling (trip point 0)."},
       {"edgeaccel_gpu_load_ratio", "Jetson GPU load, 0 to 1."},
-      {"edgeaccel_gpu_temperature_celsius", "Jetson GPU temperature."},
+      {"edgeaccel_gpu_temperature_celsius", "GPU temperature (Jetson: thermal zone; discrete: NVML)."},
+      {"edgeaccel_gpu_power_watts", "Discrete GPU power draw (NVML), watts."},
+      {"edgeaccel_gpu_utilization_percent",
+       "Percent of the last sample period in which a kernel ran on the discrete GPU (NVML)."},
+      {"edgeaccel_gpu_memory_copy_utilization_percent",
+       "Percent of the last sample period in which the discrete GPU's memory was read or written."},
+      {"edgeaccel_gpu_memory_used_mib", "Discrete GPU framebuffer memory in use, MiB."},
+      {"edgeaccel_gpu_memory_total_mib", "Discrete GPU framebuffer memory, MiB."},
+      {"edgeaccel_gpu_throttle_reasons",
+       "Why the discrete GPU's clocks are held down now: NVML's clocks-event reason bits (0: "
+       "not throttled; 0x1 idle, 0x4 power cap, 0x8 hardware slowdown, 0x20 software thermal, "
+       "0x40 hardware thermal, 0x80 power brake)."},
   };
   for (const auto& [name, samples] : telemetry) {
     Family family(&out, name, "gauge", kTelemetryHelp.at(name));
@@ -143,6 +175,48 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources) {
     if (r.counters != nullptr) {
       longest_look.Sample({{"resource", r.resource}}, absl::ToDoubleSeconds(r.longest_look));
     }
+  }
+  if (nvml != nullptr) {
+    Family ecc(&out, "edgeaccel_gpu_ecc_errors_total", "counter",
+               "ECC errors in the discrete GPU's memory since the driver loaded (NVML's volatile "
+               "counts; dcgm-exporter's DCGM_FI_DEV_ECC_SBE_VOL_TOTAL and _DBE_VOL_TOTAL).");
+    for (const NvmlTelemetry& gpu : nvml->gpus) {
+      for (const auto& [key, type] : {std::pair<std::string, std::string>{"ecc_corrected", "corrected"},
+                                      {"ecc_uncorrected", "uncorrected"}}) {
+        auto value = gpu.values.find(key);
+        if (value == gpu.values.end()) continue;
+        ecc.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}, {"type", type}},
+                   value->second);
+      }
+    }
+    Family answering(&out, "edgeaccel_gpu_nvml_answering", "gauge",
+                     "1 if NVML answered for the discrete GPU at the last sample, 0 if not (the "
+                     "GPU is then Unhealthy).");
+    for (const NvmlTelemetry& gpu : nvml->gpus) {
+      answering.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}},
+                       gpu.lost.empty() ? 1 : 0);
+    }
+    Family xids(&out, "edgeaccel_gpu_xid_errors_total", "counter",
+                "Xid errors NVML reported for the discrete GPU since the daemon started; "
+                "critical=\"true\" ones make the GPU Unhealthy (--nvml-ignored-xids lists the rest).");
+    for (const NvmlXidCount& count : nvml->status.xids) {
+      xids.Sample({{"resource", "nvidia.com/gpu"},
+                   {"device", count.uuid},
+                   {"xid", absl::StrCat(count.xid)},
+                   {"critical", count.critical ? "true" : "false"}},
+                  static_cast<double>(count.count));
+    }
+    Family up(&out, "edgeaccel_nvml_up", "gauge",
+              "1 while the NVML helper has listed the GPUs and answers; 0 while it is "
+              "unavailable or restarting.");
+    up.Sample({{"state", nvml->status.state}}, nvml->status.state == "ready" ? 1 : 0);
+    Family restarts(&out, "edgeaccel_nvml_helper_restarts_total", "counter",
+                    "NVML helper processes that ended (a crash, a failed event wait, or killed "
+                    "for hanging) and were started again.");
+    restarts.Sample({}, static_cast<double>(nvml->status.restarts));
+    Family hangs(&out, "edgeaccel_nvml_helper_hangs_total", "counter",
+                 "NVML helper processes killed because NVML did not answer within --nvml-timeout.");
+    hangs.Sample({}, static_cast<double>(nvml->status.hangs));
   }
   Family registered(&out, "edgeaccel_registered", "gauge",
                     "1 while the resource is registered with the kubelet and serving.");

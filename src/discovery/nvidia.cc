@@ -58,8 +58,13 @@ absl::StatusOr<std::string> ParseNvidiaDriverVersion(absl::string_view text) {
   return match[1].str();
 }
 
-NvidiaGpuDiscoverer::NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options)
-    : host_(host), options_(options) {}
+NvidiaGpuDiscoverer::NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options,
+                                         GpuFactSource* facts)
+    : host_(host), options_(options), facts_(facts) {}
+
+std::vector<std::string> NvidiaGpuDiscoverer::Remarks() const {
+  return facts_ != nullptr ? facts_->Remarks() : std::vector<std::string>{};
+}
 
 std::string NvidiaGpuDiscoverer::ResourceName() const { return std::string(kResourceNvidiaGpu); }
 
@@ -118,6 +123,7 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
     std::optional<Device> device = ScanOne(bus, driver_version);
     if (device.has_value()) devices.push_back(std::move(*device));
   }
+  if (facts_ != nullptr) facts_->Amend(&devices);
   return devices;
 }
 

@@ -54,10 +54,24 @@ void HostWatcher::Publish(DeviceSet* set) {
   set->Update(ExpandReplicas(std::move(devices), replicas == replicas_.end() ? 1 : replicas->second));
 }
 
+void HostWatcher::RequestRescan(const Discoverer* discoverer) {
+  absl::MutexLock lock(&rescan_mu_);
+  if (rescan_fd_ < 0) return;
+  for (size_t f = 0; f < families_.size(); ++f) {
+    if (families_[f].discoverer == discoverer) rescan_requested_.insert(f);
+  }
+  uint64_t one = 1;
+  (void)!write(rescan_fd_, &one, sizeof(one));
+}
+
 absl::Status HostWatcher::Start() {
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (stop_fd_ < 0 || epoll_fd_ < 0) {
+  {
+    absl::MutexLock lock(&rescan_mu_);
+    rescan_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+  if (stop_fd_ < 0 || epoll_fd_ < 0 || rescan_fd_ < 0) {
     return absl::InternalError(absl::StrCat("cannot set up epoll: ", strerror(errno)));
   }
   settle_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -86,7 +100,7 @@ absl::Status HostWatcher::Start() {
                  << "; is fs.inotify.max_user_instances used up?): looking at the devices every "
                     "second until one is free";
   }
-  for (int fd : {watcher_.fd(), uevents_.fd(), timer_fd_, settle_fd_, stop_fd_}) {
+  for (int fd : {watcher_.fd(), uevents_.fd(), timer_fd_, settle_fd_, stop_fd_, rescan_fd_}) {
     if (fd < 0) continue;
     struct epoll_event ev = {};
     ev.events = EPOLLIN;
@@ -119,6 +133,9 @@ void HostWatcher::Stop() {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
+  absl::MutexLock lock(&rescan_mu_);
+  if (rescan_fd_ >= 0) close(rescan_fd_);
+  rescan_fd_ = -1;
 }
 
 void HostWatcher::ArmWatches() {
@@ -179,6 +196,15 @@ void HostWatcher::Run() {
         absl::flat_hash_set<size_t> settling = std::move(settling_);
         settling_.clear();
         for (size_t f : settling) Rescan(f);
+      } else if (fd == rescan_fd_) {
+        uint64_t requests;
+        (void)!read(rescan_fd_, &requests, sizeof(requests));
+        absl::flat_hash_set<size_t> requested;
+        {
+          absl::MutexLock lock(&rescan_mu_);
+          requested.swap(rescan_requested_);
+        }
+        for (size_t f : requested) Rescan(f);
       } else if (fd == watcher_.fd()) {
         HandleInotify();
         events_handled_.fetch_add(1);

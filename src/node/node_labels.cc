@@ -110,6 +110,37 @@ LabelSet DeriveLabels(const std::map<std::string, std::shared_ptr<const Snapshot
       labels["nvidia.com/gpu.compute.minor"] = absl::StrCat(minor);
       labels["nvidia.com/gpu.family"] = Family(major, minor);
     }
+    // From NVML (discrete GPUs): the CUDA version the driver supports, and ECC.
+    std::vector<std::string> cuda = absl::StrSplit(Fact(first, "cuda_version"), '.');
+    if (cuda.size() == 2) {
+      Set(&labels, "nvidia.com/cuda.runtime.major", cuda[0]);
+      Set(&labels, "nvidia.com/cuda.runtime.minor", cuda[1]);
+    }
+    const std::string ecc = Fact(first, "ecc_enabled");
+    if (!ecc.empty()) labels["nvidia.com/gpu.ecc"] = ecc == "true" ? "enabled" : "disabled";
+    // Where the GPUs are not all the same product, each product's own facts.
+    std::map<std::string, std::vector<const Device*>> by_product;
+    for (const Device* d : physical) by_product[SanitizeLabelValue(Fact(*d, "model"))].push_back(d);
+    if (by_product.size() > 1) {
+      for (const auto& [product, devices] : by_product) {
+        if (product.empty()) continue;
+        // A key's name part (after "nvidia.com/") is 63 characters at most; the longest here is
+        // "gpu-<product>.compute.major".
+        if (4 + product.size() + 14 > 63) continue;
+        const std::string prefix = absl::StrCat("nvidia.com/gpu-", product);
+        labels[prefix + ".count"] = absl::StrCat(devices.size());
+        const Device& d = *devices.front();
+        Set(&labels, prefix + ".memory", Fact(d, "memory_mib"));
+        std::vector<std::string> parts = absl::StrSplit(Fact(d, "compute_capability"), '.');
+        int cc_major = 0, cc_minor = 0;
+        if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &cc_major) &&
+            absl::SimpleAtoi(parts[1], &cc_minor) && cc_major >= 0 && cc_minor >= 0) {
+          labels[prefix + ".compute.major"] = absl::StrCat(cc_major);
+          labels[prefix + ".compute.minor"] = absl::StrCat(cc_minor);
+          labels[prefix + ".family"] = Family(cc_major, cc_minor);
+        }
+      }
+    }
     const std::string driver = Fact(first, "driver_version");
     if (!driver.empty()) {
       std::vector<std::string> parts = absl::StrSplit(driver, '.');
@@ -130,6 +161,22 @@ LabelSet DeriveLabels(const std::map<std::string, std::shared_ptr<const Snapshot
       seed_model = Fact(first, "model");
       seed_driver = driver;
       seed_resource = "nvidia-smi";
+    }
+  }
+
+  // MIG, from every GPU NVML lists: a GPU in MIG mode is not advertised, but is on the node.
+  if (!options.nvml_gpus.empty()) {
+    bool capable = false;
+    int enabled = 0, disabled = 0;
+    for (const auto& gpu : options.nvml_gpus) {
+      auto it = gpu.find("mig_capable");
+      capable |= it != gpu.end() && it->second == "true";
+      it = gpu.find("mig_mode");
+      if (it != gpu.end()) (it->second == "enabled" ? enabled : disabled)++;
+    }
+    labels["nvidia.com/mig.capable"] = capable ? "true" : "false";
+    if (enabled + disabled > 0) {
+      labels["nvidia.com/mig.mode"] = disabled == 0 ? "enabled" : enabled == 0 ? "disabled" : "mixed";
     }
   }
 

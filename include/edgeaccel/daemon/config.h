@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/kubelet/registrar.h"
+#include "edgeaccel/nvml/nvml_supervisor.h"
 
 namespace edgeaccel {
 
@@ -37,6 +38,13 @@ struct DaemonConfig {
   bool nvidia_runtime_envs = true;
   // Hand out a Jetson's display nodes with its iGPU.
   bool tegra_display_nodes = false;
+  // Ask NVML (through edgeaccel-nvml-helper) about discrete GPUs: facts, Xid health, telemetry.
+  bool nvml = true;
+  std::string nvml_helper;  // empty: edgeaccel-nvml-helper beside this executable
+  absl::Duration nvml_timeout = absl::Seconds(10);
+  absl::Duration nvml_check_interval = absl::Seconds(30);
+  absl::Duration nvml_xid_recovery = absl::Minutes(10);
+  std::set<int> nvml_ignored_xids = DefaultIgnoredXids();
   // Answer CDI device names and keep CDI specs in cdi_dir (as this process sees it).
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
@@ -67,6 +75,9 @@ absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text);
 // "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).
 absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text);
+
+// "13,31,43,45,68,109", or "none" (every Xid is critical).
+absl::StatusOr<std::set<int>> ParseXids(absl::string_view text);
 
 // Says exactly what is wrong with a configuration, in terms of the flag to change.
 absl::Status ValidateConfig(const DaemonConfig& config);

@@ -25,6 +25,7 @@
 #include "edgeaccel/node/node_events.h"
 #include "edgeaccel/node/node_labeler.h"
 #include "edgeaccel/node/node_labels.h"
+#include "edgeaccel/nvml/nvml_supervisor.h"
 
 namespace edgeaccel {
 
@@ -87,6 +88,10 @@ class Daemon {
   const DaemonConfig config_;
   Host host_;
   HostWatcher watcher_;
+  // With --nvml, where the nvidia family is looked for: started by the first scan that finds a
+  // discrete GPU. Its changes rescan nvidia_discoverer_.
+  std::unique_ptr<NvmlSupervisor> nvml_;
+  Discoverer* nvidia_discoverer_ = nullptr;
   std::vector<std::unique_ptr<Resource>> resources_;
   // Slow sinks (CDI specs, the NFD file, label refreshes) run here, in order, so the host
   // watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk.

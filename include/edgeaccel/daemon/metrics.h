@@ -20,6 +20,7 @@
 #include "edgeaccel/daemon/http_endpoint.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
+#include "edgeaccel/nvml/nvml_supervisor.h"
 
 namespace edgeaccel {
 
@@ -41,8 +42,15 @@ struct ResourceMetrics {
   uint64_t checkpoint_unreadable = 0;
 };
 
-// The Prometheus text exposition for `resources`.
-std::string RenderMetrics(const std::vector<ResourceMetrics>& resources);
+// What NVML says about discrete GPUs, for /metrics (with --nvml, once a GPU was found).
+struct NvmlMetrics {
+  NvmlStatus status;
+  std::vector<NvmlTelemetry> gpus;
+};
+
+// The Prometheus text exposition for `resources` (and NVML's GPUs, when `nvml` is set).
+std::string RenderMetrics(const std::vector<ResourceMetrics>& resources,
+                          const NvmlMetrics* nvml = nullptr);
 
 // "host:port", ":port" (all interfaces) or "[::1]:port"; port 0 picks a free one.
 absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(absl::string_view address);

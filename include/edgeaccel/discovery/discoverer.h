@@ -49,6 +49,10 @@ class Discoverer {
   // restart of the daemon (a fresh pod, with fresh mounts) fixes it; empty when nothing is.
   // Makes /healthz fail. Called from any thread.
   virtual std::string StaleHostView() const { return {}; }
+
+  // Lines for --discover about what was found but is not served, and why (a GPU in MIG mode).
+  // Called from any thread.
+  virtual std::vector<std::string> Remarks() const { return {}; }
 };
 
 }  // namespace edgeaccel

@@ -36,9 +36,24 @@ std::map<std::string, std::string> ParseNvidiaInformation(absl::string_view text
 // 515.76 ..." or "... Open Kernel Module for x86_64  555.58.02 ...").
 absl::StatusOr<std::string> ParseNvidiaDriverVersion(absl::string_view text);
 
+// What NVML knows about discrete GPUs beyond the driver's /proc files (nvml/nvml_supervisor.h):
+// memory, compute capability, MIG and ECC mode as facts, Xid errors and unanswered calls as
+// health. The discoverer hands it every scan; it never blocks (it answers from what it has).
+class GpuFactSource {
+ public:
+  virtual ~GpuFactSource() = default;
+  // Adds facts to, and sets the health of, the GPUs it knows (by uuid); removes the GPUs that
+  // are not allocatable as a whole (MIG mode on). Called with the discoverer's scan, on its
+  // thread; a non-empty list is what starts NVML.
+  virtual void Amend(std::vector<Device>* devices) = 0;
+  // What --discover says about NVML and the GPUs it left out. Any thread.
+  virtual std::vector<std::string> Remarks() const = 0;
+};
+
 class NvidiaGpuDiscoverer : public Discoverer {
  public:
-  NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options);
+  // `facts` (may be null: no NVML) must outlive the discoverer.
+  NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options, GpuFactSource* facts = nullptr);
 
   std::string ResourceName() const override;
   std::string Family() const override { return "nvidia"; }
@@ -47,12 +62,14 @@ class NvidiaGpuDiscoverer : public Discoverer {
   std::vector<std::string> UeventSubsystems() const override;
   std::string StaleHostView() const override;
   std::string NothingFoundHint() const override;
+  std::vector<std::string> Remarks() const override;
 
  private:
   std::optional<Device> ScanOne(const std::string& directory, const std::string& driver_version);
 
   const Host* host_;
   NvidiaOptions options_;
+  GpuFactSource* facts_;
   OnceLogger log_;
   mutable absl::Mutex stale_mu_;
   std::string stale_ ABSL_GUARDED_BY(stale_mu_);

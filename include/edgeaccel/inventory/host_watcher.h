@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/directory_watcher.h"
@@ -68,6 +69,11 @@ class HostWatcher {
 
   // Scans all families now, on the caller's thread (used at start and by --discover).
   void ScanAll();
+
+  // Rescans `discoverer`'s family soon, on the watcher's thread: for what only the discoverer's
+  // own sources can announce (NVML's Xid errors). Any thread; never blocks. Before Start() it
+  // does nothing (Start scans everything).
+  void RequestRescan(const Discoverer* discoverer);
 
   // Number of rescans triggered so far, for tests and metrics.
   uint64_t scans() const { return scans_.load(); }
@@ -112,7 +118,10 @@ class HostWatcher {
   int settle_fd_ = -1;
   int timer_fd_ = -1;
   int stop_fd_ = -1;
+  int rescan_fd_ = -1;  // RequestRescan's wake-up
   int epoll_fd_ = -1;
+  absl::Mutex rescan_mu_;
+  absl::flat_hash_set<size_t> rescan_requested_ ABSL_GUARDED_BY(rescan_mu_);
   std::thread thread_;
   std::atomic<uint64_t> scans_{0};
   std::atomic<uint64_t> events_handled_{0};

@@ -1,8 +1,12 @@
 // Node labels: what the node's accelerators are, for nodeSelectors and affinity.
 //
 // NVIDIA GPUs use the names GPU feature discovery uses (nvidia.com/gpu.present, .count,
-// .product, .memory, .family, .compute.major/.minor, .replicas, nvidia.com/cuda.driver.*), so
-// existing selectors keep working; Jetson adds nvidia.com/jetson.*; Edge TPUs get
+// .product, .memory, .family, .compute.major/.minor, .replicas, nvidia.com/cuda.driver.*,
+// nvidia.com/cuda.runtime.*, nvidia.com/mig.capable), so existing selectors keep working; where
+// a node's discrete GPUs differ, each product also gets nvidia.com/gpu-<product>.count, .memory,
+// .compute.major/.minor and .family (the per-node ones describe the first GPU, as GFD's do).
+// Facts GFD has no label for use names of ours: nvidia.com/gpu.ecc (enabled|disabled) and
+// nvidia.com/mig.mode (enabled|disabled|mixed); Jetson adds nvidia.com/jetson.*; Edge TPUs get
 // coral.ai/edgetpu.*. Values are sanitised to valid label values.
 #ifndef EDGEACCEL_NODE_NODE_LABELS_H_
 #define EDGEACCEL_NODE_NODE_LABELS_H_
@@ -10,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -23,6 +28,9 @@ struct LabelOptions {
   // Also the seed system's plain labels (gpu.model, gpu.driver, gpu.resource, gpu.vendor.id,
   // gpu.product.id), correctly: model is the model and driver the driver.
   bool seed_labels = false;
+  // The facts of every discrete GPU NVML lists, those not advertised (MIG mode on) too: for
+  // nvidia.com/mig.capable and nvidia.com/mig.mode.
+  std::vector<std::map<std::string, std::string>> nvml_gpus;
 };
 
 // A valid label value: at most 63 characters of [A-Za-z0-9._-], starting and ending
