@@ -272,7 +272,7 @@ void NvmlSupervisor::HandleOutput() {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
-      HelperEnded();
+      HelperEnded("");
       return;
     }
     partial_line_.append(buffer, static_cast<size_t>(n));
@@ -408,13 +408,12 @@ void NvmlSupervisor::KillHelper(const std::string& why) {
   if (!why.empty()) {
     ++hangs_;
     LOG(ERROR) << "NVML: killing the helper (pid " << pid_ << "): " << why;
-    reason_ = why;
   }
   kill(pid_, SIGKILL);
-  HelperEnded();
+  HelperEnded(why);
 }
 
-void NvmlSupervisor::HelperEnded() {
+void NvmlSupervisor::HelperEnded(const std::string& why) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, from_helper_, nullptr);
   close(from_helper_);
   close(to_helper_);
@@ -426,7 +425,6 @@ void NvmlSupervisor::HelperEnded() {
   }
   const pid_t pid = pid_;
   pid_ = -1;
-  const bool was_ready = state_ == State::kReady;
   if (sample_pending_) {
     sample_pending_ = false;
     sampling_.clear();
@@ -447,7 +445,14 @@ void NvmlSupervisor::HelperEnded() {
   }
   ++restarts_;
   state_ = State::kRestarting;
-  if (reason_.empty() || was_ready) reason_ = absl::StrCat("the helper ", ExitText(status));
+  // Why it ended: what we killed it for, what it said last (a failed event wait), or its exit.
+  if (!why.empty()) {
+    reason_ = why;
+  } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 4)) {
+    reason_ = absl::StrCat("the helper ", ExitText(status));
+  } else {
+    reason_ = absl::StrCat("NVML's wait for Xid events failed: ", event_wait_failed_);
+  }
   LOG(WARNING) << "NVML: the helper (pid " << pid << ") " << ExitText(status) << "; starting it "
                << "again in " << absl::FormatDuration(absl::Milliseconds(absl::ToInt64Milliseconds(wait)))
                << " (GPUs keep their last known health)";

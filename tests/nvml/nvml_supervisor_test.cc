@@ -1,0 +1,391 @@
+// The NVML supervisor with the real helper process (edgeaccel-nvml-helper) and the fake
+// libnvidia-ml.so.1 (tests/support/fake_nvml.cc) in a fixture host: facts, telemetry, Xid
+// health and recovery, GPUs NVML stops answering for, MIG, and every way the helper can fail
+// (no library, nvmlInit failing, a hang, a crash, a failed event wait, a kill).
+#include "edgeaccel/nvml/nvml_supervisor.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "eventually.h"
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::FixtureHost;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kLibrary[] = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+constexpr char kUuid0[] = "GPU-e3004cd3-73c7-d4d7-4325-ef6f655d34ec";
+constexpr char kUuid1[] = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+
+std::string FakeLibrary() {
+  std::ifstream in(EDGEACCEL_FAKE_NVML_PATH, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// Two GPUs as NVML describes the H100 of docs/host-facts.md §5.6, and an L4.
+std::string TwoGpus(const std::string& gpu0_extra = "", const std::string& gpu1_extra = "") {
+  return absl::StrCat(
+      "driver=580.159.04\ncuda=13000\n",
+      "gpu uuid=", kUuid0,
+      " name=NVIDIA_H100_80GB_HBM3 minor=0 memory_mib=81559 cc=9.0 mig=disabled ecc=enabled "
+      "temperature=34 power_mw=71234 util=3 mem_util=1 used_mib=2 sbe=0 dbe=0 throttle=1 ",
+      gpu0_extra, "\n", "gpu uuid=", kUuid1,
+      " name=NVIDIA_L4 minor=1 memory_mib=22491 cc=8.9 mig=unsupported ecc=disabled "
+      "temperature=41 power_mw=16000 ",
+      gpu1_extra, "\n");
+}
+
+bool HasThread(const std::string& name) {
+  DIR* tasks = opendir("/proc/self/task");
+  bool found = false;
+  while (dirent* task = readdir(tasks)) {
+    std::ifstream comm(absl::StrCat("/proc/self/task/", task->d_name, "/comm"));
+    std::string line;
+    if (std::getline(comm, line) && line == name) found = true;
+  }
+  closedir(tasks);
+  return found;
+}
+
+class NvmlSupervisorTest : public ::testing::Test {
+ protected:
+  void Install(const std::string& script) {
+    host_.WriteFile(kLibrary, FakeLibrary());
+    Script(script);
+    host_.WriteFile(std::string(kLibrary) + ".events", "");
+  }
+  // Replaced whole (rename), so the fake never reads half a script.
+  void Script(const std::string& script) {
+    const std::string path = host_.root() + kLibrary + ".script";
+    std::ofstream(path + ".new") << script;
+    ASSERT_EQ(rename((path + ".new").c_str(), path.c_str()), 0);
+  }
+  void Event(const std::string& line) {
+    std::ofstream(host_.root() + kLibrary + ".events", std::ios::app) << line << "\n";
+  }
+
+  NvmlSupervisor& Start(NvmlOptions options = {}) {
+    options.helper_path = EDGEACCEL_NVML_HELPER_PATH;
+    if (options.timeout == absl::Seconds(10)) options.timeout = absl::Seconds(2);
+    if (options.restart_initial == absl::Seconds(1)) {
+      options.restart_initial = absl::Milliseconds(50);
+      options.restart_max = absl::Milliseconds(200);
+    }
+    options.on_change = [this] { changes_.fetch_add(1); };
+    supervisor_ = std::make_unique<NvmlSupervisor>(&view_, options);
+    Scan();
+    return *supervisor_;
+  }
+
+  // What the discoverer would hand over: the two GPUs as /proc lists them, Healthy.
+  std::vector<Device> Scan() {
+    std::vector<Device> devices(2);
+    devices[0].id = kUuid0;
+    devices[1].id = kUuid1;
+    supervisor_->Amend(&devices);
+    return devices;
+  }
+  const Device* Find(const std::vector<Device>& devices, const std::string& id) {
+    for (const Device& d : devices) {
+      if (d.id == id) return &d;
+    }
+    return nullptr;
+  }
+  bool Ready() { return supervisor_->Status().state == "ready"; }
+  bool Healthy(const std::string& id) {
+    std::vector<Device> devices = Scan();
+    const Device* d = Find(devices, id);
+    return d != nullptr && d->health == Health::kHealthy;
+  }
+  std::string Reason(const std::string& id) {
+    std::vector<Device> devices = Scan();
+    const Device* d = Find(devices, id);
+    return d == nullptr ? "(left out)" : d->unhealthy_reason;
+  }
+
+  FixtureHost host_;
+  Host view_{host_.root()};
+  std::atomic<int> changes_{0};
+  std::unique_ptr<NvmlSupervisor> supervisor_;
+};
+
+TEST_F(NvmlSupervisorTest, WithoutGpusTheHelperIsNeverStarted) {
+  Install(TwoGpus());
+  NvmlSupervisor supervisor(&view_, NvmlOptions{.helper_path = EDGEACCEL_NVML_HELPER_PATH});
+  std::vector<Device> none;
+  supervisor.Amend(&none);
+  EXPECT_FALSE(supervisor.started());
+  EXPECT_EQ(supervisor.helper_pid(), -1);
+  EXPECT_EQ(supervisor.Status().state, "not started");
+  EXPECT_FALSE(HasThread("ea-nvml"));
+  EXPECT_THAT(supervisor.Remarks(), IsEmpty());
+}
+
+TEST_F(NvmlSupervisorTest, GpusGetNvmlsFactsAndTelemetry) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(supervisor.WaitSettled(absl::Seconds(10)));
+  ASSERT_TRUE(Ready()) << supervisor.Status().reason;
+  EXPECT_TRUE(HasThread("ea-nvml"));
+  EXPECT_GE(changes_.load(), 1);  // the listing asks for a rescan
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  const Device& h100 = *Find(devices, kUuid0);
+  EXPECT_EQ(h100.health, Health::kHealthy);
+  EXPECT_EQ(h100.facts.at("memory_mib"), "81559");
+  EXPECT_EQ(h100.facts.at("compute_capability"), "9.0");
+  EXPECT_EQ(h100.facts.at("cuda_version"), "13.0");
+  EXPECT_EQ(h100.facts.at("ecc_enabled"), "true");
+  EXPECT_EQ(h100.facts.at("mig_capable"), "true");
+  EXPECT_EQ(h100.facts.at("mig_mode"), "disabled");
+  EXPECT_EQ(h100.facts.at("xid_events"), "registered");
+  const Device& l4 = *Find(devices, kUuid1);
+  EXPECT_EQ(l4.facts.at("mig_capable"), "false");
+  EXPECT_EQ(l4.facts.at("ecc_enabled"), "false");
+  EXPECT_EQ(l4.facts.count("mig_mode"), 0u);
+
+  NvmlStatus status = supervisor.Status();
+  EXPECT_EQ(status.library, kLibrary);
+  EXPECT_EQ(status.found_by, "the driver directories");
+  EXPECT_EQ(status.driver, "580.159.04");
+  EXPECT_EQ(status.cuda, "13.0");
+  EXPECT_THAT(supervisor.Remarks(),
+              Contains(HasSubstr("NVML: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 (found by the "
+                                 "driver directories), driver 580.159.04, CUDA 13.0")));
+
+  std::vector<NvmlTelemetry> telemetry = supervisor.Telemetry(absl::Seconds(5));
+  ASSERT_EQ(telemetry.size(), 2u);
+  const NvmlTelemetry& t = telemetry[0].uuid == kUuid0 ? telemetry[0] : telemetry[1];
+  EXPECT_EQ(t.values.at("temperature_c"), 34);
+  EXPECT_DOUBLE_EQ(t.values.at("power_w"), 71.234);
+  EXPECT_EQ(t.values.at("sm_util_percent"), 3);
+  EXPECT_EQ(t.values.at("memory_util_percent"), 1);
+  EXPECT_EQ(t.values.at("memory_used_mib"), 2);
+  EXPECT_EQ(t.values.at("memory_total_mib"), 81559);
+  EXPECT_EQ(t.values.at("ecc_corrected"), 0);
+  EXPECT_EQ(t.values.at("throttle_reasons"), 1);
+  EXPECT_EQ(t.lost, "");
+}
+
+TEST_F(NvmlSupervisorTest, NoLibraryLeavesTheGpusAsTheyAreAndSaysWhy) {
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(supervisor.WaitSettled(absl::Seconds(10)));
+  NvmlStatus status = supervisor.Status();
+  EXPECT_EQ(status.state, "unavailable");
+  EXPECT_THAT(status.reason, HasSubstr("no libnvidia-ml.so.1 on the host; looked at "
+                                       "/etc/ld.so.cache"));
+  EXPECT_EQ(supervisor.helper_pid(), -1);
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].health, Health::kHealthy);
+  EXPECT_EQ(devices[0].facts.count("memory_mib"), 0u);
+  EXPECT_THAT(supervisor.Remarks(), Contains(HasSubstr("NVML: not available: no libnvidia-ml")));
+  // Installed later (the GPU Operator's driver container came up): found at the next look.
+  Install(TwoGpus());
+  EXPECT_TRUE(Eventually([&] { return Ready(); })) << supervisor.Status().reason;
+}
+
+TEST_F(NvmlSupervisorTest, AFailingNvmlInitIsUnavailableWithNvmlsOwnWords) {
+  Install("init=fail:9\n" + TwoGpus());
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(supervisor.WaitSettled(absl::Seconds(10)));
+  EXPECT_EQ(supervisor.Status().state, "unavailable");
+  EXPECT_EQ(supervisor.Status().reason, "nvmlInit_v2 failed: Driver Not Loaded (9)");
+  EXPECT_TRUE(Healthy(kUuid0));
+}
+
+TEST_F(NvmlSupervisorTest, ALibraryThatIsNotNvmlIsUnavailable) {
+  host_.WriteFile(kLibrary, "not an ELF file");
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(supervisor.WaitSettled(absl::Seconds(10)));
+  EXPECT_EQ(supervisor.Status().state, "unavailable");
+  EXPECT_THAT(supervisor.Status().reason, HasSubstr("cannot load"));
+}
+
+TEST_F(NvmlSupervisorTest, AHelperThatCannotBeStartedIsUnavailable) {
+  Install(TwoGpus());
+  supervisor_ = std::make_unique<NvmlSupervisor>(
+      &view_, NvmlOptions{.helper_path = host_.root() + "/no-such-helper"});
+  Scan();
+  ASSERT_TRUE(supervisor_->WaitSettled(absl::Seconds(10)));
+  EXPECT_EQ(supervisor_->Status().state, "unavailable");
+  EXPECT_THAT(supervisor_->Status().reason, HasSubstr("cannot start the helper"));
+}
+
+TEST_F(NvmlSupervisorTest, AHangInNvmlInitIsKilledAndTheHelperStartedAgain) {
+  Install("init=hang\n" + TwoGpus());
+  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(Eventually([&] { return supervisor.Status().hangs >= 1; }));
+  std::vector<Device> devices = Scan();  // answers at once, from what is known
+  EXPECT_EQ(devices.size(), 2u);
+  EXPECT_THAT(supervisor.Status().reason, HasSubstr("did not list the GPUs within 300ms"));
+  Script(TwoGpus());
+  EXPECT_TRUE(Eventually([&] { return Ready(); })) << supervisor.Status().reason;
+  EXPECT_TRUE(Healthy(kUuid0));
+}
+
+TEST_F(NvmlSupervisorTest, AHungSampleDelaysMetricsOnlyUntilTheWaitAndTheHelperIsReplaced) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(500)});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  ASSERT_EQ(supervisor.Telemetry(absl::Seconds(5)).size(), 2u);
+  const pid_t first = supervisor.helper_pid();
+  Script("sample=hang\n" + TwoGpus());
+  absl::SleepFor(absl::Milliseconds(1100));  // the cached sample is more than a second old
+  const absl::Time asked = absl::Now();
+  std::vector<NvmlTelemetry> telemetry = supervisor.Telemetry(absl::Milliseconds(100));
+  EXPECT_LT(absl::Now() - asked, absl::Milliseconds(400));  // bounded by the wait, not the hang
+  EXPECT_EQ(telemetry.size(), 2u);  // the last readings known
+  ASSERT_TRUE(Eventually([&] { return supervisor.Status().hangs == 1; }));
+  EXPECT_THAT(supervisor.Status().reason, HasSubstr("did not answer a sample within 500ms"));
+  Script(TwoGpus());
+  ASSERT_TRUE(Eventually([&] { return Ready() && supervisor.helper_pid() != first; }));
+  EXPECT_TRUE(Healthy(kUuid0));  // a hung helper is our problem, not the GPU's
+}
+
+TEST_F(NvmlSupervisorTest, ACrashedOrKilledHelperIsRestartedAndTheGpusKeepTheirHealth) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.check_interval = absl::Milliseconds(100)});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  Script("sample=crash\n" + TwoGpus());  // the next periodic check crashes it
+  ASSERT_TRUE(Eventually([&] { return supervisor.Status().restarts == 1; }));
+  EXPECT_THAT(supervisor.Status().reason, HasSubstr("killed by signal 6"));
+  EXPECT_TRUE(Healthy(kUuid0));
+  Script(TwoGpus());
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  // Killed from outside (an OOM kill, an operator): the same.
+  const pid_t pid = supervisor.helper_pid();
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return supervisor.Status().restarts == 2; }));
+  EXPECT_TRUE(Eventually([&] { return Ready() && supervisor.helper_pid() != pid; }));
+}
+
+TEST_F(NvmlSupervisorTest, ACriticalXidMakesItsGpuUnhealthyUntilTheRecoveryTimePasses) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.xid_recovery = absl::Seconds(1)});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  const int before = changes_.load();
+  Event(std::string(kUuid0) + " 79");
+  ASSERT_TRUE(Eventually([&] { return changes_.load() > before; }));  // a rescan is asked for
+  EXPECT_THAT(Reason(kUuid0), HasSubstr("critical Xid 79 (GPU has fallen off the bus) at "));
+  EXPECT_FALSE(Healthy(kUuid0));
+  EXPECT_TRUE(Healthy(kUuid1));
+  // No other critical Xid for a second: Healthy again, and a rescan is asked for then.
+  const int after_xid = changes_.load();
+  ASSERT_TRUE(Eventually([&] { return changes_.load() > after_xid; }, absl::Seconds(5)));
+  EXPECT_TRUE(Healthy(kUuid0));
+  NvmlStatus status = supervisor.Status();
+  ASSERT_EQ(status.xids.size(), 1u);
+  EXPECT_EQ(status.xids[0].uuid, kUuid0);
+  EXPECT_EQ(status.xids[0].xid, 79);
+  EXPECT_TRUE(status.xids[0].critical);
+  EXPECT_EQ(status.xids[0].count, 1u);
+}
+
+TEST_F(NvmlSupervisorTest, WithoutRecoveryACriticalXidLastsAndApplicationXidsNeverCount) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.xid_recovery = absl::ZeroDuration()});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  Event(std::string(kUuid1) + " 13");  // an application error
+  Event(std::string(kUuid0) + " 48");
+  ASSERT_TRUE(Eventually([&] { return !Healthy(kUuid0); }));
+  EXPECT_THAT(Reason(kUuid0), HasSubstr("critical Xid 48 (double-bit ECC error)"));
+  EXPECT_TRUE(Healthy(kUuid1));
+  absl::SleepFor(absl::Milliseconds(1500));  // long past any recovery a bug would apply
+  EXPECT_FALSE(Healthy(kUuid0));
+  bool counted_13 = false;
+  for (const NvmlXidCount& count : supervisor.Status().xids) {
+    if (count.xid == 13) counted_13 = !count.critical && count.count == 1 && count.uuid == kUuid1;
+  }
+  EXPECT_TRUE(counted_13);
+}
+
+TEST_F(NvmlSupervisorTest, AGpuNvmlNoLongerAnswersForIsUnhealthyUntilItAnswers) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.check_interval = absl::Milliseconds(100)});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  Script(TwoGpus("", "lost=15"));
+  ASSERT_TRUE(Eventually([&] { return !Healthy(kUuid1); }));  // seen by the periodic check
+  EXPECT_EQ(Reason(kUuid1), "NVML no longer answers for this GPU: GPU is lost (15)");
+  EXPECT_TRUE(Healthy(kUuid0));
+  std::vector<NvmlTelemetry> telemetry = supervisor.Telemetry(absl::Seconds(2));
+  for (const NvmlTelemetry& t : telemetry) {
+    EXPECT_EQ(t.lost.empty(), t.uuid == kUuid0) << t.uuid;
+  }
+  Script(TwoGpus());
+  EXPECT_TRUE(Eventually([&] { return Healthy(kUuid1); }));
+}
+
+TEST_F(NvmlSupervisorTest, AGpuInMigModeIsLeftOutAndSaidSo) {
+  std::string script = TwoGpus();
+  script.replace(script.find("mig=disabled"), 12, "mig=enabled");
+  Install(script);
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0].id, kUuid1);
+  EXPECT_THAT(supervisor.Remarks(),
+              Contains(HasSubstr(std::string(kUuid0) +
+                                 ": MIG mode is enabled, so the GPU as a whole is not allocatable")));
+  bool mig_on = false;
+  for (const auto& facts : supervisor.AllGpuFacts()) {
+    if (facts.at("uuid") == kUuid0) mig_on = facts.at("mig_mode") == "enabled";
+  }
+  EXPECT_TRUE(mig_on);
+}
+
+TEST_F(NvmlSupervisorTest, AFailedEventWaitMakesEveryGpuUnhealthyUntilAFreshHelperWatches) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor =
+      Start({.restart_initial = absl::Seconds(2), .restart_max = absl::Seconds(2)});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  Event("fail 999");
+  // The helper says so and exits; until a fresh one watches (2 s later), no GPU is trusted.
+  ASSERT_TRUE(Eventually([&] { return supervisor.Status().restarts >= 1; }));
+  EXPECT_THAT(Reason(kUuid0), HasSubstr("NVML's wait for Xid errors failed (Unknown Error (999))"));
+  EXPECT_FALSE(Healthy(kUuid1));
+  EXPECT_TRUE(Eventually([&] { return Ready() && Healthy(kUuid0) && Healthy(kUuid1); }));
+}
+
+TEST_F(NvmlSupervisorTest, GpusWithoutXidEventsAreServedAndSaySo) {
+  Install("events=unsupported\n" + TwoGpus());
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  std::vector<Device> devices = Scan();
+  EXPECT_EQ(devices[0].health, Health::kHealthy);
+  EXPECT_EQ(devices[0].facts.at("xid_events"), "unsupported: the GPU reports no Xid events");
+}
+
+TEST_F(NvmlSupervisorTest, StopEndsTheHelper) {
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start();
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  const pid_t pid = supervisor.helper_pid();
+  supervisor.Stop();
+  EXPECT_EQ(supervisor.helper_pid(), -1);
+  EXPECT_NE(kill(pid, 0), 0);  // gone and reaped
+  EXPECT_FALSE(HasThread("ea-nvml"));
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -139,7 +139,8 @@ class NvmlSupervisor : public GpuFactSource {
   void StartHelper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleOutput() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleRecord(const NvmlRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HelperEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `why` it ended, when we killed it; empty: it ended by itself (its exit status says why).
+  void HelperEnded(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillHelper(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestSample() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next time the thread must act, and arms the timer for it.
