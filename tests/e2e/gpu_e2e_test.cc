@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 
+#include <dirent.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -200,6 +202,158 @@ TEST_F(GpuE2eTest, TwoGpuServerAdvertisesUuidsAndAllocatesByMinor) {
   EXPECT_EQ(kubelet_.Allocate(kGpu, {kUuid0}).status().code(), absl::StatusCode::kFailedPrecondition);
   host_.MakeCharDevice("/dev/nvidia1", 195, 1);
   ASSERT_TRUE(Advertised(kGpu, 2, 2));
+}
+
+// The processes `pid` started that still run (each thread's children: the NVML helper is
+// started from the supervisor's thread).
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* task = readdir(tasks)) {
+    std::ifstream children(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/children"));
+    pid_t child;
+    while (children >> child) out.push_back(child);
+  }
+  closedir(tasks);
+  return out;
+}
+
+std::string Threads(pid_t pid) {
+  std::string out;
+  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* task = readdir(tasks)) {
+    std::ifstream comm(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/comm"));
+    std::string name;
+    if (std::getline(comm, name)) out += name + " ";
+  }
+  closedir(tasks);
+  return out;
+}
+
+// The H100 of docs/host-facts.md §5.6, as NVML describes it, under the uuid the fixture's /proc
+// gives the GPU.
+std::string NvmlGpuLine(const std::string& uuid) {
+  return absl::StrCat("gpu uuid=", uuid,
+                      " name=NVIDIA_H100_80GB_HBM3 minor=0 memory_mib=81559 cc=9.0 mig=disabled "
+                      "ecc=enabled temperature=34 power_mw=71234 util=3 mem_util=1 used_mib=2\n");
+}
+constexpr char kNvmlDriver[] = "driver=580.159.04\ncuda=13000\n";
+std::string NvmlScriptFor(const std::string& uuid) { return kNvmlDriver + NvmlGpuLine(uuid); }
+
+TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
+  host_.AddNvidiaGpu({.pci_address = "0000:00:06.0", .minor = 0, .uuid = kUuid0,
+                      .model = "NVIDIA H100 80GB HBM3", .numa_node = 0});
+  host_.AddFakeNvml(NvmlScriptFor(kUuid0));
+
+  // What --discover says: NVML's library and facts, and the labels they give.
+  CommandResult discover =
+      RunCommand(kDaemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30));
+  ASSERT_EQ(discover.exit_code, 0) << discover.err;
+  EXPECT_THAT(discover.out, HasSubstr("NVML: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 (found "
+                                      "by the driver directories), driver 580.159.04, CUDA 13.0"));
+  for (const char* label :
+       {"nvidia.com/gpu.memory=81559", "nvidia.com/gpu.compute.major=9",
+        "nvidia.com/gpu.compute.minor=0", "nvidia.com/gpu.family=hopper",
+        "nvidia.com/cuda.runtime.major=13", "nvidia.com/cuda.runtime.minor=0",
+        "nvidia.com/mig.capable=true", "nvidia.com/mig.mode=disabled", "nvidia.com/gpu.ecc=enabled",
+        "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"}) {
+    EXPECT_THAT(discover.out, HasSubstr(label));
+  }
+
+  StartKubeletAndDaemon({"--nvml-xid-recovery=0", "--nvml-timeout=1s"});
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon_));
+  std::string metrics;
+  ASSERT_TRUE(Eventually([&] {
+    auto r = client.Get("/metrics");
+    metrics = r ? r->body : "";
+    return absl::StrContains(metrics, "edgeaccel_nvml_up{state=\"ready\"} 1");
+  })) << metrics << daemon_->Log();
+  const std::string gpu = absl::StrCat("{resource=\"nvidia.com/gpu\",device=\"", kUuid0, "\"");
+  for (const std::string& sample :
+       {"edgeaccel_gpu_temperature_celsius" + gpu + "} 34",
+        "edgeaccel_gpu_power_watts" + gpu + "} 71.234",
+        "edgeaccel_gpu_utilization_percent" + gpu + "} 3",
+        "edgeaccel_gpu_memory_used_mib" + gpu + "} 2",
+        "edgeaccel_gpu_memory_total_mib" + gpu + "} 81559",
+        "edgeaccel_gpu_ecc_errors_total" + gpu + ",type=\"uncorrected\"} 0",
+        "edgeaccel_gpu_nvml_answering" + gpu + "} 1",
+        std::string("edgeaccel_nvml_helper_restarts_total 0")}) {
+    EXPECT_THAT(metrics, HasSubstr(sample));
+  }
+
+  // A critical Xid: Unhealthy on the kubelet's stream at once, with the Xid in the reason.
+  host_.NvmlEvent(absl::StrCat(kUuid0, " 79"));
+  ASSERT_TRUE(Advertised(kGpu, 1, 0)) << daemon_->Log();
+  EXPECT_TRUE(Eventually([&] {
+    return absl::StrContains(daemon_->Log(), "critical Xid 79 (GPU has fallen off the bus)");
+  }));
+  metrics = client.Get("/metrics")->body;
+  EXPECT_THAT(metrics, HasSubstr("edgeaccel_gpu_xid_errors_total" + gpu +
+                                 ",xid=\"79\",critical=\"true\"} 1"));
+
+  // The helper killed from outside: restarted, and the GPU keeps its health (the Xid stands).
+  std::vector<pid_t> helpers = ChildrenOf(daemon_->pid());
+  ASSERT_EQ(helpers.size(), 1u);
+  kill(helpers[0], SIGKILL);
+  ASSERT_TRUE(Eventually([&] {
+    auto r = client.Get("/metrics");
+    return r && absl::StrContains(r->body, "edgeaccel_nvml_helper_restarts_total 1") &&
+           absl::StrContains(r->body, "edgeaccel_nvml_up{state=\"ready\"} 1");
+  })) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Allocatable(kGpu), 0);
+  std::vector<pid_t> now = ChildrenOf(daemon_->pid());
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], helpers[0]);
+}
+
+TEST_F(GpuE2eTest, AHungNvmlNeverBlocksServingAndAGpuInMigModeIsLeftOut) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  host_.AddNvidiaGpu({.pci_address = "0000:81:00.0", .minor = 1, .uuid = kUuid1, .numa_node = 1});
+  // NVML hangs in nvmlInit: the GPUs are served from /proc meanwhile.
+  const std::string script = kNvmlDriver + NvmlGpuLine(kUuid0) + NvmlGpuLine(kUuid1);
+  host_.AddFakeNvml("init=hang\n" + script);
+  StartKubeletAndDaemon({"--nvml-timeout=300ms"});
+  ASSERT_TRUE(Advertised(kGpu, 2, 2)) << daemon_->Log();
+  ASSERT_TRUE(kubelet_.Allocate(kGpu, {kUuid1}).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return absl::StrContains(daemon_->Log(), "did not list the GPUs within 300ms");
+  })) << daemon_->Log();
+  // NVML comes back, with MIG on for the first GPU: that GPU leaves nvidia.com/gpu.
+  std::string mig = script;
+  mig.replace(mig.find("mig=disabled"), 12, "mig=enabled");
+  host_.NvmlScript(mig);
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_EQ(kubelet_.Devices(kGpu)[0].id(), kUuid1);
+  EXPECT_THAT(daemon_->Log(), HasSubstr(std::string(kUuid0) + ": MIG mode is enabled"));
+}
+
+TEST_F(GpuE2eTest, WithoutADiscreteGpuNoNvmlHelperOrThreadRuns) {
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  host_.AddFakeNvml(NvmlScriptFor(kUuid0));  // a library alone starts nothing
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_THAT(ChildrenOf(daemon_->pid()), ::testing::IsEmpty());
+  EXPECT_THAT(Threads(daemon_->pid()), ::testing::Not(HasSubstr("ea-nvml")));
+}
+
+TEST_F(GpuE2eTest, WithoutNvmlTheGpuIsServedAndTheLogSaysWhyOnce) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  ASSERT_TRUE(Eventually([&] {
+    return absl::StrContains(daemon_->Log(), "NVML is not available: no libnvidia-ml.so.1");
+  })) << daemon_->Log();
+  absl::SleepFor(absl::Milliseconds(1500));  // looks again in 1 s, 2 s, ...: said once
+  const std::string log = daemon_->Log();
+  size_t said = 0;
+  for (size_t at = log.find("NVML is not available"); at != std::string::npos;
+       at = log.find("NVML is not available", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << log;
 }
 
 TEST_F(GpuE2eTest, UsbCoralBecomesAllocatableWhenItsFirmwareLoads) {

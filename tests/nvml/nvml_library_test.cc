@@ -20,12 +20,7 @@ using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::RunCommand;
 using ::testing::HasSubstr;
 
-std::string FakeLibrary() {
-  std::ifstream in(EDGEACCEL_FAKE_NVML_PATH, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
+std::string FakeLibrary() { return FixtureHost::FakeNvmlLibrary(); }
 
 // The layout of H100 node §5.6 of docs/host-facts.md: the driver's files in a read-only
 // /usr/local/nvidia/lib64, the versioned file behind libnvidia-ml.so.1, and links from /lib.

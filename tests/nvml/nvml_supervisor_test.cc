@@ -29,16 +29,9 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-constexpr char kLibrary[] = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+constexpr const char* kLibrary = FixtureHost::kNvmlLibrary;
 constexpr char kUuid0[] = "GPU-e3004cd3-73c7-d4d7-4325-ef6f655d34ec";
 constexpr char kUuid1[] = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
-
-std::string FakeLibrary() {
-  std::ifstream in(EDGEACCEL_FAKE_NVML_PATH, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
 
 // Two GPUs as NVML describes the H100 of docs/host-facts.md §5.6, and an L4.
 std::string TwoGpus(const std::string& gpu0_extra = "", const std::string& gpu1_extra = "") {
@@ -67,20 +60,9 @@ bool HasThread(const std::string& name) {
 
 class NvmlSupervisorTest : public ::testing::Test {
  protected:
-  void Install(const std::string& script) {
-    host_.WriteFile(kLibrary, FakeLibrary());
-    Script(script);
-    host_.WriteFile(std::string(kLibrary) + ".events", "");
-  }
-  // Replaced whole (rename), so the fake never reads half a script.
-  void Script(const std::string& script) {
-    const std::string path = host_.root() + kLibrary + ".script";
-    std::ofstream(path + ".new") << script;
-    ASSERT_EQ(rename((path + ".new").c_str(), path.c_str()), 0);
-  }
-  void Event(const std::string& line) {
-    std::ofstream(host_.root() + kLibrary + ".events", std::ios::app) << line << "\n";
-  }
+  void Install(const std::string& script) { host_.AddFakeNvml(script); }
+  void Script(const std::string& script) { host_.NvmlScript(script); }
+  void Event(const std::string& line) { host_.NvmlEvent(line); }
 
   NvmlSupervisor& Start(NvmlOptions options = {}) {
     options.helper_path = EDGEACCEL_NVML_HELPER_PATH;

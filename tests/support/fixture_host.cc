@@ -15,7 +15,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -536,6 +538,35 @@ void FixtureHost::AddNvidiaGpu(const NvidiaGpu& gpu) const {
   MakeCharDevice("/dev/nvidia-modeset", 195, 254, 0666);
   MakeCharDevice("/dev/nvidia-uvm", 510, 0, 0666);
   MakeCharDevice("/dev/nvidia-uvm-tools", 510, 1, 0666);
+}
+
+std::string FixtureHost::FakeNvmlLibrary() {
+  std::ifstream in(EDGEACCEL_FAKE_NVML_PATH, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+void FixtureHost::AddFakeNvml(const std::string& script, const std::string& library) const {
+  WriteFile(library, FakeNvmlLibrary());
+  chmod((root() + library).c_str(), 0755);
+  NvmlScript(script, library);
+  WriteFile(library + ".events", "");
+}
+
+void FixtureHost::NvmlScript(const std::string& script, const std::string& library) const {
+  const std::string path = root() + library + ".script";
+  {
+    std::ofstream out(path + ".new");
+    out << script;
+  }
+  if (rename((path + ".new").c_str(), path.c_str()) != 0) {
+    LOG(FATAL) << "cannot write " << path << ": " << strerror(errno);
+  }
+}
+
+void FixtureHost::NvmlEvent(const std::string& line, const std::string& library) const {
+  std::ofstream(root() + library + ".events", std::ios::app) << line << "\n";
 }
 
 }  // namespace edgeaccel::testing

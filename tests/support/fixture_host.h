@@ -213,6 +213,17 @@ class FixtureHost {
   };
   void AddNvidiaGpu(const NvidiaGpu& gpu) const;
 
+  // NVML: the fake libnvidia-ml.so.1 the tests build (tests/support/fake_nvml.cc) installed at
+  // `library` (a host path), with `script` beside it (the fake's format), and an empty events
+  // file. Then NvmlScript replaces the script whole (the fake never reads half of one), and
+  // NvmlEvent appends an event line ("<uuid> <xid>", "fail <nvmlReturn_t>").
+  static constexpr char kNvmlLibrary[] = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  void AddFakeNvml(const std::string& script, const std::string& library = kNvmlLibrary) const;
+  void NvmlScript(const std::string& script, const std::string& library = kNvmlLibrary) const;
+  void NvmlEvent(const std::string& line, const std::string& library = kNvmlLibrary) const;
+  // The fake library's bytes.
+  static std::string FakeNvmlLibrary();
+
  private:
   TempDir dir_;
 };
