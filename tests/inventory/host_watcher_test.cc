@@ -3,6 +3,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -33,6 +35,23 @@ class SysfsWatchingDiscoverer : public Discoverer {
   std::vector<std::string> UeventSubsystems() const override { return subsystems; }
   std::string NothingFoundHint() const override { return "no thing"; }
   std::vector<std::string> subsystems;
+};
+
+// A discoverer whose devices change where no host event can tell (NVML's Xid errors): only its
+// own source, through RequestRescan.
+class SourceDrivenDiscoverer : public Discoverer {
+ public:
+  std::string ResourceName() const override { return "example.com/thing"; }
+  std::string Family() const override { return "source-driven"; }
+  std::vector<Device> Scan() override {
+    Device d;
+    d.id = "thing0";
+    if (broken.load()) d.health = Health::kUnhealthy;
+    return {d};
+  }
+  std::vector<WatchSpec> WatchPaths() const override { return {}; }
+  std::string NothingFoundHint() const override { return "no thing"; }
+  std::atomic<bool> broken{false};
 };
 
 class HealthTest : public ::testing::Test {
@@ -140,6 +159,26 @@ TEST_F(HealthTest, IdleWithoutProbeMeansNoRescans) {
   EXPECT_EQ(watcher_->scans(), scans);
 }
 
+TEST_F(HealthTest, ARequestedRescanIsTheOnlyWayASourceDrivenChangeIsSeenWithoutTheProbe) {
+  auto* source = Own<SourceDrivenDiscoverer>();
+  StartWatcher(absl::ZeroDuration(), source);  // no probe: nothing else would rescan it
+  ASSERT_EQ(set_.Current()->HealthyCount(), 1);
+  source->broken = true;
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(set_.Current()->HealthyCount(), 1);  // nobody told the watcher
+  watcher_->RequestRescan(source);
+  auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 0; });
+  EXPECT_EQ(s->HealthyCount(), 0);
+  // Another discoverer's request rescans only that one (here: none of ours).
+  source->broken = false;
+  const uint64_t scans = watcher_->scans();
+  watcher_->RequestRescan(&coral_);
+  watcher_->RequestRescan(source);
+  s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
+  EXPECT_EQ(s->HealthyCount(), 1);
+  EXPECT_EQ(watcher_->scans(), scans + 1);
+}
+
 // sysfs and procfs send no inotify events on a node; the fixture's sys/ and proc/ must not
 // either, or tests pass that a node fails.
 TEST_F(HealthTest, ChangesUnderSysAloneAreNotSeenWithoutTheProbe) {
@@ -239,7 +278,7 @@ TEST_F(HealthTest, NoInotifyInstanceAtStartMeansLookingEverySecondUntilOneIsFree
   options.uevents = false;
   watcher_ = std::make_unique<HostWatcher>(&host_, options);  // its inotify instance fails here
   watcher_->Add(&coral_, &set_);
-  fds.Give(3);  // room for the stop eventfd, epoll and the settle timer only
+  fds.Give(4);  // room for the stop and rescan eventfds, epoll and the settle timer only
   absl::Status started = watcher_->Start();
   fds.Restore();
   ASSERT_TRUE(started.ok()) << started;
