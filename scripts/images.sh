@@ -3,8 +3,9 @@
 #   1. installs podman, buildah, debootstrap and qemu-user-static (arm64 emulation);
 #   2. makes a debian:bookworm-slim-like build image (make-base-image.sh; amd64, where both
 #      Dockerfiles compile: the arm64 one cross-compiles);
-#   3. builds Dockerfile.amd64 and Dockerfile.arm64: one static binary on `scratch` each, and
-#      checks that each image holds that one file and is at most 20 MB;
+#   3. builds Dockerfile.amd64 and Dockerfile.arm64: one static binary on `scratch` each, with
+#      the NVML helper and the glibc it needs, and checks that each image holds exactly those
+#      files and is at most 20 MB;
 #   4. runs each image's binary: --help, and --discover against fixture host trees mounted at
 #      /host (the arm64 binary under qemu-user-static), and checks what it found;
 #   5. runs each image as the DaemonSet does, against fixture trees and the tests' kubelet;
@@ -69,12 +70,21 @@ for arch in amd64 arm64; do
   size=$(podman image inspect --format '{{.Size}}' "$image")
   echo "    $image: $(numfmt --to=iec "$size") ($size bytes), built in $((SECONDS - start)) s"
   ((size <= 20000000)) || { echo "$image is $size bytes, over the 20 MB budget"; exit 1; }
-  # Nothing but the binary: no shell, no package manager, no libraries.
+  # Nothing but the daemon, the NVML helper and the glibc the helper loads NVML with: no shell,
+  # no package manager.
   container=$(podman create --arch="$arch" "$image")
-  files=$(podman export "$container" | tar -t | grep -v '/$' | grep -v -x -E 'etc/(hosts|hostname|resolv.conf)|run/.containerenv' || true)
+  files=$(podman export "$container" | tar -t | grep -v '/$' | grep -v -x -E 'etc/(hosts|hostname|resolv.conf)|run/.containerenv' | sort | xargs || true)
   podman rm "$container" > /dev/null
-  [ "$files" = "usr/bin/edgeaccel-device-plugin" ] ||
-    { echo "$image holds more than the binary:"; echo "$files"; exit 1; }
+  if [ "$arch" = amd64 ]; then
+    triplet=x86_64-linux-gnu loader=lib64/ld-linux-x86-64.so.2
+  else
+    triplet=aarch64-linux-gnu loader=lib/ld-linux-aarch64.so.1
+  fi
+  want=$(printf '%s\n' usr/bin/edgeaccel-device-plugin usr/bin/edgeaccel-nvml-helper "$loader" \
+    "lib/$triplet/libc.so.6" "lib/$triplet/libm.so.6" "lib/$triplet/libdl.so.2" \
+    "lib/$triplet/libpthread.so.0" "lib/$triplet/librt.so.1" | sort | xargs)
+  [ "$files" = "$want" ] ||
+    { echo "$image holds other files than expected:"; echo "  got:  $files"; echo "  want: $want"; exit 1; }
 done
 
 # --discover with a fixture tree as /host; prints the report, then checks the lines that must be
@@ -211,8 +221,19 @@ for arch in amd64 arm64; do
     "nvidia.com/jetson.l4t.release=36.4.7"
   report=$(discover "$image" nvidia)
   expect "$report" "nvidia.com/gpu: 1 device(s), 1 healthy" \
-    "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689  Healthy" "device node: /dev/nvidia0 -> /dev/nvidia0 (rw)"
-  echo "    --help and --discover (Edge TPU, Jetson, discrete GPU) as expected, $((SECONDS - start)) s"
+    "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689  Healthy" "device node: /dev/nvidia0 -> /dev/nvidia0 (rw)" \
+    "NVML: not available: no libnvidia-ml.so.1 on the host"
+  # The image's helper, with the image's glibc, loading a libnvidia-ml.so.1 from the host (the
+  # fake one the tests build, for amd64): on amd64 NVML answers; the arm64 helper (under qemu)
+  # starts and refuses an amd64 library, which shows it runs and says why.
+  report=$(discover "$image" nvidia nvml)
+  if [ "$arch" = amd64 ]; then
+    expect "$report" "NVML: /usr/lib64/libnvidia-ml.so.1 (found by the driver directories), driver 580.159.04, CUDA 13.0" \
+      "nvidia.com/gpu.memory=22491" "nvidia.com/gpu.family=ada-lovelace" "nvidia.com/cuda.runtime.major=13"
+  else
+    expect "$report" "NVML: not available: cannot load /host/usr/lib64/libnvidia-ml.so.1"
+  fi
+  echo "    --help and --discover (Edge TPU, Jetson, discrete GPU with and without NVML) as expected, $((SECONDS - start)) s"
 
   start=$SECONDS
   run_as_daemonset "$image"

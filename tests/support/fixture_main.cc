@@ -2,7 +2,7 @@
 // is, so that something outside the tests can point the daemon at it, e.g. scripts/images.sh
 // running a container image with the tree mounted as /host. The caller removes the tree.
 //   edgeaccel-fixture HOST...   HOST: coral-pcie coral-usb jetson-nano jetson-xavier-nx
-//                                     jetson-agx-orin nvidia
+//                                     jetson-agx-orin nvidia nvml
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   using edgeaccel::testing::FixtureHost;
   if (argc < 2) {
     std::cerr << "usage: edgeaccel-fixture HOST...  (coral-pcie coral-usb jetson-nano "
-                 "jetson-xavier-nx jetson-agx-orin nvidia)\n";
+                 "jetson-xavier-nx jetson-agx-orin nvidia nvml)\n";
     return 2;
   }
   FixtureHost host;
@@ -32,6 +32,13 @@ int main(int argc, char** argv) {
       host.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
     } else if (kind == "nvidia") {
       host.AddNvidiaGpu({});
+    } else if (kind == "nvml") {
+      // The fake NVML for that GPU, where a driver of either machine would put it.
+      host.AddFakeNvml(
+          "driver=580.159.04\ncuda=13000\ngpu uuid=GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689 "
+          "name=NVIDIA_L4 minor=0 memory_mib=22491 cc=8.9 mig=unsupported ecc=enabled "
+          "temperature=41\n",
+          "/usr/lib64/libnvidia-ml.so.1");
     } else {
       std::cerr << "edgeaccel-fixture: unknown host \"" << kind << "\"\n";
       return 2;
