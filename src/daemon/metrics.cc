@@ -206,6 +206,12 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
                    {"critical", count.critical ? "true" : "false"}},
                   static_cast<double>(count.count));
     }
+    Family critical(&out, "edgeaccel_gpu_critical_xid", "gauge",
+                    "The critical Xid that makes the discrete GPU Unhealthy now (0: none); it "
+                    "counts until --nvml-xid-recovery passes without another.");
+    for (const auto& [uuid, xid] : nvml->status.critical_xid) {
+      critical.Sample({{"resource", "nvidia.com/gpu"}, {"device", uuid}}, xid);
+    }
     Family up(&out, "edgeaccel_nvml_up", "gauge",
               "1 while the NVML helper has listed the GPUs and answers; 0 while it is "
               "unavailable or restarting.");

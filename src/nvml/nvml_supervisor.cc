@@ -616,6 +616,10 @@ NvmlStatus NvmlSupervisor::Status() const {
   status.cuda = cuda_;
   status.restarts = restarts_;
   status.hangs = hangs_;
+  for (const auto& [uuid, gpu] : gpus_) {
+    auto health = health_.find(uuid);
+    status.critical_xid[uuid] = health == health_.end() ? 0 : health->second.critical_xid;
+  }
   for (const auto& [key, count] : xid_counts_) {
     status.xids.push_back({key.first, key.second, options_.ignored_xids.count(key.second) == 0,
                            count});

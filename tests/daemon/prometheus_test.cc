@@ -12,9 +12,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "daemon_process.h"
 #include "edgeaccel/discovery/resource_names.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_kubelet.h"
 
@@ -45,6 +47,12 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   FixtureHost host;
   host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .temp_mc = 47300});
   host.AddJetson(FixtureHost::Jetson::kNanoR32);
+  // A discrete GPU with NVML (the fake library), for the GPU telemetry and Xid panels.
+  const std::string uuid = "GPU-e3004cd3-73c7-d4d7-4325-ef6f655d34ec";
+  host.AddNvidiaGpu({.pci_address = "0000:00:06.0", .minor = 0, .uuid = uuid});
+  host.AddFakeNvml("driver=580.159.04\ncuda=13000\ngpu uuid=" + uuid +
+                   " name=NVIDIA_H100_80GB_HBM3 memory_mib=81559 cc=9.0 mig=disabled "
+                   "temperature=36 power_mw=70500 util=12 used_mib=1024\n");
   TempDir dir;
   TestKubelet kubelet(dir.path() + "/kubelet");
   kubelet.Start();
@@ -56,14 +64,21 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   ASSERT_GT(port, 0) << daemon.Log();
   ASSERT_TRUE(kubelet.WaitFor([&] {
     return kubelet.Allocatable(std::string(kResourceEdgeTpu)) == 1 &&
-           kubelet.Allocatable(std::string(kResourceNvidiaGpu)) == 1;
+           kubelet.Allocatable(std::string(kResourceNvidiaGpu)) == 2;
   }));
 
-  // promtool's lint of the exposition.
+  // promtool's lint of the exposition, NVML's families included (an application Xid, which
+  // leaves the GPU Healthy, gives the Xid counter a series).
   httplib::Client client("127.0.0.1", port);
-  auto metrics = client.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  std::ofstream(dir.path() + "/metrics.txt") << metrics->body;
+  host.NvmlEvent(uuid + " 13");
+  std::string body;
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    auto answer = client.Get("/metrics");
+    body = answer ? answer->body : "";
+    return absl::StrContains(body, "edgeaccel_nvml_up{state=\"ready\"} 1") &&
+           absl::StrContains(body, "edgeaccel_gpu_xid_errors_total{");
+  })) << daemon.Log();
+  std::ofstream(dir.path() + "/metrics.txt") << body;
   auto lint = RunCommand("/bin/sh", {"-c", "promtool check metrics < " + dir.path() + "/metrics.txt"});
   EXPECT_EQ(lint.exit_code, 0) << lint.out << lint.err;
 

@@ -86,6 +86,8 @@ struct NvmlStatus {
   uint64_t restarts = 0;
   uint64_t hangs = 0;  // helpers killed for not answering in time
   std::vector<NvmlXidCount> xids;
+  // Each listed GPU's critical Xid while it still counts against the GPU (0: none).
+  std::map<std::string, int> critical_xid;
 };
 
 class NvmlSupervisor : public GpuFactSource {
