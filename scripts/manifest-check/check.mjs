@@ -27,6 +27,9 @@ const HOST_PATHS = new Map([
   ["/proc/meminfo", "ro"],
   ["/etc/nv_tegra_release", "ro"],
   ["/proc/driver/nvidia", "ro"],
+  // Where the NVML helper finds and loads the host's libnvidia-ml.so.1 (components/nvidia-discrete).
+  ["/etc/ld.so.cache", "ro"],
+  ["/usr/lib", "ro"],
 ]);
 
 async function validateSchema(where, obj) {
