@@ -60,6 +60,21 @@ void Set(LabelSet* labels, const std::string& key, absl::string_view value) {
   if (!clean.empty()) (*labels)[key] = clean;
 }
 
+// <prefix>.memory, .compute.major, .compute.minor and .family from one GPU's facts (prefix
+// "nvidia.com/gpu" for the node's, "nvidia.com/gpu-<product>" for one product's).
+void SetGpuFacts(LabelSet* labels, const std::string& prefix, const Device& gpu) {
+  Set(labels, prefix + ".memory", Fact(gpu, "memory_mib"));
+  std::vector<std::string> cc = absl::StrSplit(Fact(gpu, "compute_capability"), '.');
+  int major = 0, minor = 0;
+  if (cc.size() == 2 && absl::SimpleAtoi(cc[0], &major) && absl::SimpleAtoi(cc[1], &minor) &&
+      major >= 0 && minor >= 0) {
+    // The numbers as parsed: SimpleAtoi takes " 2" and "2 ", which are no label values.
+    (*labels)[prefix + ".compute.major"] = absl::StrCat(major);
+    (*labels)[prefix + ".compute.minor"] = absl::StrCat(minor);
+    (*labels)[prefix + ".family"] = Family(major, minor);
+  }
+}
+
 }  // namespace
 
 std::string SanitizeLabelValue(absl::string_view value) {
@@ -100,16 +115,7 @@ LabelSet DeriveLabels(const std::map<std::string, std::shared_ptr<const Snapshot
     labels["nvidia.com/gpu.count"] = absl::StrCat(physical.size());
     labels["nvidia.com/gpu.replicas"] = absl::StrCat(snapshot.devices.size() / physical.size());
     Set(&labels, "nvidia.com/gpu.product", Fact(first, "model"));
-    Set(&labels, "nvidia.com/gpu.memory", Fact(first, "memory_mib"));
-    std::vector<std::string> cc = absl::StrSplit(Fact(first, "compute_capability"), '.');
-    int major = 0, minor = 0;
-    if (cc.size() == 2 && absl::SimpleAtoi(cc[0], &major) && absl::SimpleAtoi(cc[1], &minor) &&
-        major >= 0 && minor >= 0) {
-      // The numbers as parsed: SimpleAtoi takes " 2" and "2 ", which are no label values.
-      labels["nvidia.com/gpu.compute.major"] = absl::StrCat(major);
-      labels["nvidia.com/gpu.compute.minor"] = absl::StrCat(minor);
-      labels["nvidia.com/gpu.family"] = Family(major, minor);
-    }
+    SetGpuFacts(&labels, "nvidia.com/gpu", first);
     // From NVML (discrete GPUs): the CUDA version the driver supports, and ECC.
     std::vector<std::string> cuda = absl::StrSplit(Fact(first, "cuda_version"), '.');
     if (cuda.size() == 2) {
@@ -129,16 +135,7 @@ LabelSet DeriveLabels(const std::map<std::string, std::shared_ptr<const Snapshot
         if (4 + product.size() + 14 > 63) continue;
         const std::string prefix = absl::StrCat("nvidia.com/gpu-", product);
         labels[prefix + ".count"] = absl::StrCat(devices.size());
-        const Device& d = *devices.front();
-        Set(&labels, prefix + ".memory", Fact(d, "memory_mib"));
-        std::vector<std::string> parts = absl::StrSplit(Fact(d, "compute_capability"), '.');
-        int cc_major = 0, cc_minor = 0;
-        if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &cc_major) &&
-            absl::SimpleAtoi(parts[1], &cc_minor) && cc_major >= 0 && cc_minor >= 0) {
-          labels[prefix + ".compute.major"] = absl::StrCat(cc_major);
-          labels[prefix + ".compute.minor"] = absl::StrCat(cc_minor);
-          labels[prefix + ".family"] = Family(cc_major, cc_minor);
-        }
+        SetGpuFacts(&labels, prefix, *devices.front());
       }
     }
     const std::string driver = Fact(first, "driver_version");

@@ -177,6 +177,56 @@ TEST(LabelsTest, ComputeCapabilityLabelsAreTheParsedNumbers) {
   EXPECT_THAT(labels_for("8.-7"), Not(Contains(Key("nvidia.com/gpu.compute.minor"))));
 }
 
+// Discrete GPUs as NVML's facts make them (nvml/nvml_supervisor.h): GFD's labels, ours for ECC
+// and MIG mode, and each product's own where the GPUs differ.
+TEST(LabelsTest, NvmlFactsGiveGfdLabelsAndDifferentProductsAreLabelledApart) {
+  auto gpu = [](const std::string& id, const std::string& model, const std::string& memory,
+                const std::string& cc) {
+    Device d;
+    d.id = id;
+    d.facts = {{"model", model}, {"memory_mib", memory}, {"compute_capability", cc},
+               {"cuda_version", "13.0"}, {"ecc_enabled", "true"}};
+    return d;
+  };
+  auto snapshot = std::make_shared<Snapshot>();
+  snapshot->devices = {gpu("GPU-1", "NVIDIA H100 80GB HBM3", "81559", "9.0"),
+                       gpu("GPU-2", "NVIDIA L4", "22491", "8.9"),
+                       gpu("GPU-3", "NVIDIA L4", "22491", "8.9"),
+                       gpu("GPU-4", std::string(60, 'X'), "1", "7.5")};  // a name too long
+  LabelOptions options;
+  options.nvml_gpus = {{{"uuid", "GPU-1"}, {"mig_capable", "true"}, {"mig_mode", "disabled"}},
+                       {{"uuid", "GPU-5"}, {"mig_capable", "true"}, {"mig_mode", "enabled"}},
+                       {{"uuid", "GPU-2"}, {"mig_capable", "false"}}};
+  LabelSet labels = DeriveLabels({{std::string(kResourceNvidiaGpu), snapshot}}, options);
+  EXPECT_THAT(labels, IsSupersetOf({
+                          Pair("nvidia.com/gpu.count", "4"),
+                          Pair("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+                          Pair("nvidia.com/gpu.memory", "81559"),
+                          Pair("nvidia.com/gpu.family", "hopper"),
+                          Pair("nvidia.com/cuda.runtime.major", "13"),
+                          Pair("nvidia.com/cuda.runtime.minor", "0"),
+                          Pair("nvidia.com/gpu.ecc", "enabled"),
+                          Pair("nvidia.com/mig.capable", "true"),
+                          Pair("nvidia.com/mig.mode", "mixed"),
+                          Pair("nvidia.com/gpu-NVIDIA-H100-80GB-HBM3.count", "1"),
+                          Pair("nvidia.com/gpu-NVIDIA-H100-80GB-HBM3.compute.major", "9"),
+                          Pair("nvidia.com/gpu-NVIDIA-L4.count", "2"),
+                          Pair("nvidia.com/gpu-NVIDIA-L4.memory", "22491"),
+                          Pair("nvidia.com/gpu-NVIDIA-L4.compute.minor", "9"),
+                          Pair("nvidia.com/gpu-NVIDIA-L4.family", "ada-lovelace"),
+                      }));
+  // No key whose name part would pass 63 characters.
+  for (const auto& [key, value] : labels) {
+    EXPECT_LE(key.size() - key.find('/') - 1, 63u) << key;
+  }
+  // One product: no product-keyed labels; every GPU in MIG mode: enabled.
+  snapshot->devices.resize(1);
+  options.nvml_gpus = {{{"uuid", "GPU-1"}, {"mig_capable", "true"}, {"mig_mode", "enabled"}}};
+  labels = DeriveLabels({{std::string(kResourceNvidiaGpu), snapshot}}, options);
+  EXPECT_THAT(labels, Not(Contains(Key("nvidia.com/gpu-NVIDIA-H100-80GB-HBM3.count"))));
+  EXPECT_EQ(labels["nvidia.com/mig.mode"], "enabled");
+}
+
 TEST(LabelsTest, NoDevicesNoLabels) {
   FixtureHost empty;
   EXPECT_TRUE(LabelsOf(empty, {.seed_labels = true}).empty());
