@@ -198,34 +198,36 @@ void NvmlSupervisor::ArmTimer() {
   timerfd_settime(timer_fd_, 0, &spec, nullptr);  // all zero: disarmed
 }
 
+void NvmlSupervisor::Unavailable(const std::string& why) {
+  state_ = State::kUnavailable;
+  reason_ = why;
+  const absl::Duration wait = backoff_.Next();
+  next_start_ = absl::Now() + wait;
+  if (logged_reason_ == why) return;  // said once, until something else happens
+  logged_reason_ = why;
+  LOG(WARNING) << "NVML is not available: " << why
+               << "; discrete GPUs are served without NVML's facts (memory, compute "
+                  "capability, MIG), Xid health and telemetry; looking again in "
+               << absl::FormatDuration(absl::Seconds(absl::ToInt64Seconds(wait)));
+}
+
 void NvmlSupervisor::StartHelper() {
   const absl::Time now = absl::Now();
   absl::StatusOr<NvmlLibrary> library = FindNvmlLibrary(*host_);
-  auto unavailable = [&](const std::string& why) {
-    state_ = State::kUnavailable;
-    reason_ = why;
-    next_start_ = now + backoff_.Next();
-    if (logged_reason_ != why) {
-      logged_reason_ = why;
-      LOG(WARNING) << "NVML is not available: " << why
-                   << "; discrete GPUs are served without NVML's facts (memory, compute "
-                      "capability, MIG), Xid health and telemetry; looking again later";
-    }
-  };
   if (!library.ok()) {
-    unavailable(std::string(library.status().message()));
+    Unavailable(std::string(library.status().message()));
     return;
   }
   library_ = *library;
   int to_child[2], from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0) {
-    unavailable(absl::StrCat("pipe: ", strerror(errno)));
+    Unavailable(absl::StrCat("pipe: ", strerror(errno)));
     return;
   }
   if (pipe2(from_child, O_CLOEXEC) != 0) {
     close(to_child[0]);
     close(to_child[1]);
-    unavailable(absl::StrCat("pipe: ", strerror(errno)));
+    Unavailable(absl::StrCat("pipe: ", strerror(errno)));
     return;
   }
   posix_spawn_file_actions_t actions;
@@ -243,7 +245,7 @@ void NvmlSupervisor::StartHelper() {
   if (spawned != 0) {
     close(to_child[1]);
     close(from_child[0]);
-    unavailable(absl::StrCat("cannot start the helper ", options_.helper_path, ": ",
+    Unavailable(absl::StrCat("cannot start the helper ", options_.helper_path, ": ",
                              strerror(spawned)));
     return;
   }
@@ -430,19 +432,12 @@ void NvmlSupervisor::HelperEnded(const std::string& why) {
     sampling_.clear();
   }
   if (stopping_) return;
-  const absl::Duration wait = backoff_.Next();
-  next_start_ = absl::Now() + wait;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
-    state_ = State::kUnavailable;
-    if (logged_reason_ != reason_) {
-      logged_reason_ = reason_;
-      LOG(WARNING) << "NVML is not available: " << reason_
-                   << "; discrete GPUs are served without NVML's facts (memory, compute "
-                      "capability, MIG), Xid health and telemetry; looking again in "
-                   << absl::FormatDuration(absl::Seconds(absl::ToInt64Seconds(wait)));
-    }
+    Unavailable(reason_);  // what its `unavailable` record said
     return;
   }
+  const absl::Duration wait = backoff_.Next();
+  next_start_ = absl::Now() + wait;
   ++restarts_;
   state_ = State::kRestarting;
   // Why it ended: what we killed it for, what it said last (a failed event wait), or its exit.

@@ -139,6 +139,8 @@ class NvmlSupervisor : public GpuFactSource {
   void Run();
   // Locked helpers, on the thread.
   void StartHelper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NVML cannot be used (`why`): looked at again after the backoff; logged once per reason.
+  void Unavailable(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleOutput() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleRecord(const NvmlRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `why` it ended, when we killed it; empty: it ended by itself (its exit status says why).
