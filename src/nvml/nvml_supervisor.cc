@@ -212,6 +212,7 @@ void NvmlSupervisor::Unavailable(const std::string& why) {
 }
 
 void NvmlSupervisor::StartHelper() {
+  ++start_attempts_;
   const absl::Time now = absl::Now();
   absl::StatusOr<NvmlLibrary> library = FindNvmlLibrary(*host_);
   if (!library.ok()) {
@@ -609,6 +610,7 @@ NvmlStatus NvmlSupervisor::Status() const {
   status.found_by = library_.found_by;
   status.driver = driver_;
   status.cuda = cuda_;
+  status.start_attempts = start_attempts_;
   status.restarts = restarts_;
   status.hangs = hangs_;
   for (const auto& [uuid, gpu] : gpus_) {

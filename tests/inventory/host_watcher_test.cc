@@ -164,14 +164,14 @@ TEST_F(HealthTest, ARequestedRescanIsTheOnlyWayASourceDrivenChangeIsSeenWithoutT
   StartWatcher(absl::ZeroDuration(), source);  // no probe: nothing else would rescan it
   ASSERT_EQ(set_.Current()->HealthyCount(), 1);
   source->broken = true;
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_EQ(set_.Current()->HealthyCount(), 1);  // nobody told the watcher
+  uint64_t scans = watcher_->scans();
   watcher_->RequestRescan(source);
   auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 0; });
   EXPECT_EQ(s->HealthyCount(), 0);
+  EXPECT_EQ(watcher_->scans(), scans + 1);  // the request's rescan, and no other
   // Another discoverer's request rescans only that one (here: none of ours).
   source->broken = false;
-  const uint64_t scans = watcher_->scans();
+  scans = watcher_->scans();
   watcher_->RequestRescan(&coral_);
   watcher_->RequestRescan(source);
   s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });

@@ -83,6 +83,7 @@ struct NvmlStatus {
   std::string found_by;
   std::string driver;
   std::string cuda;
+  uint64_t start_attempts = 0;  // looks for the library and starts of the helper
   uint64_t restarts = 0;
   uint64_t hangs = 0;  // helpers killed for not answering in time
   std::vector<NvmlXidCount> xids;
@@ -183,6 +184,7 @@ class NvmlSupervisor : public GpuFactSource {
   absl::Time next_check_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<std::string, NvmlTelemetry> telemetry_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NvmlTelemetry> sampling_ ABSL_GUARDED_BY(mu_);
+  uint64_t start_attempts_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t restarts_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hangs_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> left_out_ ABSL_GUARDED_BY(mu_);  // remarks of the last Amend
