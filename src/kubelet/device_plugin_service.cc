@@ -38,11 +38,12 @@ class DevicePluginService::Stream {
   }
 
   // On the loop thread, when the call arrives.
-  void Begin(const std::shared_ptr<Stream>& self) {
-    std::weak_ptr<Stream> weak = self;
-    listener_id_ = service_->set_->Subscribe([weak](std::shared_ptr<const Snapshot> snapshot) {
-      if (std::shared_ptr<Stream> stream = weak.lock()) stream->Deliver(std::move(snapshot));
-    });
+  void Begin() {
+    listener_id_ = service_->set_->Subscribe(
+        [gate = gate_](std::shared_ptr<const Snapshot> snapshot) {
+          absl::MutexLock lock(&gate->mu);
+          if (gate->stream != nullptr) gate->stream->Deliver(std::move(snapshot));
+        });
     Deliver(service_->set_->Current());
   }
 
@@ -72,6 +73,16 @@ class DevicePluginService::Stream {
   }
 
  private:
+  // What the DeviceSet listener reaches the stream through. A listener may still be running
+  // when Unsubscribe returns (it runs on the thread that updated the set); had it held the
+  // stream itself (a weak_ptr locked for the call), the stream could outlive Forget and reach
+  // a service that PluginServer::Stop has already destroyed. The gate is closed before the
+  // stream is forgotten, and closing it waits for a delivery in progress.
+  struct Gate {
+    absl::Mutex mu;
+    Stream* stream ABSL_GUARDED_BY(mu);
+  };
+
   // One kind of event of this call, as the loop delivers it.
   class Event final : public CompletionTag {
    public:
@@ -82,6 +93,13 @@ class DevicePluginService::Stream {
     Stream* const stream_;
     void (Stream::*const handler_)(bool);
   };
+
+  static std::shared_ptr<Gate> MakeGate(Stream* stream) {
+    auto gate = std::make_shared<Gate>();
+    absl::MutexLock lock(&gate->mu);
+    gate->stream = stream;
+    return gate;
+  }
 
   enum class Next { kNothing, kWrite, kFinish };
 
@@ -206,6 +224,10 @@ class DevicePluginService::Stream {
       if (!call_done_ || writing_ || finishing_ || wake_pending_ || forgotten_) return;
       forgotten_ = true;
     }
+    {
+      absl::MutexLock lock(&gate_->mu);  // waits for a Deliver on another thread to return
+      gate_->stream = nullptr;
+    }
     service_->set_->Unsubscribe(listener_id_);
     service_->Forget(this);  // may destroy this object: nothing may follow
   }
@@ -250,6 +272,7 @@ class DevicePluginService::Stream {
   Event arrived_, written_, finished_call_, done_, woken_;
   grpc::Alarm wake_;  // hands work from other threads to the loop (Pump)
   uint64_t listener_id_ = 0;
+  const std::shared_ptr<Gate> gate_ = MakeGate(this);
   absl::Mutex mu_;
   std::shared_ptr<const Snapshot> latest_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -368,7 +391,7 @@ void DevicePluginService::Adopt(Stream* raw) {
     stream->End();  // shutting down: answer at once, with no devices
   } else {
     LOG(INFO) << set_->resource_name() << ": ListAndWatch stream opened";
-    stream->Begin(stream);
+    stream->Begin();
   }
 }
 

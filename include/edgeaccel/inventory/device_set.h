@@ -48,8 +48,10 @@ class DeviceSet {
   std::shared_ptr<const Snapshot> WaitNewerThan(uint64_t version, absl::Duration timeout) const;
 
   // Listeners run on the thread that called Update, without any DeviceSet lock held, so they
-  // may call back into the set. A listener may still run once shortly after Unsubscribe returns:
-  // capture weak state.
+  // may call back into the set. A listener may still be running, or run once, after Unsubscribe
+  // returns: what it reaches must stay valid until the owner has closed that way in (a weak_ptr
+  // is not enough where locking it keeps an object whose owner is being destroyed; see the
+  // ListAndWatch stream's gate in device_plugin_service.cc).
   uint64_t Subscribe(Listener listener);
   void Unsubscribe(uint64_t id);
 
