@@ -38,6 +38,25 @@ absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
   return families;
 }
 
+absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text) {
+  std::set<std::string> families;
+  if (absl::StripAsciiWhitespace(text).empty() || text == "none") return families;
+  if (text == "all") {
+    for (const auto& [family, resource] : KnownFamilies()) families.insert(family);
+    return families;
+  }
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (!KnownFamilies().count(std::string(name))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dra: unknown family \"", absl::CHexEscape(name.substr(0, 40)),
+          "\" (known: all, none, coral-pcie, coral-usb, nvidia, tegra)"));
+    }
+    families.insert(std::string(name));
+  }
+  return families;
+}
+
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text) {
   std::set<std::string> resources;
   if (text.empty()) return resources;
@@ -176,6 +195,36 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
   if (!config.nfd_features_dir.empty() && config.nfd_features_dir[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nfd-features-dir must be an absolute path, got \"", config.nfd_features_dir, "\""));
+  }
+  if (!config.dra_families.empty()) {
+    if (config.node_name.empty()) {
+      return absl::InvalidArgumentError(
+          "--dra needs this node's name (--node-name or NODE_NAME): it names the ResourceSlice's pool");
+    }
+    if (config.dra_resync < absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat("--dra-resync must be at least 1s, got ",
+                                                     absl::FormatDuration(config.dra_resync)));
+    }
+    for (const std::string& family : config.dra_families) {
+      if (!config.families.empty() && config.families.count(family) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--dra names ", family,
+                                                       ", which --families does not look for"));
+      }
+      if (config.take_over.count(KnownFamilies().at(family)) > 0 ||
+          config.replicas.count(KnownFamilies().at(family)) > 0) {
+        bool other_plugin_family = false;  // the resource still has device-plugin families
+        for (const auto& [name, resource] : KnownFamilies()) {
+          if (resource == KnownFamilies().at(family) && config.dra_families.count(name) == 0) {
+            other_plugin_family = true;
+          }
+        }
+        if (!other_plugin_family) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--take-over and --replicas are for the device plugin; ", KnownFamilies().at(family),
+              " is published through DRA (--dra)"));
+        }
+      }
+    }
   }
   if (config.register_timeout < absl::Milliseconds(100)) {
     return absl::InvalidArgumentError(absl::StrCat("--register-timeout must be at least 100ms, got ",

@@ -12,6 +12,8 @@
 #include "edgeaccel/discovery/nvidia.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/discovery/tegra.h"
+#include "edgeaccel/dra/dra_driver.h"
+#include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/cached_allocation_check.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
@@ -51,16 +53,11 @@ Daemon::Daemon(DaemonConfig config)
   };
   // Families in a fixed order; each feeds the resource it serves.
   if (enabled("coral-pcie")) {
-    ResourceFor(std::string(kResourceEdgeTpu))
-        ->discoverers.push_back(std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
+    AddDiscoverer("coral-pcie", std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
   }
-  if (enabled("coral-usb")) {
-    ResourceFor(std::string(kResourceEdgeTpu))
-        ->discoverers.push_back(std::make_unique<CoralUsbDiscoverer>(&host_));
-  }
+  if (enabled("coral-usb")) AddDiscoverer("coral-usb", std::make_unique<CoralUsbDiscoverer>(&host_));
   if (enabled("tegra")) {
-    ResourceFor(std::string(kResourceNvidiaGpu))
-        ->discoverers.push_back(std::make_unique<TegraGpuDiscoverer>(&host_, nvidia_options));
+    AddDiscoverer("tegra", std::make_unique<TegraGpuDiscoverer>(&host_, nvidia_options));
   }
   if (enabled("nvidia")) {
     if (config_.nvml) {
@@ -75,7 +72,10 @@ Daemon::Daemon(DaemonConfig config)
     }
     auto discoverer = std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options, nvml_.get());
     nvidia_discoverer_ = discoverer.get();
-    ResourceFor(std::string(kResourceNvidiaGpu))->discoverers.push_back(std::move(discoverer));
+    AddDiscoverer("nvidia", std::move(discoverer));
+  }
+  for (auto& driver : dra_drivers_) {
+    for (auto& discoverer : driver->discoverers) watcher_.Add(discoverer.get(), driver->set.get());
   }
 
   for (auto& resource : resources_) {
@@ -128,6 +128,79 @@ Daemon::Resource* Daemon::ResourceFor(const std::string& name) {
   return resources_.back().get();
 }
 
+Daemon::DraDriver* Daemon::DraDriverFor(const std::string& driver) {
+  for (auto& existing : dra_drivers_) {
+    if (existing->set->resource_name() == driver) return existing.get();
+  }
+  auto created = std::make_unique<DraDriver>();
+  created->set = std::make_unique<DeviceSet>(driver);
+  dra_drivers_.push_back(std::move(created));
+  return dra_drivers_.back().get();
+}
+
+void Daemon::AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer) {
+  // A family goes one way only: never offered through both APIs.
+  if (config_.dra_families.count(family) > 0) {
+    DraDriverFor(DraDriverForFamily(family))->discoverers.push_back(std::move(discoverer));
+  } else {
+    ResourceFor(KnownFamilies().at(family))->discoverers.push_back(std::move(discoverer));
+  }
+}
+
+absl::StatusOr<ApiServerConfig> Daemon::ApiConfig() const {
+  return config_.kubeconfig.empty()
+             ? InClusterConfig(config_.node_name, config_.api_server, config_.api_token_file,
+                               config_.api_ca_file)
+             : KubeconfigConfig(config_.node_name, config_.kubeconfig);
+}
+
+absl::Status Daemon::StartDra() {
+  if (dra_drivers_.empty()) return absl::OkStatus();
+  absl::StatusOr<ApiServerConfig> api = ApiConfig();
+  if (!api.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--dra publishes ResourceSlices through the API server, which cannot be reached: ",
+        api.status().message()));
+  }
+  dra_api_ = std::make_unique<ApiClient>(*api);
+  for (auto& owned : dra_drivers_) {
+    DraDriver* driver = owned.get();
+    const std::string& name = driver->set->resource_name();
+    ClaimPreparer::Options prepare;
+    prepare.driver = name;
+    prepare.pool = config_.node_name;
+    prepare.cdi_dir = config_.cdi_dir;
+    prepare.state_dir = absl::StrCat(config_.kubelet_root, "/plugins/", name);
+    prepare.fetch_claim = [client = dra_api_.get()](const ClaimRef& claim) {
+      return FetchClaim(*client, claim);
+    };
+    driver->preparer = std::make_unique<ClaimPreparer>(std::move(prepare), driver->set.get());
+    driver->preparer->Start();  // an unreadable checkpoint is logged; the driver still serves
+    SlicePublisher::Options publish;
+    publish.driver = name;
+    publish.node_name = config_.node_name;
+    publish.resync = config_.dra_resync;
+    driver->publisher = std::make_unique<SlicePublisher>(publish, dra_api_.get(), driver->set.get());
+    driver->publisher->Start();
+    driver->service = std::make_unique<DraPluginService>(driver->preparer.get(), driver->set.get(),
+                                                         config_.node_name, &driver->counters);
+    DraPluginServer::Options serve;
+    serve.driver = name;
+    serve.kubelet_root = config_.kubelet_root;
+    // A kubelet that (re)starts deletes its node's slices: publish again once it registered us.
+    serve.on_registered = [publisher = driver->publisher.get()] { publisher->Resync(); };
+    serve.on_refused = [this, name](const std::string& error) {
+      RecordEvent({true, "DRADriverRefused",
+                   absl::StrCat("the kubelet refused DRA driver ", name, ": ", error)});
+    };
+    driver->server = std::make_unique<DraPluginServer>(serve, driver->service.get());
+    if (absl::Status serving = driver->server->Start(); !serving.ok()) {
+      return absl::UnavailableError(absl::StrCat(name, ": ", serving.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Daemon::~Daemon() { Stop(); }
 
 absl::Status Daemon::Start() {
@@ -142,11 +215,7 @@ absl::Status Daemon::Start() {
     }
   }
   if (config_.label_node) {
-    absl::StatusOr<ApiServerConfig> api =
-        config_.kubeconfig.empty()
-            ? InClusterConfig(config_.node_name, config_.api_server, config_.api_token_file,
-                              config_.api_ca_file)
-            : KubeconfigConfig(config_.node_name, config_.kubeconfig);
+    absl::StatusOr<ApiServerConfig> api = ApiConfig();
     if (!api.ok()) return api.status();
     node_labeler_ = std::make_unique<NodeLabeler>(*api);
     node_labeler_->Start();
@@ -163,6 +232,9 @@ absl::Status Daemon::Start() {
   }
   absl::Status status = watcher_.Start();  // the first scan of every family happens in here
   if (!status.ok()) return status;
+  // The DRA drivers after the first scan: the first slice holds every device found, and a
+  // prepared claim's missing CDI spec can be written again from them.
+  if (absl::Status dra = StartDra(); !dra.ok()) return dra;
   // The first specs before any registration, so the first ListAndWatch already names every
   // device (on the sink thread, as every other write of them).
   for (auto& resource : resources_) {
@@ -358,6 +430,12 @@ void Daemon::Stop() {
   sinks_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
   for (auto& resource : resources_) resource->registrar->Stop();
+  // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
+  // claims stay: running pods keep their devices, and the next daemon takes over both.
+  for (auto& driver : dra_drivers_) {
+    if (driver->server != nullptr) driver->server->Stop();
+    if (driver->publisher != nullptr) driver->publisher->Stop();
+  }
   // After everything that records has stopped; what is still queued is dropped.
   if (node_events_ != nullptr) node_events_->Stop();
 }
@@ -473,7 +551,69 @@ std::string Daemon::Describe() const {
         absl::StrAppend(&out, "  ", remark, "\n");
       }
     }
+    for (const Device& device : snapshot->devices) DescribeDevice(device, &out);
+  }
+  for (const auto& driver : dra_drivers_) {
+    std::shared_ptr<const Snapshot> snapshot = driver->set->Current();
+    std::vector<std::string> notes;
+    const nlohmann::json published = SliceDevices(*snapshot, &notes);
+    std::vector<std::string> families;
+    for (const auto& discoverer : driver->discoverers) families.push_back(discoverer->Family());
+    absl::StrAppendFormat(&out, "%s (DRA driver, from %s): %d device(s), %d healthy, %d in the ResourceSlice\n",
+                          driver->set->resource_name(), absl::StrJoin(families, ", "),
+                          snapshot->devices.size(), snapshot->HealthyCount(), published.size());
+    absl::StrAppend(&out, "  pool ", config_.node_name.empty() ? "(no --node-name)" : config_.node_name,
+                    "; not offered through the device plugin API\n");
+    if (driver->publisher != nullptr) {
+      const SlicePublisher::Status status = driver->publisher->status();
+      absl::StrAppend(&out, "  ResourceSlice ", status.slice_name.empty() ? "(none yet)" : status.slice_name,
+                      ", generation ", status.generation,
+                      status.last_error.empty() ? "" : absl::StrCat(", last error: ", status.last_error), "\n");
+    }
+    if (driver->preparer != nullptr) {
+      for (const PreparedClaim& claim : driver->preparer->Prepared()) {
+        absl::StrAppend(&out, "  prepared claim ", claim.claim.namespace_name, "/", claim.claim.name,
+                        " (", claim.claim.uid, "): ",
+                        absl::StrJoin(claim.devices, ", ", [](std::string* o, const PreparedDevice& d) {
+                          absl::StrAppend(o, d.device);
+                        }), "\n");
+      }
+    }
+    for (const std::string& note : notes) absl::StrAppend(&out, "  ", note, "\n");
+    if (snapshot->devices.empty()) {
+      for (const auto& discoverer : driver->discoverers) {
+        absl::StrAppend(&out, "  ", discoverer->NothingFoundHint(), "\n");
+      }
+    }
+    for (const auto& discoverer : driver->discoverers) {
+      for (const std::string& remark : discoverer->Remarks()) absl::StrAppend(&out, "  ", remark, "\n");
+    }
     for (const Device& device : snapshot->devices) {
+      DescribeDevice(device, &out);
+      if (device.health != Health::kHealthy) {
+        absl::StrAppend(&out, "    DRA: left out of the ResourceSlice while Unhealthy\n");
+        continue;
+      }
+      const nlohmann::json entry = SliceDevice(device, nullptr);
+      absl::StrAppend(&out, "    DRA device: ", entry["name"].get<std::string>(), "\n");
+      for (const auto& [key, value] : entry["attributes"].items()) {
+        absl::StrAppend(&out, "      attribute ", key, ": ", value.begin().value().dump(), " (",
+                        value.begin().key(), ")\n");
+      }
+      if (entry.contains("capacity")) {
+        for (const auto& [key, value] : entry["capacity"].items()) {
+          absl::StrAppend(&out, "      capacity ", key, ": ", value["value"].get<std::string>(), "\n");
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void Daemon::DescribeDevice(const Device& device, std::string* out_ptr) {
+  std::string& out = *out_ptr;
+  {
+    {
       absl::StrAppendFormat(&out, "  %s  %s", device.id, HealthName(device.health));
       if (!device.unhealthy_reason.empty()) absl::StrAppend(&out, " (", device.unhealthy_reason, ")");
       absl::StrAppend(&out, "\n    numa node: ",
@@ -494,7 +634,6 @@ std::string Daemon::Describe() const {
       }
     }
   }
-  return out;
 }
 
 }  // namespace edgeaccel

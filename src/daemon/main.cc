@@ -61,6 +61,15 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(10),
 ABSL_FLAG(std::string, families, "all",
           "Device families to look for, comma-separated: coral-pcie, coral-usb (coral.ai/edgetpu), "
           "tegra, nvidia (nvidia.com/gpu), or all. A resource is registered once it has a device.");
+ABSL_FLAG(std::string, dra, "",
+          "Families to publish through Dynamic Resource Allocation (Kubernetes 1.34+, "
+          "resource.k8s.io/v1) instead of the device plugin API, comma-separated (coral-pcie, "
+          "coral-usb, tegra, nvidia) or all; empty: none. Their devices go to ResourceSlices of "
+          "drivers edgetpu.edgeaccel.io and gpu.edgeaccel.io; needs the API server (as "
+          "--label-node does) and --node-name.");
+ABSL_FLAG(absl::Duration, dra_resync, absl::Seconds(30),
+          "With --dra: how often the ResourceSlices are checked against the API server when "
+          "nothing changed (puts back a slice someone deleted).");
 ABSL_FLAG(std::string, take_over, "",
           "Resources to register even where another device plugin on the node already serves "
           "them (e.g. NVIDIA's for nvidia.com/gpu), comma-separated. Without it such a resource "
@@ -165,6 +174,10 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
       edgeaccel::ParseFamilies(absl::GetFlag(FLAGS_families));
   if (!families.ok()) return families.status();
   config.families = *families;
+  absl::StatusOr<std::set<std::string>> dra = edgeaccel::ParseDraFamilies(absl::GetFlag(FLAGS_dra));
+  if (!dra.ok()) return dra.status();
+  config.dra_families = *dra;
+  config.dra_resync = absl::GetFlag(FLAGS_dra_resync);
   absl::StatusOr<std::set<std::string>> take_over =
       edgeaccel::ParseTakeOver(absl::GetFlag(FLAGS_take_over));
   if (!take_over.ok()) return take_over.status();

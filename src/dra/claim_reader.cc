@@ -1,1 +1,101 @@
-// placeholder
+#include "edgeaccel/dra/claim_reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace edgeaccel {
+namespace {
+
+using nlohmann::json;
+
+// The string at `key` of `object`, or an error naming the field.
+absl::StatusOr<std::string> StringField(const json& object, const char* key, const std::string& path) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is missing"));
+  }
+  if (!it->is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not a string"));
+  std::string value = it->get<std::string>();
+  if (value.size() > 253) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is too long"));
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
+                                                    absl::string_view driver,
+                                                    absl::string_view pool) {
+  const std::string what = absl::StrCat("ResourceClaim ", claim.namespace_name, "/", claim.name);
+  json object = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded() || !object.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the API server's answer is not a JSON object"));
+  }
+  auto kind = object.find("kind");
+  if (kind != object.end() && !(kind->is_string() && *kind == "ResourceClaim")) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the API server answered with another kind"));
+  }
+  auto metadata = object.find("metadata");
+  if (metadata == object.end() || !metadata->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no metadata"));
+  }
+  absl::StatusOr<std::string> uid = StringField(*metadata, "uid", "metadata");
+  if (!uid.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", uid.status().message()));
+  if (*uid != claim.uid) {
+    // DRAH getResourceClaims: "got replaced". The kubelet's claim is gone; this is a new one.
+    return absl::FailedPreconditionError(absl::StrCat(what, " has UID ", *uid, ", not ", claim.uid,
+                                                      ": it was deleted and made again"));
+  }
+  auto status = object.find("status");
+  const json* allocation = nullptr;
+  if (status != object.end() && status->is_object()) {
+    auto it = status->find("allocation");
+    if (it != status->end() && it->is_object()) allocation = &*it;
+  }
+  if (allocation == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " is not allocated"));
+  }
+  ClaimAllocation out;
+  auto devices = allocation->find("devices");
+  if (devices == allocation->end() || devices->is_null()) return out;
+  if (!devices->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": status.allocation.devices is not an object"));
+  }
+  auto results = devices->find("results");
+  if (results == devices->end() || results->is_null()) return out;
+  if (!results->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": status.allocation.devices.results is not a list"));
+  }
+  if (results->size() > kMaxAllocationResults) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", results->size(),
+                                                   " allocation results, more than the API allows (32)"));
+  }
+  for (size_t i = 0; i < results->size(); ++i) {
+    const json& result = (*results)[i];
+    const std::string path = absl::StrCat("status.allocation.devices.results[", i, "]");
+    if (!result.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is not an object"));
+    absl::StatusOr<std::string> result_driver = StringField(result, "driver", path);
+    if (!result_driver.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", result_driver.status().message()));
+    if (*result_driver != driver) continue;  // another driver's: the kubelet asks it separately
+    absl::StatusOr<std::string> result_pool = StringField(result, "pool", path);
+    absl::StatusOr<std::string> device = StringField(result, "device", path);
+    absl::StatusOr<std::string> request = StringField(result, "request", path);
+    for (const auto* field : {&result_pool, &device, &request}) {
+      if (!field->ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", field->status().message()));
+    }
+    if (*result_pool != pool) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": device ", *device, " is allocated from pool ",
+                                                        *result_pool, ", not this node's (", pool, ")"));
+    }
+    ClaimResult entry;
+    // DRAH stripSubrequestNames: "main/sub" -> "main".
+    entry.request = request->substr(0, request->find('/'));
+    entry.device = *device;
+    auto admin = result.find("adminAccess");
+    entry.admin_access = admin != result.end() && admin->is_boolean() && admin->get<bool>();
+    out.results.push_back(std::move(entry));
+  }
+  return out;
+}
+
+}  // namespace edgeaccel

@@ -1,1 +1,181 @@
-// placeholder
+#include "edgeaccel/dra/dra_plugin_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+// Removes a socket left by an earlier process at `path` (a plugin that died keeps its file);
+// anything else there is not ours to remove.
+absl::Status ClearSocketPath(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::AlreadyExistsError(absl::StrCat(path, " exists and is not a socket; not replacing it"));
+    }
+    if (unlink(path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot remove stale socket ", path, ": ", strerror(errno)));
+    }
+  } else if (errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+ino_t InodeOf(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Removes `path` if it is still the socket we made (inode), not one a newer process put there.
+void RemoveOwnSocket(const std::string& path, ino_t inode) {
+  struct stat st;
+  if (inode != 0 && lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == inode) {
+    unlink(path.c_str());
+  }
+}
+
+}  // namespace
+
+DraPluginServer::DraPluginServer(Options options, DraPluginService* service)
+    : options_(std::move(options)), service_(service) {}
+
+DraPluginServer::~DraPluginServer() { Stop(absl::ZeroDuration()); }
+
+std::string DraPluginServer::service_socket() const {
+  return absl::StrCat(options_.kubelet_root, "/plugins/", options_.driver, "/dra.sock");
+}
+
+std::string DraPluginServer::registration_socket() const {
+  return absl::StrCat(options_.kubelet_root, "/plugins_registry/", options_.driver, "-reg.sock");
+}
+
+grpc::Status DraPluginServer::GetInfo(pluginregistration::PluginInfo* info) const {
+  info->set_type("DRAPlugin");
+  info->set_name(options_.driver);
+  info->set_endpoint(service_socket());
+  for (const char* version : kDraSupportedVersions) info->add_supported_versions(version);
+  return grpc::Status::OK;
+}
+
+grpc::Status DraPluginServer::Notify(const pluginregistration::RegistrationStatus& status) {
+  if (status.plugin_registered()) {
+    registrations_.fetch_add(1);
+    registered_.store(true);
+    LOG(INFO) << options_.driver << ": registered with the kubelet as a DRA driver (" << service_socket() << ")";
+    if (options_.on_registered) options_.on_registered();
+  } else {
+    registered_.store(false);
+    LOG(ERROR) << options_.driver << ": the kubelet refused the DRA driver's registration: " << status.error();
+    if (options_.on_refused) options_.on_refused(status.error());
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status DraPluginServer::Start() {
+  const std::string plugin_dir = absl::StrCat(options_.kubelet_root, "/plugins/", options_.driver);
+  const std::string registry_dir = absl::StrCat(options_.kubelet_root, "/plugins_registry");
+  for (const std::string& dir : {absl::StrCat(options_.kubelet_root, "/plugins"), plugin_dir, registry_dir}) {
+    if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+      return absl::UnavailableError(absl::StrCat("cannot make ", dir, ": ", strerror(errno),
+                                                 " (is the kubelet root ", options_.kubelet_root, " mounted?)"));
+    }
+  }
+  for (const std::string& path : {service_socket(), registration_socket()}) {
+    absl::Status cleared = ClearSocketPath(path);
+    if (!cleared.ok()) return cleared;
+  }
+
+  v1_ = std::make_unique<drav1::DRAPlugin::AsyncService>();
+  v1beta1_ = std::make_unique<drav1beta1::DRAPlugin::AsyncService>();
+  health_ = std::make_unique<drahealth::DRAResourceHealth::AsyncService>();
+  {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("unix:", service_socket()), grpc::InsecureServerCredentials());
+    builder.RegisterService(v1_.get());
+    builder.RegisterService(v1beta1_.get());
+    builder.RegisterService(health_.get());
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", service_socket()));
+    }
+    chmod(service_socket().c_str(), 0600);  // only the kubelet (root) may prepare claims
+    service_inode_ = InodeOf(service_socket());
+    loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
+    service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
+    loop_->Start();
+  }
+  {
+    registration_ = std::make_unique<pluginregistration::Registration::AsyncService>();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("unix:", registration_socket()), grpc::InsecureServerCredentials());
+    builder.RegisterService(registration_.get());
+    std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+    registration_server_ = builder.BuildAndStart();
+    if (registration_server_ == nullptr) {
+      Stop(absl::ZeroDuration());
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", registration_socket()));
+    }
+    chmod(registration_socket().c_str(), 0600);
+    registration_inode_ = InodeOf(registration_socket());
+    registration_loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra-reg");
+    auto* service = registration_.get();
+    grpc::ServerCompletionQueue* raw_cq = registration_loop_->cq();
+    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
+        registration_loop_.get(),
+        [service, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
+          service->RequestGetInfo(context, request, responder, raw_cq, raw_cq, tag);
+        },
+        [this](const auto&, auto* response) { return GetInfo(response); });
+    UnaryMethod<pluginregistration::RegistrationStatus, pluginregistration::RegistrationStatusResponse>::Serve(
+        registration_loop_.get(),
+        [service, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
+          service->RequestNotifyRegistrationStatus(context, request, responder, raw_cq, raw_cq, tag);
+        },
+        [this](const auto& request, auto*) { return Notify(request); });
+    registration_loop_->Start();
+  }
+  LOG(INFO) << options_.driver << ": DRA driver serving " << service_socket() << ", registering at "
+            << registration_socket();
+  return absl::OkStatus();
+}
+
+void DraPluginServer::Stop(absl::Duration grace) {
+  // The registration socket first: its removal is the deregistration the kubelet sees.
+  if (registration_server_ != nullptr) {
+    RemoveOwnSocket(registration_socket(), registration_inode_);
+    registration_server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    registration_loop_->Drain();
+    registration_server_->Wait();
+    registration_loop_.reset();
+    registration_server_.reset();
+    registration_.reset();
+    registration_inode_ = 0;
+  }
+  if (server_ != nullptr) {
+    service_->EndStreams();
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    loop_->Drain();
+    server_->Wait();
+    loop_.reset();
+    server_.reset();
+    RemoveOwnSocket(service_socket(), service_inode_);
+    service_inode_ = 0;
+  }
+  v1_.reset();
+  v1beta1_.reset();
+  health_.reset();
+  registered_.store(false);
+}
+
+}  // namespace edgeaccel

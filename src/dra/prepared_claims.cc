@@ -1,1 +1,169 @@
-// placeholder
+#include "edgeaccel/dra/prepared_claims.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "edgeaccel/host/atomic_file.h"
+
+namespace edgeaccel {
+namespace {
+
+using nlohmann::json;
+
+constexpr absl::string_view kCheckpointKind = "edgeaccel.io/dra-prepared-claims";
+constexpr int kCheckpointVersion = 1;
+constexpr char kFileName[] = "checkpoint.json";
+
+bool IsStringList(const json& value) {
+  if (!value.is_array()) return false;
+  for (const json& item : value) {
+    if (!item.is_string()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string PreparedClaimsJson(absl::string_view driver,
+                               const std::map<std::string, PreparedClaim>& claims) {
+  json out{{"kind", std::string(kCheckpointKind)},
+           {"version", kCheckpointVersion},
+           {"driver", std::string(driver)},
+           {"claims", json::object()}};
+  for (const auto& [uid, prepared] : claims) {
+    json devices = json::array();
+    for (const PreparedDevice& device : prepared.devices) {
+      devices.push_back(json{{"requests", device.requests},
+                             {"pool", device.pool},
+                             {"device", device.device},
+                             {"physicalId", device.physical_id},
+                             {"cdiIds", device.cdi_ids}});
+    }
+    out["claims"][uid] = json{{"namespace", prepared.claim.namespace_name},
+                              {"name", prepared.claim.name},
+                              {"devices", devices},
+                              {"cdiSpec", prepared.cdi_spec}};
+  }
+  return out.dump(2) + "\n";
+}
+
+absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::string_view text,
+                                                                          absl::string_view driver) {
+  json in = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (in.is_discarded() || !in.is_object()) return absl::DataLossError("not a JSON object");
+  if (in.value("kind", "") != kCheckpointKind) return absl::DataLossError("not a prepared-claims checkpoint");
+  if (!in.contains("version") || !in["version"].is_number_integer() ||
+      in["version"].get<int64_t>() != kCheckpointVersion) {
+    return absl::DataLossError("checkpoint version is not 1");
+  }
+  if (in.value("driver", "") != driver) {
+    return absl::DataLossError(absl::StrCat("checkpoint of driver ", in.value("driver", "?"), ", not ", driver));
+  }
+  const json& claims = in["claims"];
+  if (!claims.is_object()) return absl::DataLossError("claims is not an object");
+  std::map<std::string, PreparedClaim> out;
+  for (const auto& [uid, entry] : claims.items()) {
+    const std::string what = absl::StrCat("claim ", uid, ": ");
+    if (!entry.is_object()) return absl::DataLossError(what + "not an object");
+    PreparedClaim prepared;
+    prepared.claim.uid = uid;
+    for (const auto& [key, target] : {std::pair<const char*, std::string*>{"namespace", &prepared.claim.namespace_name},
+                                      {"name", &prepared.claim.name},
+                                      {"cdiSpec", &prepared.cdi_spec}}) {
+      auto it = entry.find(key);
+      if (it == entry.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, key, " is not a string"));
+      *target = it->get<std::string>();
+    }
+    if (prepared.cdi_spec.find('/') != std::string::npos || prepared.cdi_spec.empty() ||
+        prepared.cdi_spec[0] == '.') {
+      return absl::DataLossError(what + "cdiSpec is not a file name");
+    }
+    auto devices = entry.find("devices");
+    if (devices == entry.end() || !devices->is_array()) return absl::DataLossError(what + "devices is not a list");
+    for (const json& device : *devices) {
+      if (!device.is_object()) return absl::DataLossError(what + "a device is not an object");
+      PreparedDevice parsed;
+      for (const auto& [key, target] : {std::pair<const char*, std::string*>{"pool", &parsed.pool},
+                                        {"device", &parsed.device},
+                                        {"physicalId", &parsed.physical_id}}) {
+        auto it = device.find(key);
+        if (it == device.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a string"));
+        *target = it->get<std::string>();
+      }
+      for (const auto& [key, target] : {std::pair<const char*, std::vector<std::string>*>{"requests", &parsed.requests},
+                                        {"cdiIds", &parsed.cdi_ids}}) {
+        auto it = device.find(key);
+        if (it == device.end() || !IsStringList(*it)) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a list of strings"));
+        *target = it->get<std::vector<std::string>>();
+      }
+      prepared.devices.push_back(std::move(parsed));
+    }
+    out[uid] = std::move(prepared);
+  }
+  return out;
+}
+
+PreparedClaims::PreparedClaims(std::string directory, std::string driver)
+    : directory_(std::move(directory)), driver_(std::move(driver)) {}
+
+std::string PreparedClaims::path() const { return absl::StrCat(directory_, "/", kFileName); }
+
+absl::Status PreparedClaims::Load() {
+  claims_.clear();
+  std::ifstream in(path());
+  if (!in) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cannot read ", path(), ": ", strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::map<std::string, PreparedClaim>> parsed = ParsePreparedClaims(text.str(), driver_);
+  if (parsed.ok()) {
+    claims_ = std::move(*parsed);
+    return absl::OkStatus();
+  }
+  const std::string aside = absl::StrCat(path(), ".unreadable-", absl::ToUnixSeconds(absl::Now()));
+  const bool moved = rename(path().c_str(), aside.c_str()) == 0;
+  return absl::DataLossError(absl::StrCat(path(), " is unreadable (", parsed.status().message(), "); ",
+                                          moved ? absl::StrCat("kept as ", aside) : "left in place",
+                                          "; starting with no prepared claims"));
+}
+
+const PreparedClaim* PreparedClaims::Find(absl::string_view uid) const {
+  auto it = claims_.find(std::string(uid));
+  return it == claims_.end() ? nullptr : &it->second;
+}
+
+absl::Status PreparedClaims::Save(const std::map<std::string, PreparedClaim>& claims) {
+  mkdir(directory_.c_str(), 0750);  // normally made with the service socket
+  return WriteFileAtomically(directory_, kFileName, PreparedClaimsJson(driver_, claims), 0600);
+}
+
+absl::Status PreparedClaims::Put(PreparedClaim claim) {
+  std::map<std::string, PreparedClaim> next = claims_;
+  next[claim.claim.uid] = std::move(claim);
+  absl::Status status = Save(next);
+  if (status.ok()) claims_ = std::move(next);
+  return status;
+}
+
+absl::Status PreparedClaims::Remove(absl::string_view uid) {
+  if (Find(uid) == nullptr) return absl::OkStatus();
+  std::map<std::string, PreparedClaim> next = claims_;
+  next.erase(std::string(uid));
+  absl::Status status = Save(next);
+  if (status.ok()) claims_ = std::move(next);
+  return status;
+}
+
+}  // namespace edgeaccel

@@ -1,1 +1,283 @@
-// placeholder
+#include "edgeaccel/dra/slice_publisher.h"
+
+#include <pthread.h>
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "edgeaccel/dra/resource_slice.h"
+#include "edgeaccel/host/backoff.h"
+#include "glog/logging.h"
+
+namespace edgeaccel {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr int kConflictRetries = 5;
+
+std::string UrlEncode(absl::string_view text) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// The message of a metav1.Status answer, or the start of the body.
+std::string ApiMessage(const HttpResponse& response) {
+  json body = json::parse(response.body, nullptr, false);
+  if (body.is_object() && body.contains("message") && body["message"].is_string()) {
+    return body["message"].get<std::string>();
+  }
+  return response.body.substr(0, 200);
+}
+
+absl::Status HttpError(absl::string_view what, const HttpResponse& response) {
+  return absl::UnavailableError(absl::StrCat(what, ": the API server answered ", response.status, ": ",
+                                             ApiMessage(response)));
+}
+
+}  // namespace
+
+std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name) {
+  return UrlEncode(absl::StrCat("spec.driver=", driver, ",spec.nodeName=", node_name));
+}
+
+SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceSet* set)
+    : options_(std::move(options)), client_(client), set_(set) {}
+
+SlicePublisher::~SlicePublisher() { Stop(); }
+
+void SlicePublisher::Start() {
+  listener_ = set_->Subscribe([this](std::shared_ptr<const Snapshot>) { Resync(); });
+  thread_ = std::thread([this] { Run(); });
+}
+
+void SlicePublisher::Stop() {
+  if (listener_ != 0) {
+    set_->Unsubscribe(listener_);
+    listener_ = 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlicePublisher::Resync() {
+  absl::MutexLock lock(&mu_);
+  dirty_ = true;
+}
+
+SlicePublisher::Status SlicePublisher::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+void SlicePublisher::Run() {
+  pthread_setname_np(pthread_self(), "ea-dra-slices");
+  Backoff backoff(options_.initial_backoff, options_.max_backoff, 0.2);
+  absl::Time next = absl::Now();
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dirty_ || stopping_; };
+      mu_.AwaitWithDeadline(absl::Condition(&due), next);
+      if (stopping_) return;
+      dirty_ = false;
+    }
+    absl::Status result = Reconcile();
+    if (result.ok()) {
+      backoff.Reset();
+      next = absl::Now() + options_.resync;
+    } else {
+      errors_.Warn(absl::StrCat(options_.driver, ": cannot publish the ResourceSlice: ", result.message(),
+                                " (retrying)"));
+      next = absl::Now() + backoff.Next();
+    }
+  }
+}
+
+absl::Status SlicePublisher::ReconcileOnce() { return Reconcile(); }
+
+std::string SlicePublisher::NodeUid() {
+  if (!node_uid_.empty()) return node_uid_;
+  absl::StatusOr<HttpResponse> response =
+      client_->Request("GET", absl::StrCat("/api/v1/nodes/", options_.node_name));
+  if (response.ok() && response->status == 200) {
+    json node = json::parse(response->body, nullptr, false);
+    if (node.is_object() && node["metadata"].is_object() && node["metadata"]["uid"].is_string()) {
+      node_uid_ = node["metadata"]["uid"].get<std::string>();
+    }
+  }
+  if (node_uid_.empty()) {
+    errors_.Warn(absl::StrCat(options_.driver, ": cannot read Node ", options_.node_name,
+                              "'s UID: the ResourceSlice is published without an owner reference "
+                              "(it will not be removed with the Node)"));
+  }
+  return node_uid_;
+}
+
+absl::StatusOr<json> SlicePublisher::ListSlices() const {
+  absl::StatusOr<HttpResponse> response = client_->Request(
+      "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector(options_.driver, options_.node_name)));
+  if (!response.ok()) return response.status();
+  if (response->status != 200) return HttpError("listing ResourceSlices", *response);
+  json list = json::parse(response->body, nullptr, false);
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+    return absl::UnavailableError("listing ResourceSlices: the answer is not a ResourceSliceList");
+  }
+  return list["items"];
+}
+
+absl::Status SlicePublisher::Reconcile() {
+  std::vector<std::string> notes;
+  for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
+    std::shared_ptr<const Snapshot> snapshot = set_->Current();
+    notes.clear();
+    const json devices = SliceDevices(*snapshot, &notes);
+    for (const std::string& note : notes) errors_.Warn(absl::StrCat(options_.driver, ": ", note));
+    absl::StatusOr<json> items = ListSlices();
+    if (!items.ok()) {
+      absl::MutexLock lock(&mu_);
+      status_.published = false;
+      status_.last_error = std::string(items.status().message());
+      return items.status();
+    }
+    // Ours: the first slice of our pool; any other slice of this driver on this node goes.
+    const json* ours = nullptr;
+    std::vector<const json*> extra;
+    int64_t highest_generation = 0;
+    for (const json& item : *items) {
+      if (!item.is_object() || !item["spec"].is_object()) continue;
+      const json& pool = item["spec"]["pool"];
+      if (pool.is_object() && pool["generation"].is_number_integer()) {
+        highest_generation = std::max(highest_generation, pool["generation"].get<int64_t>());
+      }
+      const bool our_pool = pool.is_object() && pool["name"] == options_.node_name;
+      if (our_pool && ours == nullptr) {
+        ours = &item;
+      } else {
+        extra.push_back(&item);
+      }
+    }
+    uint64_t writes = 0;
+    bool conflict = false;
+    absl::Status error;
+    for (const json* item : extra) {
+      const json& metadata = (*item)["metadata"];
+      json options{{"kind", "DeleteOptions"},
+                   {"apiVersion", "v1"},
+                   {"preconditions",
+                    {{"uid", metadata.value("uid", "")}, {"resourceVersion", metadata.value("resourceVersion", "")}}}};
+      absl::StatusOr<HttpResponse> response =
+          client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", metadata.value("name", "")),
+                           "application/json", options.dump());
+      ++writes;
+      if (!response.ok()) {
+        error = response.status();
+      } else if (response->status == 409) {
+        conflict = true;
+      } else if (response->status != 200 && response->status != 202 && response->status != 404) {
+        error = HttpError(absl::StrCat("deleting ResourceSlice ", metadata.value("name", "")), *response);
+      }
+    }
+    std::string name;
+    int64_t generation = 0;
+    if (error.ok() && !conflict) {
+      if (ours == nullptr) {
+        generation = std::max<int64_t>(highest_generation, status().generation) + 1;
+        json slice = ResourceSliceObject(options_.driver, options_.node_name, NodeUid(), generation, devices);
+        absl::StatusOr<HttpResponse> response =
+            client_->Request("POST", kSlicesPath, "application/json", slice.dump());
+        ++writes;
+        if (!response.ok()) {
+          error = response.status();
+        } else if (response->status == 409) {
+          conflict = true;
+        } else if (response->status != 201 && response->status != 200) {
+          error = HttpError("creating the ResourceSlice", *response);
+        } else {
+          json created = json::parse(response->body, nullptr, false);
+          if (created.is_object() && created["metadata"].is_object()) {
+            name = created["metadata"].value("name", "");
+          }
+          LOG(INFO) << options_.driver << ": created ResourceSlice " << name << " (pool "
+                    << options_.node_name << ", generation " << generation << ", "
+                    << devices.size() << " device(s))";
+        }
+      } else {
+        json slice = *ours;
+        name = slice["metadata"].value("name", "");
+        generation = slice["spec"]["pool"].value("generation", int64_t{0});
+        const bool same = slice["spec"]["devices"] == devices &&
+                          slice["spec"]["pool"].value("resourceSliceCount", int64_t{0}) == 1;
+        if (!same) {
+          generation = std::max(generation, status().generation) + 1;
+          slice["spec"]["devices"] = devices;
+          slice["spec"]["pool"]["generation"] = generation;
+          slice["spec"]["pool"]["resourceSliceCount"] = 1;
+          absl::StatusOr<HttpResponse> response = client_->Request(
+              "PUT", absl::StrCat(kSlicesPath, "/", name), "application/json", slice.dump());
+          ++writes;
+          if (!response.ok()) {
+            error = response.status();
+          } else if (response->status == 409) {
+            conflict = true;
+          } else if (response->status != 200) {
+            error = HttpError(absl::StrCat("updating ResourceSlice ", name), *response);
+          } else {
+            LOG(INFO) << options_.driver << ": updated ResourceSlice " << name << " (generation "
+                      << generation << ", " << devices.size() << " device(s))";
+          }
+        }
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    status_.writes += writes;
+    if (conflict) {
+      ++status_.conflicts;  // someone else wrote it since we read it: read again
+      continue;
+    }
+    status_.last_error = std::string(error.message());
+    status_.published = error.ok();
+    if (error.ok()) {
+      status_.generation = generation;
+      status_.devices = devices.size();
+      status_.slice_name = name;
+    }
+    return error;
+  }
+  absl::MutexLock lock(&mu_);
+  status_.published = false;
+  status_.last_error = "the ResourceSlice kept changing under us (409 Conflict five times)";
+  return absl::AbortedError(status_.last_error);
+}
+
+absl::Status SlicePublisher::RemoveAll() {
+  absl::StatusOr<json> items = ListSlices();
+  if (!items.ok()) return items.status();
+  for (const json& item : *items) {
+    const std::string name = item["metadata"].value("name", "");
+    absl::StatusOr<HttpResponse> response = client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", name));
+    if (!response.ok()) return response.status();
+    if (response->status != 200 && response->status != 202 && response->status != 404) {
+      return HttpError(absl::StrCat("deleting ResourceSlice ", name), *response);
+    }
+    LOG(INFO) << options_.driver << ": deleted ResourceSlice " << name;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace edgeaccel

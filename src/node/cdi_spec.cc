@@ -59,38 +59,42 @@ std::string CdiDeviceName(absl::string_view resource_name, absl::string_view phy
   return absl::StrCat(CdiKind(resource_name), "=", physical_id);
 }
 
+std::string CdiContainerEditsJson(const Device& device) {
+  std::vector<std::string> nodes, envs;
+  for (const DeviceNode& node : device.nodes) {
+    std::string entry = absl::StrCat("{\"path\": ", Quote(node.container_path),
+                                     ", \"hostPath\": ", Quote(node.host_path),
+                                     ", \"permissions\": ", Quote(node.permissions));
+    // The mode and owner the runtime gives the node it makes in the container. CDI spec
+    // (cncf-tags/container-device-interface SPEC.md, "deviceNodes"): "fileMode" (int64,
+    // OPTIONAL) file mode for the device; "uid"/"gid" (uint32, OPTIONAL) id of device
+    // owner/group in the container namespace. specs-go/config.go: DeviceNode.FileMode is a
+    // *os.FileMode, `json:"fileMode,omitempty"`, so a JSON number holding the permission bits
+    // (0660 is 432; JSON has no octal), UID/GID *uint32. All three are in the first tagged
+    // spec, v0.3.0, so the 0.5.0 we declare (for hostPath) has them. Without them containerd
+    // 2.1.9 made the node crw-rw-rw- where the host's is crw-rw---- (only CDI libraries from
+    // v1.1.0 take fileMode from the host themselves), owned by the container's user
+    // (pkg/cdi/container-edits.go: an unset uid/gid becomes the process's, if not 0). With
+    // them the node is what the DeviceSpec path gives: the host's mode and owner.
+    if (node.host_mode.has_value()) {
+      absl::StrAppend(&entry, ", \"fileMode\": ", node.host_mode->permissions & 0777,
+                      ", \"uid\": ", node.host_mode->uid, ", \"gid\": ", node.host_mode->gid);
+    }
+    nodes.push_back(entry + "}");
+  }
+  for (const auto& [key, value] : device.envs) envs.push_back(Quote(absl::StrCat(key, "=", value)));
+  return absl::StrCat("{\"deviceNodes\": [", absl::StrJoin(nodes, ", "), "], \"env\": [",
+                      absl::StrJoin(envs, ", "), "]}");
+}
+
 std::string CdiSpecJson(absl::string_view resource_name, const Snapshot& snapshot) {
   std::vector<std::string> devices;
   absl::flat_hash_set<std::string> seen;
   for (const Device& device : snapshot.devices) {
     const std::string& id = PhysicalId(device);
     if (!seen.insert(id).second) continue;
-    std::vector<std::string> nodes, envs;
-    for (const DeviceNode& node : device.nodes) {
-      std::string entry = absl::StrCat("{\"path\": ", Quote(node.container_path),
-                                       ", \"hostPath\": ", Quote(node.host_path),
-                                       ", \"permissions\": ", Quote(node.permissions));
-      // The mode and owner the runtime gives the node it makes in the container. CDI spec
-      // (cncf-tags/container-device-interface SPEC.md, "deviceNodes"): "fileMode" (int64,
-      // OPTIONAL) file mode for the device; "uid"/"gid" (uint32, OPTIONAL) id of device
-      // owner/group in the container namespace. specs-go/config.go: DeviceNode.FileMode is a
-      // *os.FileMode, `json:"fileMode,omitempty"`, so a JSON number holding the permission bits
-      // (0660 is 432; JSON has no octal), UID/GID *uint32. All three are in the first tagged
-      // spec, v0.3.0, so the 0.5.0 we declare (for hostPath) has them. Without them containerd
-      // 2.1.9 made the node crw-rw-rw- where the host's is crw-rw---- (only CDI libraries from
-      // v1.1.0 take fileMode from the host themselves), owned by the container's user
-      // (pkg/cdi/container-edits.go: an unset uid/gid becomes the process's, if not 0). With
-      // them the node is what the DeviceSpec path gives: the host's mode and owner.
-      if (node.host_mode.has_value()) {
-        absl::StrAppend(&entry, ", \"fileMode\": ", node.host_mode->permissions & 0777,
-                        ", \"uid\": ", node.host_mode->uid, ", \"gid\": ", node.host_mode->gid);
-      }
-      nodes.push_back(entry + "}");
-    }
-    for (const auto& [key, value] : device.envs) envs.push_back(Quote(absl::StrCat(key, "=", value)));
-    devices.push_back(absl::StrCat("    {\"name\": ", Quote(id), ", \"containerEdits\": {\"deviceNodes\": [",
-                                   absl::StrJoin(nodes, ", "), "], \"env\": [",
-                                   absl::StrJoin(envs, ", "), "]}}"));
+    devices.push_back(absl::StrCat("    {\"name\": ", Quote(id), ", \"containerEdits\": ",
+                                   CdiContainerEditsJson(device), "}"));
   }
   return absl::StrCat("{\n  \"cdiVersion\": \"0.5.0\",\n  \"kind\": ", Quote(CdiKind(resource_name)),
                       ",\n  \"devices\": [\n", absl::StrJoin(devices, ",\n"), "\n  ]\n}\n");

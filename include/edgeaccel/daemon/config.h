@@ -28,6 +28,10 @@ struct DaemonConfig {
   absl::Duration register_timeout = absl::Seconds(10);
   // Device families to look for (coral-pcie, coral-usb, tegra, nvidia); empty: all of them.
   std::set<std::string> families;
+  // Families published through DRA (ResourceSlices, the kubelet's DRAPlugin) instead of the
+  // device plugin API; empty: none (docs/dra.md).
+  std::set<std::string> dra_families;
+  absl::Duration dra_resync = absl::Seconds(30);
   // Resources to register even where another plugin serves them (--take-over).
   std::set<std::string> take_over;
   // How long a resource another plugin served before a kubelet restart is left to it.
@@ -71,6 +75,8 @@ const std::map<std::string, std::string>& KnownFamilies();
 
 // "coral-pcie,tegra" or "all".
 absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
+// --dra: "coral-pcie,coral-usb,tegra", "all", or empty (none).
+absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text);
 // "nvidia.com/gpu,coral.ai/edgetpu" (or empty).
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text);
 // "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).

@@ -15,6 +15,10 @@
 #include "edgeaccel/daemon/config.h"
 #include "edgeaccel/daemon/metrics.h"
 #include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/dra/claim_preparer.h"
+#include "edgeaccel/dra/dra_plugin_server.h"
+#include "edgeaccel/dra/dra_plugin_service.h"
+#include "edgeaccel/dra/slice_publisher.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/serial_worker.h"
@@ -73,7 +77,26 @@ class Daemon {
     std::map<std::string, std::pair<Health, std::string>> events_health ABSL_GUARDED_BY(events_mu);
   };
 
+  // A DRA driver (--dra): its own device set, fed by the families it publishes, its
+  // ResourceSlice, and its kubelet plugin.
+  struct DraDriver {
+    std::unique_ptr<DeviceSet> set;  // named after the driver
+    std::vector<std::unique_ptr<Discoverer>> discoverers;
+    DraCounters counters;
+    std::unique_ptr<ClaimPreparer> preparer;
+    std::unique_ptr<DraPluginService> service;
+    std::unique_ptr<DraPluginServer> server;
+    std::unique_ptr<SlicePublisher> publisher;
+  };
+
+  // One device's lines in Describe().
+  static void DescribeDevice(const Device& device, std::string* out);
   Resource* ResourceFor(const std::string& name);
+  DraDriver* DraDriverFor(const std::string& driver);
+  // Where a family's discoverer goes: its DRA driver (--dra) or its device plugin resource.
+  void AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer);
+  absl::StatusOr<ApiServerConfig> ApiConfig() const;
+  absl::Status StartDra();
   // Recomputes the node labels; logs and writes them (NFD) when they changed.
   void RefreshLabels();
   std::string RenderMetrics() const;
@@ -93,6 +116,8 @@ class Daemon {
   std::unique_ptr<NvmlSupervisor> nvml_;
   Discoverer* nvidia_discoverer_ = nullptr;
   std::vector<std::unique_ptr<Resource>> resources_;
+  std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
+  std::unique_ptr<ApiClient> dra_api_;  // with --dra
   // Slow sinks (CDI specs, the NFD file, label refreshes) run here, in order, so the host
   // watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk.
   SerialWorker sinks_{"ea-sinks"};

@@ -28,6 +28,10 @@ std::string CdiKind(absl::string_view resource_name);
 // Fully qualified CDI name of a (physical) device: "edgeaccel.io/edgetpu=0000:03:00.0".
 std::string CdiDeviceName(absl::string_view resource_name, absl::string_view physical_id);
 
+// The CDI containerEdits (a JSON object: deviceNodes and env) that give a container `device`.
+// Shared by the device plugin's spec and the DRA driver's claim specs.
+std::string CdiContainerEditsJson(const Device& device);
+
 // The CDI spec (JSON) for the physical devices in `snapshot`. Each device node carries the host
 // node's mode bits and owner (fileMode, uid, gid) where they are known (DeviceNode::host_mode).
 std::string CdiSpecJson(absl::string_view resource_name, const Snapshot& snapshot);

@@ -1,0 +1,49 @@
+// Reads a ResourceClaim (resource.k8s.io/v1, as the API server answers a GET) for
+// NodePrepareResources: checks it is the claim the kubelet named (its UID: a claim deleted and
+// made again under the same name is another claim) and that it is allocated, and takes the
+// allocation results that are ours (our driver, our node's pool). The claim comes from the API
+// server, so nothing in it is trusted: every field is checked for type and size, and a claim
+// that cannot be read is an error that says why, never a crash (fuzz/fuzz_dra_claim.cc).
+#ifndef EDGEACCEL_DRA_CLAIM_READER_H_
+#define EDGEACCEL_DRA_CLAIM_READER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace edgeaccel {
+
+// A claim as the kubelet names it in NodePrepareResources and NodeUnprepareResources.
+struct ClaimRef {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+};
+
+// One allocation result of ours: which request it satisfies (a sub-request "main/sub" becomes
+// "main", as the kubelet matches container requests by the main name) and which device.
+struct ClaimResult {
+  std::string request;
+  std::string device;
+  bool admin_access = false;
+};
+
+struct ClaimAllocation {
+  std::vector<ClaimResult> results;  // ours only; empty when the claim has none for us
+};
+
+// At most this many results (AllocationResultsMaxSize in k8s.io/api resource/v1).
+inline constexpr size_t kMaxAllocationResults = 32;
+
+// Parses `body` (the ResourceClaim JSON) for `claim`, keeping the results of `driver` in pool
+// `pool`. Errors: not JSON or not a ResourceClaim, another UID ("replaced"), not allocated, a
+// result of ours in another pool, malformed fields.
+absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
+                                                    absl::string_view driver,
+                                                    absl::string_view pool);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DRA_CLAIM_READER_H_

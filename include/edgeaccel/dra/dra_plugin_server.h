@@ -1,0 +1,79 @@
+// DraPluginServer: the driver's two Unix sockets, as the kubelet's plugin manager expects them
+// (docs/dra.md; dra-facts §1):
+//  * the service socket <kubelet-root>/plugins/<driver>/dra.sock, serving DRAPlugin v1 and
+//    v1beta1 and DRAResourceHealth (DraPluginService), on its own loop thread ("ea-dra");
+//  * the registration socket <kubelet-root>/plugins_registry/<driver>-reg.sock, where the
+//    kubelet's plugin watcher calls GetInfo (within 1 s) and NotifyRegistrationStatus, on a loop
+//    of its own ("ea-dra-reg"), so a slow prepare never makes a registration miss its deadline.
+// The service socket is listening before the registration socket appears (the kubelet may call
+// at once); on Stop the registration socket goes first, which is how a plugin deregisters.
+#ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
+#define EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "edgeaccel/dra/dra_plugin_service.h"
+#include "edgeaccel/kubelet/completion_loop.h"
+#include "pluginregistration_v1.grpc.pb.h"
+
+namespace edgeaccel {
+
+// What GetInfo advertises: the DRAPlugin versions (v1 first: a 1.34+ kubelet takes the first it
+// knows) and the health service (as the Go helper lists it).
+inline constexpr const char* kDraSupportedVersions[] = {"v1.DRAPlugin", "v1beta1.DRAPlugin",
+                                                        "v1alpha1.DRAResourceHealth"};
+
+class DraPluginServer {
+ public:
+  struct Options {
+    std::string driver;
+    std::string kubelet_root = "/var/lib/kubelet";
+    // Called (on the registration loop) when the kubelet says it registered us, and with its
+    // error when it refused.
+    std::function<void()> on_registered;
+    std::function<void(const std::string& error)> on_refused;
+  };
+
+  DraPluginServer(Options options, DraPluginService* service);
+  ~DraPluginServer();
+
+  // Makes the plugin directory, replaces stale sockets, listens on both. Errors say which path.
+  absl::Status Start();
+  void Stop(absl::Duration grace = absl::Milliseconds(500));
+
+  std::string service_socket() const;
+  std::string registration_socket() const;
+  uint64_t registrations() const { return registrations_.load(); }
+  bool registered() const { return registered_.load(); }
+
+ private:
+  // GetInfo and NotifyRegistrationStatus.
+  grpc::Status GetInfo(pluginregistration::PluginInfo* info) const;
+  grpc::Status Notify(const pluginregistration::RegistrationStatus& status);
+
+  const Options options_;
+  DraPluginService* const service_;
+  std::unique_ptr<drav1::DRAPlugin::AsyncService> v1_;
+  std::unique_ptr<drav1beta1::DRAPlugin::AsyncService> v1beta1_;
+  std::unique_ptr<drahealth::DRAResourceHealth::AsyncService> health_;
+  std::unique_ptr<pluginregistration::Registration::AsyncService> registration_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CompletionLoop> loop_;
+  std::unique_ptr<grpc::Server> registration_server_;
+  std::unique_ptr<CompletionLoop> registration_loop_;
+  ino_t registration_inode_ = 0;
+  ino_t service_inode_ = 0;
+  std::atomic<uint64_t> registrations_{0};
+  std::atomic<bool> registered_{false};
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_

@@ -1,0 +1,83 @@
+// The kubelet's DRA node services, answered on a CompletionLoop (kubelet/completion_loop.h):
+//  * k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin (kubelet 1.34 and later) and
+//    k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin (1.32 and 1.33; the same messages, without
+//    share_id): NodePrepareResources and NodeUnprepareResources, through ClaimPreparer;
+//  * v1alpha1.DRAResourceHealth/NodeWatchResources: the complete health list of the driver's
+//    devices, again whenever a device's health changes (kubelet 1.36 opens it for every DRA
+//    plugin; answering Unimplemented would make it retry and log every 5 s).
+// Every claim of a request gets an entry in the answer, with its own error: a gRPC error would
+// make the kubelet drop the whole answer.
+#ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_
+#define EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "dra_health_v1alpha1.grpc.pb.h"
+#include "dra_v1.grpc.pb.h"
+#include "dra_v1beta1.grpc.pb.h"
+#include "edgeaccel/dra/claim_preparer.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/completion_loop.h"
+
+namespace edgeaccel {
+
+namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
+namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
+namespace drahealth = ::v1alpha1;
+
+struct DraCounters {
+  std::atomic<uint64_t> prepare_calls{0};
+  std::atomic<uint64_t> prepare_errors{0};  // claims answered with an error
+  std::atomic<uint64_t> unprepare_calls{0};
+  std::atomic<uint64_t> unprepare_errors{0};
+  std::atomic<uint64_t> health_streams{0};
+};
+
+class DraPluginService {
+ public:
+  // `preparer` and `set` outlive this object; `pool` is the node's name.
+  DraPluginService(ClaimPreparer* preparer, DeviceSet* set, std::string pool, DraCounters* counters);
+  ~DraPluginService();
+
+  void Serve(drav1::DRAPlugin::AsyncService* v1, drav1beta1::DRAPlugin::AsyncService* v1beta1,
+             drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop);
+  // Ends the health streams (shutdown); call before the server shuts down.
+  void EndStreams();
+  int OpenHealthStreams() const;
+
+  // The two versions' calls, answered alike (tests call them directly too).
+  template <typename Request, typename Response>
+  grpc::Status Prepare(const Request& request, Response* response);
+  template <typename Request, typename Response>
+  grpc::Status Unprepare(const Request& request, Response* response);
+
+  // The health message for `snapshot` (every device of the driver, Healthy or not).
+  drahealth::NodeWatchResourcesResponse HealthMessage(const Snapshot& snapshot) const;
+
+ private:
+  class HealthStream;
+  void ArmHealthStream();
+  void Adopt(HealthStream* stream);
+  void Forget(HealthStream* stream);
+
+  ClaimPreparer* const preparer_;
+  DeviceSet* const set_;
+  const std::string pool_;
+  DraCounters* const counters_;
+  drahealth::DRAResourceHealth::AsyncService* health_service_ = nullptr;
+  CompletionLoop* loop_ = nullptr;
+  mutable absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<HealthStream*, std::shared_ptr<HealthStream>> streams_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_

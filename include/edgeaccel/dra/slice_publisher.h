@@ -1,0 +1,98 @@
+// SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's Healthy
+// devices, on a thread of its own ("ea-dra-slices").
+//
+// A change of the device set (hot-plug, health) wakes it at once; so does Resync() (the kubelet
+// registered us: a kubelet that starts deletes every slice of its node). Otherwise it lists the
+// slice every `resync` (30 s by default, as the Go helper re-syncs) to put back a slice that
+// someone deleted (the kubelet's 30 s wipe after it lost our connection) and to carry facts that
+// change without a health change (NVML's, which arrive after the first scan).
+//
+// One reconcile: list the driver's slices of this node (fieldSelector spec.driver and
+// spec.nodeName); create the slice if there is none (generateName, ownerReference to the Node);
+// replace its devices if they differ, with the pool's generation one higher and the
+// resourceVersion it was read with (409 Conflict: read again and retry); delete any other slice
+// of ours on this node (preconditions: UID and resourceVersion). Errors are retried with
+// backoff and said once per distinct message. It never deletes the slice when it stops: a
+// restarting daemon must not make the devices vanish from the scheduler; RemoveAll() is for
+// uninstalling.
+#ifndef EDGEACCEL_DRA_SLICE_PUBLISHER_H_
+#define EDGEACCEL_DRA_SLICE_PUBLISHER_H_
+
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "edgeaccel/host/once_logger.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/node/api_client.h"
+
+namespace edgeaccel {
+
+class SlicePublisher {
+ public:
+  struct Options {
+    std::string driver;
+    std::string node_name;
+    absl::Duration resync = absl::Seconds(30);
+    absl::Duration initial_backoff = absl::Milliseconds(200);
+    absl::Duration max_backoff = absl::Seconds(30);
+  };
+
+  // What the publisher last did, for --discover, /metrics and tests.
+  struct Status {
+    bool published = false;        // the slice on the API server holds what we want
+    int64_t generation = 0;        // the pool's generation we last wrote or saw
+    size_t devices = 0;            // devices in it
+    std::string slice_name;        // metadata.name
+    std::string last_error;        // empty after a good reconcile
+    uint64_t writes = 0;           // creates, updates and deletes sent
+    uint64_t conflicts = 0;        // 409s answered
+  };
+
+  // `client` and `set` outlive this object.
+  SlicePublisher(Options options, const ApiClient* client, DeviceSet* set);
+  ~SlicePublisher();
+
+  void Start();
+  // Stops the thread (a request in flight ends at the client's timeout); leaves the slice.
+  void Stop();
+  // Reconcile now (also while the set did not change).
+  void Resync();
+  // Deletes every slice of this driver on this node (uninstall); once, on the caller's thread.
+  absl::Status RemoveAll();
+
+  Status status() const;
+  // One reconcile on the caller's thread (tests, --discover's check).
+  absl::Status ReconcileOnce();
+
+ private:
+  void Run();
+  absl::Status Reconcile();
+  absl::StatusOr<nlohmann::json> ListSlices() const;
+  std::string NodeUid();
+
+  const Options options_;
+  const ApiClient* const client_;
+  DeviceSet* const set_;
+  uint64_t listener_ = 0;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Status status_ ABSL_GUARDED_BY(mu_);
+  std::string node_uid_;  // the thread's (or ReconcileOnce's caller's)
+  OnceLogger errors_;
+};
+
+// "spec.driver=<driver>,spec.nodeName=<node>", URL-encoded, for the list and delete requests.
+std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name);
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DRA_SLICE_PUBLISHER_H_
