@@ -1,2 +1,138 @@
+#include "edgeaccel/dra/resource_slice.h"
+
 #include <gtest/gtest.h>
-TEST(Placeholder, resource_slice) {}
+
+#include "edgeaccel/discovery/coral_pcie.h"
+#include "edgeaccel/discovery/coral_usb.h"
+#include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/tegra.h"
+#include "edgeaccel/dra/dra_driver.h"
+#include "edgeaccel/host/host.h"
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureHost;
+
+Snapshot SnapshotOf(std::vector<Device> devices) {
+  Snapshot snapshot;
+  snapshot.version = 1;
+  snapshot.devices = std::move(devices);
+  return snapshot;
+}
+
+// Every attribute as the API server validates it: one type, strings and versions at most 64,
+// versions semantic, names C identifiers; at most 32 attributes and capacities per device.
+void ExpectValid(const json& device) {
+  EXPECT_TRUE(IsDnsLabel(device["name"].get<std::string>())) << device["name"];
+  size_t count = device["attributes"].size() + (device.contains("capacity") ? device["capacity"].size() : 0);
+  EXPECT_LE(count, kMaxAttributesAndCapacities);
+  for (const auto& [name, value] : device["attributes"].items()) {
+    EXPECT_EQ(value.size(), 1u) << name;
+    if (value.contains("string")) EXPECT_LE(value["string"].get<std::string>().size(), 64u) << name;
+    if (value.contains("version")) {
+      EXPECT_EQ(SemanticVersion(value["version"].get<std::string>()), value["version"].get<std::string>());
+    }
+  }
+}
+
+TEST(ResourceSliceTest, EdgeTpusCarryBusAddressModelAndVersions) {
+  FixtureHost fixture;
+  fixture.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 1});
+  fixture.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  Host host(fixture.root());
+  std::vector<Device> devices = CoralPcieDiscoverer(&host, {}).Scan();
+  for (Device& usb : CoralUsbDiscoverer(&host).Scan()) devices.push_back(usb);
+  std::vector<std::string> notes;
+  json slice = SliceDevices(SnapshotOf(devices), &notes);
+  ASSERT_EQ(slice.size(), 2u);
+  const json& pcie = slice[0];
+  EXPECT_EQ(pcie["name"], "tpu-0000-03-00-0");
+  EXPECT_EQ(pcie["attributes"]["bus"], json({{"string", "pci"}}));
+  EXPECT_EQ(pcie["attributes"]["pciAddress"], json({{"string", "0000:03:00.0"}}));
+  EXPECT_EQ(pcie["attributes"]["numaNode"], json({{"int", 1}}));
+  EXPECT_EQ(pcie["attributes"]["model"], json({{"string", "Coral M.2/PCIe Accelerator"}}));
+  EXPECT_EQ(pcie["attributes"]["driverVersion"], json({{"version", "1.2.0"}}));
+  EXPECT_TRUE(pcie["attributes"].contains("temperatureThresholdCelsius"));
+  const json& usb = slice[1];
+  EXPECT_EQ(usb["name"], "tpu-usb-2-1");
+  EXPECT_EQ(usb["attributes"]["bus"], json({{"string", "usb"}}));
+  EXPECT_EQ(usb["attributes"]["usbPort"], json({{"string", "2-1"}}));
+  EXPECT_EQ(usb["attributes"]["model"], json({{"string", "Coral USB Accelerator"}}));
+  for (const json& device : slice) ExpectValid(device);
+  EXPECT_TRUE(notes.empty());
+}
+
+TEST(ResourceSliceTest, JetsonAndDiscreteGpus) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  Host host(fixture.root());
+  std::vector<Device> jetson = TegraGpuDiscoverer(&host, NvidiaOptions{}).Scan();
+  ASSERT_EQ(jetson.size(), 1u);
+  json device = SliceDevice(jetson[0], nullptr);
+  EXPECT_EQ(device["attributes"]["integrated"], json({{"bool", true}}));
+  EXPECT_EQ(device["attributes"]["soc"], json({{"string", "tegra234"}}));
+  EXPECT_EQ(device["attributes"]["computeCapability"], json({{"version", "8.7.0"}}));
+  EXPECT_EQ(device["attributes"]["l4tVersion"], json({{"version", "36.4.7"}}));
+  EXPECT_EQ(device["capacity"]["memory"], json({{"value", "3871Mi"}}));
+  ExpectValid(device);
+
+  FixtureHost discrete_host;
+  discrete_host.AddNvidiaGpu({});
+  Host host2(discrete_host.root());
+  std::vector<Device> gpus = NvidiaGpuDiscoverer(&host2, NvidiaOptions{}, nullptr).Scan();
+  ASSERT_EQ(gpus.size(), 1u);
+  gpus[0].facts["driver_version"] = "580.159.04";
+  json gpu = SliceDevice(gpus[0], nullptr);
+  EXPECT_EQ(gpu["name"], "gpu-3291dfa4-fcc4-0110-615b-c894a0d7c689");
+  EXPECT_EQ(gpu["attributes"]["integrated"], json({{"bool", false}}));
+  EXPECT_EQ(gpu["attributes"]["productName"], json({{"string", "NVIDIA L4"}}));
+  EXPECT_EQ(gpu["attributes"]["driverVersion"], json({{"version", "580.159.4"}}));
+  EXPECT_FALSE(gpu.contains("capacity")) << "no memory without NVML";
+  ExpectValid(gpu);
+}
+
+TEST(ResourceSliceTest, OnlyHealthyPhysicalDevicesAreOffered) {
+  Device healthy;
+  healthy.id = "0000:03:00.0";
+  healthy.facts["interface"] = "pcie";
+  Device sick = healthy;
+  sick.id = "0000:04:00.0";
+  sick.health = Health::kUnhealthy;
+  Device replica = healthy;
+  replica.id = "0000:03:00.0::1";
+  replica.replica_of = "0000:03:00.0";
+  json slice = SliceDevices(SnapshotOf({healthy, sick, replica}), nullptr);
+  ASSERT_EQ(slice.size(), 1u);
+  EXPECT_EQ(slice[0]["name"], "tpu-0000-03-00-0");
+}
+
+TEST(ResourceSliceTest, WhatDraCannotCarryIsLeftOutAndSaid) {
+  Device gpu;
+  gpu.id = "tegra234-igpu0";
+  gpu.facts["soc"] = "tegra234";
+  gpu.facts["model"] = std::string(80, 'M');
+  gpu.facts["l4t_release"] = "36.4.7-rc1";
+  std::vector<std::string> notes;
+  json device = SliceDevice(gpu, &notes);
+  EXPECT_EQ(device["attributes"]["model"]["string"].get<std::string>().size(), 64u);
+  EXPECT_FALSE(device["attributes"].contains("l4tVersion"));
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[1].find("not a semantic version"), std::string::npos) << notes[1];
+}
+
+TEST(ResourceSliceTest, TheObjectHasOnePoolNamedAfterTheNodeAndTheNodeAsOwner) {
+  json slice = ResourceSliceObject("edgetpu.edgeaccel.io", "node-1", "uid-n", 4, json::array());
+  EXPECT_EQ(slice["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(slice["metadata"]["generateName"], "node-1-edgetpu.edgeaccel.io-");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "uid-n");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(slice["spec"]["nodeName"], "node-1");
+  EXPECT_EQ(slice["spec"]["pool"], json({{"name", "node-1"}, {"generation", 4}, {"resourceSliceCount", 1}}));
+  EXPECT_FALSE(ResourceSliceObject("d", "n", "", 1, json::array())["metadata"].contains("ownerReferences"));
+}
+
+}  // namespace
+}  // namespace edgeaccel
