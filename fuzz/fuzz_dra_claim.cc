@@ -1,1 +1,37 @@
-extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }
+// The ResourceClaim reader (NodePrepareResources reads claims from the API server) and the
+// prepared-claims checkpoint (read back after a restart): whatever bytes arrive, the readers
+// answer or refuse, never crash; what they accept keeps its promises (results only of our
+// driver and pool, at most 32; checkpoint spec names that cannot leave the CDI directory).
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "edgeaccel/dra/claim_reader.h"
+#include "edgeaccel/dra/prepared_claims.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const edgeaccel::ClaimRef claim{"default", "claim", "0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01"};
+  auto allocation = edgeaccel::ReadClaimAllocation(text, claim, "edgetpu.edgeaccel.io", "node-1");
+  if (allocation.ok()) {
+    if (allocation->results.size() > edgeaccel::kMaxAllocationResults) abort();
+    for (const auto& result : allocation->results) {
+      if (result.request.find('/') != std::string::npos) abort();
+    }
+  }
+  auto claims = edgeaccel::ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
+  if (claims.ok()) {
+    for (const auto& [uid, prepared] : *claims) {
+      if (prepared.cdi_spec.empty() || prepared.cdi_spec.find('/') != std::string::npos ||
+          prepared.cdi_spec[0] == '.') {
+        abort();
+      }
+    }
+    // What it accepted writes back to the same claims.
+    auto again = edgeaccel::ParsePreparedClaims(
+        edgeaccel::PreparedClaimsJson("edgetpu.edgeaccel.io", *claims), "edgetpu.edgeaccel.io");
+    if (!again.ok() || again->size() != claims->size()) abort();
+  }
+  return 0;
+}
