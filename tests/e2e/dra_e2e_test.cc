@@ -1,2 +1,216 @@
+// The DRA driver end to end: the real daemon with --dra on a fixture host, the API server
+// stand-in (ResourceSlices, ResourceClaims: test_api_server.h) and the DRA kubelet double
+// (plugin watcher, DRAPlugin v1/v1beta1, health stream: dra_kubelet.h), beside the device
+// plugin kubelet double, which must not hear of the families published through DRA.
 #include <gtest/gtest.h>
-TEST(Placeholder, DraE2e) {}
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon_test.h"
+#include "dra_kubelet.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "fixture_host.h"
+#include "test_api_server.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::DraKubelet;
+using ::edgeaccel::testing::DraKubeletGeneration;
+using ::edgeaccel::testing::DraKubeletOptions;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestApiServer;
+using nlohmann::json;
+
+constexpr char kDriver[] = "edgetpu.edgeaccel.io";
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The devices of the one slice of our driver on node-1, by name ("" when there is not exactly one).
+std::string SliceDevices(const std::vector<json>& slices) {
+  std::string names;
+  int ours = 0;
+  for (const json& slice : slices) {
+    if (slice["spec"]["driver"] != kDriver || slice["spec"]["nodeName"] != "node-1") continue;
+    ++ours;
+    for (const json& device : slice["spec"]["devices"]) names += device["name"].get<std::string>() + " ";
+  }
+  return ours == 1 ? names : "";
+}
+
+class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
+ protected:
+  void SetUp() override {
+    host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+    host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  }
+
+  std::unique_ptr<DaemonProcess> StartDraDaemon() {
+    return StartDaemon({"--dra=coral-pcie,coral-usb", "--node-name=node-1", "--api-server=" + api_.url(),
+                        "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
+                        "--cdi-dir=" + cdi_.path()});
+  }
+
+  bool SliceHolds(const std::string& devices, absl::Duration timeout = absl::Seconds(10)) {
+    return api_.WaitForResourceSlices(
+        [&](const std::vector<json>& slices) { return SliceDevices(slices) == devices; }, timeout);
+  }
+
+  std::string ClaimUid(const std::string& name, const std::string& device) {
+    json claim = api_.AddResourceClaim(
+        TestApiServer::MakeAllocatedClaim("default", name, kDriver, "node-1", {{"tpu", device}}));
+    return claim["metadata"]["uid"].get<std::string>();
+  }
+
+  std::string SpecPath(const std::string& uid) const {
+    return cdi_.path() + "/k8s.edgetpu.edgeaccel.io-claim_" + uid + ".json";
+  }
+
+  TestApiServer api_{"node-1"};
+  TempDir cdi_;
+  std::unique_ptr<DraKubelet> dra_kubelet_;
+  void StartDraKubelet(DraKubeletOptions options = {}) {
+    dra_kubelet_ = std::make_unique<DraKubelet>(kubelet_.root(), options);
+    dra_kubelet_->Start();
+  }
+};
+
+TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
+  kubelet_.Start();
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  auto registration = dra_kubelet_->WaitForRegistration(kDriver);
+  ASSERT_TRUE(registration.ok()) << registration.status() << daemon->Log();
+  EXPECT_EQ(registration->service, "v1.DRAPlugin");
+  EXPECT_EQ(registration->endpoint, kubelet_.root() + "/plugins/edgetpu.edgeaccel.io/dra.sock");
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+
+  const std::string uid = ClaimUid("pod-tpu", "tpu-0000-04-00-0");
+  auto answer = dra_kubelet_->Prepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(answer.ok()) << answer.status() << daemon->Log();
+  const DraKubelet::ClaimResult& result = answer->claims.at(uid);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 1u);
+  EXPECT_EQ(result.devices[0].device, "tpu-0000-04-00-0");
+  EXPECT_EQ(result.devices[0].pool, "node-1");
+  EXPECT_EQ(result.devices[0].cdi_device_ids,
+            std::vector<std::string>{"k8s.edgetpu.edgeaccel.io/claim=" + uid + "-tpu-0000-04-00-0"});
+  json spec = json::parse(Read(SpecPath(uid)));
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  const json& nodes = spec["devices"][0]["containerEdits"]["deviceNodes"];
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["hostPath"], "/dev/apex_1");
+
+  // The device plugin API never offers a family published through DRA.
+  EXPECT_FALSE(kubelet_.StreamOpen(std::string(kResourceEdgeTpu)));
+  EXPECT_EQ(daemon->Log().find("coral.ai/edgetpu"), std::string::npos) << daemon->Log();
+
+  // Health reaches the kubelet's stream, and an unplugged device leaves the slice.
+  ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
+    return entries.size() == 2 && entries[0].health == "Healthy" && entries[1].health == "Healthy";
+  })) << daemon->Log();
+  host_.Remove("/dev/apex_1");
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 ")) << daemon->Log();
+  ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
+    for (const auto& entry : entries) {
+      if (entry.device == "tpu-0000-04-00-0") return entry.health == "Unhealthy" && !entry.message.empty();
+    }
+    return false;
+  })) << daemon->Log();
+
+  // Unprepare removes exactly that claim's spec.
+  auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  EXPECT_EQ(undone->claims.at(uid), "");
+  EXPECT_FALSE(Exists(SpecPath(uid)));
+}
+
+TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  const std::string uid = ClaimUid("pod-tpu", "tpu-0000-03-00-0");
+  auto first = dra_kubelet_->Prepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->claims.at(uid).error, "");
+  daemon->Signal(SIGTERM);
+  ASSERT_EQ(daemon->Wait(absl::Seconds(10)), 0);
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->Deregistered(kDriver); }));
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << "the slice stays while the daemon restarts";
+  api_.DeleteResourceClaim("default", "pod-tpu");  // the pod is going: its claim may be gone
+
+  auto restarted = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
+      << restarted->Log();
+  // A kubelet that lost its own record repeats the prepare: the same answer, from the record.
+  auto again = dra_kubelet_->Prepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->claims.at(uid).error, "");
+  EXPECT_EQ(again->claims.at(uid).devices[0].cdi_device_ids, first->claims.at(uid).devices[0].cdi_device_ids);
+  auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  EXPECT_EQ(undone->claims.at(uid), "");
+  EXPECT_FALSE(Exists(SpecPath(uid)));
+}
+
+TEST_F(DraE2eTest, AKubeletThatDeletesTheSlicesAtItsStartGetsThemBack) {
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  // What kubelet 1.36 does when it starts (dra_plugin_manager.go: DeleteCollection of the node's
+  // slices), then its plugin watcher registers us again.
+  dra_kubelet_->Stop();
+  ASSERT_GE(api_.DeleteAllResourceSlices("node-1"), 1);
+  dra_kubelet_->Start();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ", absl::Seconds(5))) << daemon->Log();
+}
+
+TEST_F(DraE2eTest, AKubelet133UsesV1beta1AndGetsPerClaimErrors) {
+  DraKubeletOptions options;
+  options.generation = DraKubeletGeneration::kV1_33;
+  StartDraKubelet(options);
+  auto daemon = StartDraDaemon();
+  auto registration = dra_kubelet_->WaitForRegistration(kDriver);
+  ASSERT_TRUE(registration.ok()) << registration.status() << daemon->Log();
+  EXPECT_EQ(registration->service, "v1beta1.DRAPlugin");
+  const std::string good = ClaimUid("good", "tpu-0000-03-00-0");
+  const std::string elsewhere = api_.AddResourceClaim(TestApiServer::MakeAllocatedClaim(
+      "default", "elsewhere", kDriver, "node-2", {{"tpu", "tpu-0000-04-00-0"}}))["metadata"]["uid"];
+  const std::string missing = "99999999-9999-9999-9999-999999999999";
+  const std::vector<DraKubelet::Claim> claims = {
+      {"default", "good", good}, {"default", "elsewhere", elsewhere}, {"default", "missing", missing}};
+  // The kubelet fails the pod's preparation with the first claim's error, in its words...
+  auto failed = dra_kubelet_->Prepare(kDriver, claims);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("NodePrepareResources failed for ResourceClaim"), std::string::npos)
+      << failed.status();
+  // ...and the plugin's answer has one entry per claim, each with its own reason.
+  auto answer = dra_kubelet_->CallNodePrepareResources(kDriver, claims);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->claims.size(), 3u);
+  EXPECT_EQ(answer->service, "v1beta1.DRAPlugin");
+  EXPECT_EQ(answer->claims.at(good).error, "");
+  EXPECT_NE(answer->claims.at(elsewhere).error.find("not this node's"), std::string::npos)
+      << answer->claims.at(elsewhere).error;
+  EXPECT_NE(answer->claims.at(missing).error.find("does not exist"), std::string::npos)
+      << answer->claims.at(missing).error;
+}
+
+}  // namespace
+}  // namespace edgeaccel
