@@ -1,2 +1,130 @@
+#include "edgeaccel/dra/slice_publisher.h"
+
 #include <gtest/gtest.h>
-TEST(Placeholder, slice_publisher) {}
+
+#include <nlohmann/json.hpp>
+
+#include "test_api_server.h"
+
+namespace edgeaccel {
+namespace {
+
+using nlohmann::json;
+using testing::TestApiServer;
+
+constexpr char kDriver[] = "edgetpu.edgeaccel.io";
+
+Device Tpu(const std::string& pci, Health health = Health::kHealthy) {
+  Device device;
+  device.id = pci;
+  device.health = health;
+  device.facts["interface"] = "pcie";
+  device.facts["pci_address"] = pci;
+  return device;
+}
+
+class SlicePublisherTest : public ::testing::Test {
+ protected:
+  SlicePublisherTest() {
+    config_.host = "127.0.0.1";
+    config_.port = api_.port();
+    config_.ca_file = api_.ca_file();
+    config_.token_file = api_.token_file();
+    config_.node_name = "node-1";
+    client_ = std::make_unique<ApiClient>(config_);
+    set_.Update({Tpu("0000:03:00.0"), Tpu("0000:04:00.0")});
+  }
+
+  SlicePublisher::Options Options() {
+    SlicePublisher::Options options;
+    options.driver = kDriver;
+    options.node_name = "node-1";
+    options.initial_backoff = absl::Milliseconds(20);
+    return options;
+  }
+
+  std::vector<json> Ours() {
+    std::vector<json> ours;
+    for (const json& slice : api_.ResourceSlices()) {
+      if (slice["spec"]["driver"] == kDriver && slice["spec"]["nodeName"] == "node-1") ours.push_back(slice);
+    }
+    return ours;
+  }
+
+  TestApiServer api_{"node-1"};
+  ApiServerConfig config_;
+  std::unique_ptr<ApiClient> client_;
+  DeviceSet set_{kDriver};
+};
+
+TEST_F(SlicePublisherTest, CreatesOneSliceOwnedByTheNodeAndWritesOnlyOnChange) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  std::vector<json> ours = Ours();
+  ASSERT_EQ(ours.size(), 1u);
+  EXPECT_EQ(ours[0]["spec"]["pool"]["name"], "node-1");
+  EXPECT_EQ(ours[0]["spec"]["pool"]["generation"], 1);
+  EXPECT_EQ(ours[0]["spec"]["devices"].size(), 2u);
+  EXPECT_EQ(ours[0]["metadata"]["ownerReferences"][0]["uid"], api_.node_uid());
+  const int writes = api_.resource_slice_writes();
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  EXPECT_EQ(api_.resource_slice_writes(), writes) << "nothing changed: nothing written";
+  set_.Update({Tpu("0000:03:00.0"), Tpu("0000:04:00.0", Health::kUnhealthy)});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ours = Ours();
+  ASSERT_EQ(ours.size(), 1u);
+  EXPECT_EQ(ours[0]["spec"]["devices"].size(), 1u) << "an Unhealthy device leaves the slice";
+  EXPECT_EQ(ours[0]["spec"]["pool"]["generation"], 2) << "a new pool generation on every change";
+}
+
+TEST_F(SlicePublisherTest, AConflictIsReadAgainAndRetried) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  api_.ConflictNextSliceUpdates(2);
+  set_.Update({Tpu("0000:03:00.0")});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  EXPECT_EQ(publisher.status().conflicts, 2u);
+  EXPECT_EQ(Ours()[0]["spec"]["devices"].size(), 1u);
+}
+
+TEST_F(SlicePublisherTest, ASecondSliceOfOursOnThisNodeIsDeleted) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  json stray = Ours()[0];
+  stray["metadata"].erase("name");
+  stray["metadata"].erase("uid");
+  stray["metadata"].erase("resourceVersion");
+  stray["metadata"]["generateName"] = "node-1-edgetpu.edgeaccel.io-";
+  stray["spec"]["pool"]["name"] = "node-1/old";  // a pool a former version published
+  api_.AddResourceSlice(stray);
+  ASSERT_EQ(Ours().size(), 2u);
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_EQ(Ours().size(), 1u);
+  EXPECT_EQ(Ours()[0]["spec"]["pool"]["name"], "node-1");
+}
+
+TEST_F(SlicePublisherTest, TheThreadPublishesChangesAtOnceAndRetriesFailures) {
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);  // only changes and retries may write
+  SlicePublisher publisher(options, client_.get(), &set_);
+  api_.FailNextSliceRequests(500, 3);
+  publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }))
+      << publisher.status().last_error;
+  set_.Update({Tpu("0000:04:00.0")});
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) {
+    return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 1 &&
+           slices[0]["spec"]["devices"][0]["name"] == "tpu-0000-04-00-0";
+  }));
+  // Someone deletes it (the kubelet at its start): a Resync (registration) puts it back.
+  api_.DeleteAllResourceSlices("node-1");
+  publisher.Resync();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+  publisher.Stop();
+  EXPECT_EQ(Ours().size(), 1u) << "stopping leaves the slice";
+  ASSERT_TRUE(publisher.RemoveAll().ok());
+  EXPECT_TRUE(Ours().empty());
+}
+
+}  // namespace
+}  // namespace edgeaccel
