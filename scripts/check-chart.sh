@@ -2,11 +2,12 @@
 # Checks the Helm chart (charts/edgeaccel-device-plugin) with a real Helm, offline:
 #   1. helm lint --strict;
 #   2. helm template for every kubelet preset and with every option on, each render validated
-#      against the Kubernetes and Prometheus Operator schemas (manifest-check/check.mjs), and the
-#      admission policy's CEL run on allowed and forbidden requests;
+#      against the Kubernetes and Prometheus Operator schemas (manifest-check/check.mjs), the
+#      admission policies' CEL run on allowed and forbidden requests, and the DRA DeviceClasses'
+#      selectors (with the examples' claims) on the devices they must and must not take;
 #   3. the default render equals manifests/overlays/kubeadm object by object, field by field;
-#      the microk8s preset equals the microk8s overlay; the monitoring, network and admission
-#      objects equal their kustomize components;
+#      the microk8s preset equals the microk8s overlay; the monitoring, network, admission and
+#      DRA objects equal their kustomize components (DRA also without the node labels);
 #   4. bad values (wrong types, an unknown family, a custom preset without its directory) are
 #      refused at template time, with a message naming the value.
 # Helm (v4) and kubectl (1.34) are not in Debian: they come as static binaries inside the npm
@@ -61,18 +62,28 @@ template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.e
   --set onlyNodesWithAccelerators.enabled=true --set 'extraArgs={--probe-interval=2s}' \
   --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
   --set monitoring.dashboard.enabled=true --set networkPolicy.enabled=true \
-  --set admissionPolicy.enabled=true
+  --set admissionPolicy.enabled=true \
+  --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m
 for flag in --cdi --nfd-features-dir= --families=coral-pcie,coral-usb,tegra --replicas=nvidia.com/gpu=4 \
-            --take-over=nvidia.com/gpu --probe-interval=2s; do
+            --take-over=nvidia.com/gpu --probe-interval=2s --dra=coral-pcie,nvidia --dra-resync=1m; do
   grep -q -- "- \"\\?$flag" "$out/everything.yaml" || { echo "everything.yaml lacks $flag"; exit 1; }
 done
 template no-api --set nodeLabels.enabled=false
 if grep -q -E "kind: (ServiceAccount|ClusterRole|Role)$" "$out/no-api.yaml"; then
   echo "nodeLabels.enabled=false still renders API access"; exit 1
 fi
+template dra --set dra.enabled=true
+for flag in --dra=coral-pcie,coral-usb,tegra --dra-resync=30s; do
+  grep -q -- "- $flag" "$out/dra.yaml" || { echo "dra.yaml lacks $flag"; exit 1; }
+done
+template dra-bare --set dra.enabled=true --set dra.deviceClasses=false --set dra.admissionPolicy=false
+if grep -q -E "kind: (DeviceClass|ValidatingAdmissionPolicy)$" "$out/dra-bare.yaml"; then
+  echo "dra.deviceClasses=false, dra.admissionPolicy=false still render them"; exit 1
+fi
 # (custom.yaml mounts a directory of the user's choosing, which the host-path allow-list cannot know.)
-check "$out"/{default,k3s,microk8s,everything,no-api}.yaml
+check "$out"/{default,k3s,microk8s,everything,no-api,dra,dra-bare}.yaml
 node scripts/manifest-check/check-admission-policy.mjs "$out/everything.yaml"
+node scripts/manifest-check/check-dra.mjs "$out/everything.yaml" manifests/examples/dra-*.yaml
 
 # 3. The same objects as the kustomize manifests.
 $kubectl kustomize manifests/overlays/kubeadm > "$out/kustomize-kubeadm.yaml"
@@ -91,12 +102,30 @@ components:
   - ../../../manifests/components/monitoring
   - ../../../manifests/components/network-policy
   - ../../../manifests/components/admission-policy
+  - ../../../manifests/components/dra
 YAML
 $kubectl kustomize "$out/components" > "$out/kustomize-components.yaml"
 template components --set monitoring.podMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
-  --set networkPolicy.enabled=true --set admissionPolicy.enabled=true
+  --set networkPolicy.enabled=true --set admissionPolicy.enabled=true --set dra.enabled=true
 compare "$out/kustomize-components.yaml" "$out/components.yaml"
+# DRA without the node labels: the ServiceAccount stays, the label rights go.
+mkdir -p "$out/components-dra"
+cat > "$out/components-dra/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../manifests/base
+components:
+  - ../../../manifests/components/service-account
+  - ../../../manifests/components/dra
+YAML
+$kubectl kustomize "$out/components-dra" > "$out/kustomize-components-dra.yaml"
+template dra-no-labels --set dra.enabled=true --set nodeLabels.enabled=false
+compare "$out/kustomize-components-dra.yaml" "$out/dra-no-labels.yaml"
+if [[ $(grep -c "^kind:" "$out/dra-no-labels.yaml") != $(grep -c "^kind:" "$out/kustomize-components-dra.yaml") ]]; then
+  echo "dra.enabled=true, nodeLabels.enabled=false renders objects components/dra does not"; exit 1
+fi
 
 # 4. Bad values are refused, naming the value.
 refused() {  # refused EXPECTED-MESSAGE helm-args...
@@ -115,4 +144,8 @@ refused "at '/kubelet/rootDir': minLength" --set kubelet.preset=custom
 refused "at '/replicas/nvidia.com~1gpu': got string, want integer" --set-string 'replicas.nvidia\.com/gpu=four'
 refused "at '/monitoring/prometheusRule/unhealthyFor'" --set monitoring.prometheusRule.unhealthyFor=five
 refused "additional properties 'familys' not allowed" --set 'familys={all}'
+refused "at '/dra/families'" --set 'dra.families=coral-pcie\,tpu'
+refused "at '/dra/families'" --set 'dra.families={coral-pcie,tegra}'
+refused "at '/dra/resync'" --set dra.resync=soon
+refused "at '/dra/enabled': got string, want boolean" --set-string dra.enabled=yes
 echo "check-chart.sh: all good"

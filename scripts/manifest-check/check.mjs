@@ -1,11 +1,19 @@
 // Validates rendered Kubernetes manifests offline:
 //  1. every object against the Kubernetes API schemas (kubernetes-models: types, required
 //     fields, enums, formats), and the Prometheus Operator's objects against its CRDs' schemas
-//     (@kubernetes-models/prometheus-operator);
-//  2. the device plugin's DaemonSet stays unprivileged and keeps what the README promises.
+//     (@kubernetes-models/prometheus-operator); resource.k8s.io/v1 (DRA), which kubernetes-models
+//     4.5.1 lacks, against the API server's own OpenAPI schemas (resource.k8s.io-v1.schema.json:
+//     types, required fields, and no field the API does not know);
+//  2. the device plugin's DaemonSet stays unprivileged and keeps what the README promises; with
+//     --dra it has what the DRA driver needs (docs/dra.md).
 // usage: node check.mjs FILE.yaml...   (multi-document YAML, e.g. `kubectl kustomize` output)
 import { readFileSync } from "node:fs";
 import yaml from "js-yaml";
+
+// OpenAPI schemas taken from the API server for the groups kubernetes-models has none of.
+const OPENAPI = {
+  "resource.k8s.io/v1": new URL("./resource.k8s.io-v1.schema.json", import.meta.url),
+};
 
 const failures = [];
 const fail = (where, what) => failures.push(`${where}: ${what}`);
@@ -16,6 +24,8 @@ const HOST_PATHS = new Map([
   ["/var/lib/kubelet/plugins_registry", "rw"],  // plugin-watcher registration
   ["/var/snap/microk8s/common/var/lib/kubelet/plugins_registry", "rw"],
   ["/var/lib/rancher/k3s/agent/kubelet/plugins_registry", "rw"],
+  // DRA (--dra): <driver>/dra.sock, the kubelet's DRA service, and <driver>/checkpoint.json.
+  ["/var/lib/kubelet/plugins", "rw"],
   // The kubelet's pod-resources API (who holds which devices), read only.
   ["/var/lib/kubelet/pod-resources", "ro"],
   ["/var/snap/microk8s/common/var/lib/kubelet/pod-resources", "ro"],
@@ -32,7 +42,65 @@ const HOST_PATHS = new Map([
   ["/usr/lib", "ro"],
 ]);
 
+// Validates a value against an OpenAPI v3 schema of the API server's (the subset it uses: $ref,
+// allOf, oneOf, type, format int-or-string, properties, additionalProperties, items, required,
+// enum). An object schema that lists properties takes no others, as the API server's strict
+// field validation (kubectl's default) refuses unknown fields; one without is free-form.
+function validateOpenAPI(schemas, schema, value, path, errors) {
+  if (schema.$ref) return validateOpenAPI(schemas, schemas[schema.$ref], value, path, errors);
+  for (const part of schema.allOf || []) validateOpenAPI(schemas, part, value, path, errors);
+  if (value === null || value === undefined) return;  // an optional field left empty
+  if (schema.oneOf) {
+    const ok = schema.oneOf.some((alt) => {
+      const e = [];
+      validateOpenAPI(schemas, alt, value, path, e);
+      return e.length === 0;
+    });
+    if (!ok) errors.push(`${path || "/"}: must be ${schema.oneOf.map((alt) => alt.type).join(" or ")}`);
+  }
+  if (schema["x-kubernetes-int-or-string"]) {
+    if (typeof value !== "string" && !Number.isInteger(value)) errors.push(`${path}: must be an integer or a string`);
+    return;
+  }
+  const isObject = typeof value === "object" && !Array.isArray(value);
+  const typeOk = {
+    object: isObject, array: Array.isArray(value), string: typeof value === "string",
+    integer: Number.isInteger(value), number: typeof value === "number", boolean: typeof value === "boolean",
+  }[schema.type];
+  if (schema.type && typeOk === false) return errors.push(`${path || "/"}: must be ${schema.type}`);
+  if (schema.enum && !schema.enum.includes(value)) errors.push(`${path}: must be one of ${schema.enum.join(", ")}`);
+  if (Array.isArray(value) && schema.items) {
+    value.forEach((item, i) => validateOpenAPI(schemas, schema.items, item, `${path}/${i}`, errors));
+  }
+  if (!isObject) return;
+  for (const field of schema.required || []) {
+    if (value[field] === undefined) errors.push(`${path || "/"}: must have required property ${field}`);
+  }
+  for (const [field, v] of Object.entries(value)) {
+    const sub = schema.properties?.[field] ??
+      (typeof schema.additionalProperties === "object" ? schema.additionalProperties : null);
+    if (sub) validateOpenAPI(schemas, sub, v, `${path}/${field}`, errors);
+    else if (schema.properties) errors.push(`${path}/${field}: unknown field`);
+  }
+}
+
+const openapiCache = new Map();
+function validateWithOpenAPI(where, obj) {
+  if (!openapiCache.has(obj.apiVersion)) {
+    openapiCache.set(obj.apiVersion, JSON.parse(readFileSync(OPENAPI[obj.apiVersion], "utf8")).schemas);
+  }
+  const schemas = openapiCache.get(obj.apiVersion);
+  const [group, version] = obj.apiVersion.split("/");
+  const name = Object.keys(schemas).find((n) => (schemas[n]["x-kubernetes-group-version-kind"] || [])
+    .some((gvk) => gvk.group === group && gvk.version === version && gvk.kind === obj.kind));
+  if (!name) return fail(where, `no schema for kind ${obj.kind} in ${obj.apiVersion}`);
+  const errors = [];
+  validateOpenAPI(schemas, schemas[name], obj, "", errors);
+  for (const e of errors) fail(where, e);
+}
+
 async function validateSchema(where, obj) {
+  if (OPENAPI[obj.apiVersion]) return validateWithOpenAPI(where, obj);
   const [group, version] = obj.apiVersion.includes("/")
     ? obj.apiVersion.split("/")
     : [null, obj.apiVersion];
@@ -62,6 +130,9 @@ function checkDevicePlugin(where, ds) {
   for (const field of ["hostNetwork", "hostPID", "hostIPC"]) expect(pod[field] !== true, `${field} must be off`);
   expect(ds.spec.updateStrategy?.type === "RollingUpdate", "updateStrategy must be RollingUpdate");
   const volumes = new Map((pod.volumes || []).map((v) => [v.name, v]));
+  // Components that mount the same directory (cdi, dra) must leave it there once.
+  const dupes = (list) => list.filter((x, i) => list.indexOf(x) !== i);
+  for (const name of dupes((pod.volumes || []).map((v) => v.name))) fail(where, `volume ${name} appears twice`);
   for (const c of [...(pod.initContainers || []), ...pod.containers]) {
     const at = `container ${c.name}`;
     const sc = c.securityContext || {};
@@ -78,8 +149,23 @@ function checkDevicePlugin(where, ds) {
     for (const kind of ["requests", "limits"]) {
       expect(c.resources?.[kind]?.cpu && c.resources?.[kind]?.memory, `${at}: resources.${kind} cpu and memory`);
     }
+    for (const path of dupes((c.volumeMounts || []).map((m) => m.mountPath))) {
+      fail(where, `${at}: ${path} is mounted twice`);
+    }
+    // DRA (docs/dra.md): the kubelet's plugins/ for the service socket and the checkpoint,
+    // plugins_registry/ to register, the CDI dir for the claims' specs (all writable), and the
+    // API server (the pod's token) for the ResourceSlices and ResourceClaims.
+    if ((c.args || []).some((a) => a.startsWith("--dra="))) {
+      const mounted = (path) => (c.volumeMounts || []).some((m) => m.mountPath === path && m.readOnly !== true);
+      for (const path of ["/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"]) {
+        expect(mounted(path), `${at}: --dra needs ${path} mounted writable`);
+      }
+      expect(pod.serviceAccountName && pod.automountServiceAccountToken !== false,
+             `${at}: --dra needs a service account and its token`);
+    }
     for (const m of c.volumeMounts || []) {
       const v = volumes.get(m.name);
+      if (!v) fail(where, `${at}: volume ${m.name} of ${m.mountPath} is not in the pod`);
       if (!v?.hostPath) continue;
       const allowed = HOST_PATHS.get(v.hostPath.path);
       if (!allowed) {
