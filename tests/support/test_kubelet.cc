@@ -473,6 +473,10 @@ absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& 
     Note(absl::StrCat("GetInfo ", Basename(socket)));
     if (!status.ok()) return FromGrpc(status);
   }
+  // The plugin manager hands each type to its handler (reconciler.go: a map from type to
+  // handler); DRA drivers and CSI plugins have their own (DraKubelet models the DRA one). Only a
+  // type with no handler is refused.
+  if (info.type() == "DRAPlugin" || info.type() == "CSIPlugin") return std::string();
   std::string error;
   bool version_ok = false;
   for (const std::string& v : info.supported_versions()) version_ok |= v == kVersion;
@@ -551,7 +555,7 @@ void TestKubelet::WatchPluginsRegistry() {
         }
         absl::StatusOr<std::string> resource = RegisterFromWatcher(it->first);
         if (resource.ok()) {
-          registered[it->first] = *resource;
+          if (!resource->empty()) registered[it->first] = *resource;  // empty: another handler's
           it = pending.erase(it);
           continue;
         }
