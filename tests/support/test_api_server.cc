@@ -261,6 +261,7 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
     res.status = created ? 201 : 200;
     res.set_content(events_[name].dump(), "application/json");
   });
+  ServeResources();  // resource.k8s.io/v1: test_api_resources.cc
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { server_->listen_after_bind(); });
 }

@@ -16,12 +16,37 @@
 //  * a POST must carry a complete Event (422 Invalid otherwise) with a fresh name (409
 //    AlreadyExists); a PATCH must name an Event that exists (404 NotFound once it expired).
 // Server-side apply (apply-patch+yaml with a fieldManager) is not implemented: 501, said so.
+//
+// It also serves resource.k8s.io/v1 (test_api_resources.cc) as kube-apiserver 1.34-1.36 does for
+// what a DRA driver sends, with the same authentication:
+//  * ResourceClaims: GET /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name>, the
+//    claims the test added (AddResourceClaim), else 404 NotFound;
+//  * ResourceSlices (cluster-scoped) at /apis/resource.k8s.io/v1/resourceslices: LIST with a
+//    fieldSelector on spec.driver, spec.nodeName, metadata.name (another field is 400), GET,
+//    POST (application/json; metadata.name or generateName + 5 random characters), PUT (an
+//    update naming another resourceVersion is 409 Conflict, none is unconditional as
+//    resourceslices allow), DELETE with DeleteOptions preconditions (uid, resourceVersion: 409
+//    on a mismatch) and DELETE of the collection by fieldSelector (what the kubelet does);
+//  * a slice is decoded as the server decodes it (a value of the wrong JSON type or a bad
+//    quantity is 400; unknown fields are dropped, with a Warning header, or 400 with
+//    ?fieldValidation=Strict; quantities come back canonical, 1024Mi as 1Gi) and validated as
+//    ValidateResourceSlice(Update) does: 422 Invalid, details.causes naming each field;
+//  * the server sets metadata.uid, creationTimestamp, resourceVersion (the revision the Node
+//    and Events share) and generation (1, +1 on a change of spec); an update that changes
+//    nothing writes nothing (the resourceVersion stays);
+//  * the garbage collector: a slice whose owners are all Nodes that do not exist (another name,
+//    or another uid than node_uid()) is deleted as soon as it is written.
+// Not served: WATCH, PATCH, labelSelector and dryRun on slices (501, said so), other resources and
+// versions (404 NotFound with a Status, as the real one answers a path it does not serve).
 #ifndef EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 #define EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +58,7 @@
 
 namespace httplib {
 class SSLServer;
+struct Response;
 }
 
 namespace edgeaccel::testing {
@@ -66,6 +92,61 @@ class TestApiServer {
   // Forgets every stored Event, as their 1-hour lifetime ends.
   void ExpireEvents();
 
+  // The Node's metadata.uid (a slice's ownerReference to the Node must carry it).
+  const std::string& node_uid() const { return node_uid_; }
+
+  // resource.k8s.io/v1 ResourceClaims (test_api_resources.cc).
+  // A claim in namespace `ns` named `name`, allocated: one request per distinct request name of
+  // `results` ({request, device} pairs), each result {request, driver, pool, device}, the
+  // allocation's nodeSelector the node named `pool` (as for a node-local pool), reserved for
+  // one pod. Not stored: pass it to AddResourceClaim (after changing what a test needs).
+  static nlohmann::json MakeAllocatedClaim(
+      const std::string& ns, const std::string& name, const std::string& driver,
+      const std::string& pool, const std::vector<std::pair<std::string, std::string>>& results);
+  // Stores `claim` (metadata.namespace and name required) as the API server holds it: kind,
+  // apiVersion, metadata.uid (when missing), creationTimestamp and a new resourceVersion
+  // filled in. Replaces a claim of the same name. Returns the stored object.
+  nlohmann::json AddResourceClaim(const nlohmann::json& claim);
+  // False when there was no such claim.
+  bool DeleteResourceClaim(const std::string& ns, const std::string& name);
+  // The claim deleted and created again under the same name: a new uid (the "got replaced"
+  // case a driver must notice). The first keeps what the stored one holds, the second stores
+  // `claim` (a uid it carries that is the old one's is replaced). Null when there is none.
+  nlohmann::json ReplaceResourceClaim(const std::string& ns, const std::string& name);
+  nlohmann::json ReplaceResourceClaim(const nlohmann::json& claim);
+  // The stored claim, or null.
+  nlohmann::json ResourceClaim(const std::string& ns, const std::string& name);
+  // GETs of claims answered (any status).
+  int resource_claim_gets();
+  // The next `n` GETs of claims answer `status` (with its Status reason).
+  void FailNextClaimGets(int status, int n);
+
+  // resource.k8s.io/v1 ResourceSlices (test_api_resources.cc).
+  // Every stored slice, by name.
+  std::vector<nlohmann::json> ResourceSlices();
+  // Waits (up to `timeout`) until `predicate` holds for the stored slices (by name); true if it
+  // did, with those slices in `*slices` when given. The handlers wake it: no polling.
+  // `predicate` runs under the server's lock: it must not call this server.
+  bool WaitForResourceSlices(
+      const std::function<bool(const std::vector<nlohmann::json>&)>& predicate,
+      absl::Duration timeout = absl::Seconds(10), std::vector<nlohmann::json>* slices = nullptr);
+  // Stores `slice` as another writer would have created it (no validation; metadata.name or
+  // generateName; server fields set). Returns the stored object.
+  nlohmann::json AddResourceSlice(const nlohmann::json& slice);
+  // Deletes the slices of `node_name` (and of `driver` when given), as the kubelet does at its
+  // start (and when a driver's plugin goes): how many it deleted.
+  int DeleteAllResourceSlices(const std::string& node_name, const std::string& driver = "");
+  // Client requests that changed slices and were answered 2xx: POST, PUT (one that changed
+  // nothing too), DELETE, DELETE of the collection (one each).
+  int resource_slice_writes();
+  // Slices the garbage collector deleted (their owner Node does not exist).
+  int resource_slices_collected();
+  // The next `n` PUTs of an existing slice answer 409 Conflict as if another writer had updated
+  // it just before: its resourceVersion moves on (content unchanged), so a retry must GET it.
+  void ConflictNextSliceUpdates(int n);
+  // The next `n` requests under /resourceslices (any method) answer `status`.
+  void FailNextSliceRequests(int status, int n);
+
  private:
   TempDir dir_;
   const std::string node_name_;
@@ -80,6 +161,30 @@ class TestApiServer {
   int posts_ ABSL_GUARDED_BY(mu_) = 0;
   int patches_ ABSL_GUARDED_BY(mu_) = 0;
   int refuse_with_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // test_api_resources.cc: the resource.k8s.io/v1 routes, registered by the constructor before
+  // it binds, and what they keep.
+  void ServeResources();
+  void ServeResourceClaims();
+  void ServeResourceSlices();
+  // Answers an injected failure for a request under /resourceslices; false when none is due.
+  bool InjectedSliceFailure(httplib::Response& res) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `slice` under its name with a new resourceVersion, then lets the garbage collector
+  // look at it. The stored object.
+  nlohmann::json StoreSlice(nlohmann::json slice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // metadata.name from generateName: a name no stored slice has.
+  std::string GenerateSliceName(const std::string& base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string node_uid_;
+  std::map<std::string, nlohmann::json> claims_ ABSL_GUARDED_BY(mu_);  // by "<ns>/<name>"
+  std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);  // by name
+  int claim_gets_ ABSL_GUARDED_BY(mu_) = 0;
+  int claim_fail_status_ ABSL_GUARDED_BY(mu_) = 0;
+  int claim_fail_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int slice_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int slices_collected_ ABSL_GUARDED_BY(mu_) = 0;
+  int slice_conflicts_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int slice_fail_status_ ABSL_GUARDED_BY(mu_) = 0;
+  int slice_fail_left_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace edgeaccel::testing
