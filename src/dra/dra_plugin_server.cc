@@ -8,42 +8,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
-namespace {
-
-// Removes a socket left by an earlier process at `path` (a plugin that died keeps its file);
-// anything else there is not ours to remove.
-absl::Status ClearSocketPath(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::AlreadyExistsError(absl::StrCat(path, " exists and is not a socket; not replacing it"));
-    }
-    if (unlink(path.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("cannot remove stale socket ", path, ": ", strerror(errno)));
-    }
-  } else if (errno != ENOENT) {
-    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-ino_t InodeOf(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
-}
-
-// Removes `path` if it is still the socket we made (inode), not one a newer process put there.
-void RemoveOwnSocket(const std::string& path, ino_t inode) {
-  struct stat st;
-  if (inode != 0 && lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == inode) {
-    unlink(path.c_str());
-  }
-}
-
-}  // namespace
 
 DraPluginServer::DraPluginServer(Options options, DraPluginService* service)
     : options_(std::move(options)), service_(service) {}
@@ -90,8 +58,8 @@ absl::Status DraPluginServer::Start() {
     }
   }
   for (const std::string& path : {service_socket(), registration_socket()}) {
-    absl::Status cleared = ClearSocketPath(path);
-    if (!cleared.ok()) return cleared;
+    absl::Status free = FreeSocketPath(path, "remove it, or point --kubelet-root elsewhere");
+    if (!free.ok()) return free;
   }
 
   v1_ = std::make_unique<drav1::DRAPlugin::AsyncService>();
@@ -110,7 +78,7 @@ absl::Status DraPluginServer::Start() {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", service_socket()));
     }
     chmod(service_socket().c_str(), 0600);  // only the kubelet (root) may prepare claims
-    service_inode_ = InodeOf(service_socket());
+    service_inode_ = SocketInode(service_socket());
     loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
     service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
     loop_->Start();
@@ -127,7 +95,7 @@ absl::Status DraPluginServer::Start() {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", registration_socket()));
     }
     chmod(registration_socket().c_str(), 0600);
-    registration_inode_ = InodeOf(registration_socket());
+    registration_inode_ = SocketInode(registration_socket());
     registration_loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra-reg");
     auto* service = registration_.get();
     grpc::ServerCompletionQueue* raw_cq = registration_loop_->cq();
@@ -153,7 +121,7 @@ absl::Status DraPluginServer::Start() {
 void DraPluginServer::Stop(absl::Duration grace) {
   // The registration socket first: its removal is the deregistration the kubelet sees.
   if (registration_server_ != nullptr) {
-    RemoveOwnSocket(registration_socket(), registration_inode_);
+    RemoveSocketIfOurs(registration_socket(), registration_inode_);
     registration_server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     registration_loop_->Drain();
     registration_server_->Wait();
@@ -169,7 +137,7 @@ void DraPluginServer::Stop(absl::Duration grace) {
     server_->Wait();
     loop_.reset();
     server_.reset();
-    RemoveOwnSocket(service_socket(), service_inode_);
+    RemoveSocketIfOurs(service_socket(), service_inode_);
     service_inode_ = 0;
   }
   v1_.reset();

@@ -37,33 +37,9 @@ PluginServer::~PluginServer() { Stop(); }
 
 absl::Status PluginServer::Start() {
   if (server_ != nullptr) return absl::OkStatus();
-  if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path ", socket_path_, " is longer than ",
-                                                   sizeof(sockaddr_un::sun_path) - 1,
-                                                   " bytes, the limit for a Unix socket"));
-  }
-  struct stat st;
-  if (lstat(socket_path_.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot serve on ", socket_path_, ": the path is taken by ",
-          S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "a non-socket file",
-          "; remove it, or point --device-plugin-dir (or --kubelet-root) elsewhere"));
-    }
-    if (UnixSocketAnswers(socket_path_)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "cannot serve on ", socket_path_,
-          ": another process is serving on it (a second edgeaccel-device-plugin?)"));
-    }
-    // A stale socket from an earlier run: replace it.
-    if (unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
-      return absl::InternalError(
-          absl::StrCat("cannot remove stale socket ", socket_path_, ": ", strerror(errno)));
-    }
-    LOG(INFO) << "replaced stale socket " << socket_path_;
-  } else if (errno != ENOENT) {
-    return absl::InternalError(absl::StrCat("cannot stat ", socket_path_, ": ", strerror(errno)));
-  }
+  absl::Status free = FreeSocketPath(
+      socket_path_, "remove it, or point --device-plugin-dir (or --kubelet-root) elsewhere");
+  if (!free.ok()) return free;
 
   service_ = std::make_unique<DevicePluginService>(set_, counters_, options_, on_stream_cancelled_);
   device_plugin_grpc_ = std::make_unique<v1beta1::DevicePlugin::AsyncService>();
@@ -92,7 +68,7 @@ absl::Status PluginServer::Start() {
   loop_->Start();
   // Only root (the kubelet) may connect: device plugin sockets hand out device access.
   chmod(socket_path_.c_str(), 0600);
-  if (stat(socket_path_.c_str(), &st) == 0) inode_ = st.st_ino;
+  inode_ = SocketInode(socket_path_);
   VLOG(1) << "serving " << set_->resource_name() << " on " << socket_path_;
   return absl::OkStatus();
 }
@@ -110,10 +86,7 @@ void PluginServer::Stop(absl::Duration grace) {
   service_.reset();
   device_plugin_grpc_.reset();
   registration_grpc_.reset();
-  struct stat st;
-  if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_ && S_ISSOCK(st.st_mode)) {
-    unlink(socket_path_.c_str());
-  }
+  RemoveSocketIfOurs(socket_path_, inode_);
   inode_ = 0;
 }
 

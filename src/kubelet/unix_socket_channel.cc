@@ -1,12 +1,15 @@
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace edgeaccel {
 
@@ -29,6 +32,47 @@ bool UnixSocketAnswers(const std::string& path) {
   const bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return live;
+}
+
+absl::Status FreeSocketPath(const std::string& path, absl::string_view taken_hint) {
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is longer than ",
+                                                   sizeof(sockaddr_un::sun_path) - 1,
+                                                   " bytes, the limit for a Unix socket"));
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot serve on ", path, ": the path is taken by ",
+          S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "a non-socket file",
+          "; ", taken_hint));
+    }
+    if (UnixSocketAnswers(path)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "cannot serve on ", path, ": another process is serving on it (a second edgeaccel-device-plugin?)"));
+    }
+    // A stale socket from an earlier run: replace it.
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot remove stale socket ", path, ": ", strerror(errno)));
+    }
+    LOG(INFO) << "replaced stale socket " << path;
+  } else if (errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+ino_t SocketInode(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+void RemoveSocketIfOurs(const std::string& path, ino_t inode) {
+  struct stat st;
+  if (inode != 0 && stat(path.c_str(), &st) == 0 && st.st_ino == inode && S_ISSOCK(st.st_mode)) {
+    unlink(path.c_str());
+  }
 }
 
 }  // namespace edgeaccel

@@ -2,7 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <fstream>
 
@@ -67,18 +72,34 @@ TEST_F(DraPluginServerTest, GetInfoNamesTheDriverItsEndpointAndBothVersionsV1Fir
   EXPECT_EQ(server.registration_socket(), dir_.path() + "/plugins_registry/edgetpu.edgeaccel.io-reg.sock");
 }
 
-TEST_F(DraPluginServerTest, StopRemovesBothSocketsAndAStaleOneIsReplaced) {
-  {
-    DraPluginServer first(Options(), service_.get());
-    ASSERT_TRUE(first.Start().ok());
-    // A crashed daemon leaves its sockets: simulate by making the next server start over them.
-    DraPluginServer second(Options(), service_.get());
-    ASSERT_TRUE(second.Start().ok()) << "stale sockets are replaced";
-    second.Stop();
-    EXPECT_FALSE(IsSocket(second.registration_socket()));
-    EXPECT_FALSE(IsSocket(second.service_socket()));
-    first.Stop();  // its sockets were replaced: it removes nothing of another's
-  }
+// A socket file nobody listens on, as a daemon that died leaves it.
+void MakeStaleSocket(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
+  close(fd);
+}
+
+TEST_F(DraPluginServerTest, AStaleSocketIsReplacedALiveOneIsNotAndStopRemovesOnlyOurs) {
+  DraPluginServer first(Options(), service_.get());
+  mkdir((dir_.path() + "/plugins_registry").c_str(), 0755);
+  mkdir((dir_.path() + "/plugins").c_str(), 0755);
+  mkdir((dir_.path() + "/plugins/edgetpu.edgeaccel.io").c_str(), 0755);
+  MakeStaleSocket(first.registration_socket());
+  MakeStaleSocket(first.service_socket());
+  ASSERT_TRUE(first.Start().ok()) << "a dead daemon's sockets are replaced";
+  // A second daemon on the same node must not take the sockets of the one serving.
+  DraPluginServer second(Options(), service_.get());
+  absl::Status status = second.Start();
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("another process is serving on it"), std::string::npos) << status;
+  second.Stop();
+  EXPECT_TRUE(IsSocket(first.registration_socket())) << "the refused one removed nothing";
+  first.Stop();
+  EXPECT_FALSE(IsSocket(first.registration_socket()));
+  EXPECT_FALSE(IsSocket(first.service_socket()));
 }
 
 TEST_F(DraPluginServerTest, AFileThatIsNotASocketIsNotReplaced) {
@@ -87,7 +108,7 @@ TEST_F(DraPluginServerTest, AFileThatIsNotASocketIsNotReplaced) {
   std::ofstream(server.registration_socket()) << "someone's file";
   absl::Status status = server.Start();
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.message().find("is not a socket"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("the path is taken by a regular file"), std::string::npos) << status;
   std::ifstream kept(server.registration_socket());
   std::string content;
   std::getline(kept, content);

@@ -2,9 +2,13 @@
 #define EDGEACCEL_KUBELET_UNIX_SOCKET_CHANNEL_H_
 
 #include <grpcpp/grpcpp.h>
+#include <sys/types.h>
 
 #include <memory>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace edgeaccel {
 
@@ -16,6 +20,18 @@ std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path);
 // True if something accepts connections on the Unix socket at `path` now (a socket file whose
 // process is gone refuses them).
 bool UnixSocketAnswers(const std::string& path);
+
+// Makes `path` free for a socket we serve on: nothing there, or a stale socket (one nobody
+// answers on, left by a process that died), which is removed. Errors: a path too long for a Unix
+// socket, one taken by something that is not a socket (`taken_hint` ends that message: which
+// flag to change), or a socket another process serves on (a second daemon).
+absl::Status FreeSocketPath(const std::string& path, absl::string_view taken_hint);
+
+// The inode of the socket at `path` (0 if none), to know it later as ours.
+ino_t SocketInode(const std::string& path);
+
+// Removes the socket at `path` if it is still ours (`inode`), not one a newer process put there.
+void RemoveSocketIfOurs(const std::string& path, ino_t inode);
 
 }  // namespace edgeaccel
 
