@@ -23,19 +23,29 @@ const std::map<std::string, std::string>& KnownFamilies() {
   return *families;
 }
 
-absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
+namespace {
+
+// "coral-pcie,tegra": each a known family, or an error naming `flag` and the words it also takes.
+absl::StatusOr<std::set<std::string>> ParseFamilyList(absl::string_view text, absl::string_view flag,
+                                                      absl::string_view other_words) {
   std::set<std::string> families;
-  if (text == "all" || text.empty()) return families;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
     name = absl::StripAsciiWhitespace(name);
     if (!KnownFamilies().count(std::string(name))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--families: unknown family \"", absl::CHexEscape(name.substr(0, 40)),
-          "\" (known: all, coral-pcie, coral-usb, nvidia, tegra)"));
+          flag, ": unknown family \"", absl::CHexEscape(name.substr(0, 40)), "\" (known: ",
+          other_words, "coral-pcie, coral-usb, nvidia, tegra)"));
     }
     families.insert(std::string(name));
   }
   return families;
+}
+
+}  // namespace
+
+absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text) {
+  if (text == "all" || text.empty()) return std::set<std::string>();
+  return ParseFamilyList(text, "--families", "all, ");
 }
 
 absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text) {
@@ -45,16 +55,7 @@ absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text) {
     for (const auto& [family, resource] : KnownFamilies()) families.insert(family);
     return families;
   }
-  for (absl::string_view name : absl::StrSplit(text, ',')) {
-    name = absl::StripAsciiWhitespace(name);
-    if (!KnownFamilies().count(std::string(name))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--dra: unknown family \"", absl::CHexEscape(name.substr(0, 40)),
-          "\" (known: all, none, coral-pcie, coral-usb, nvidia, tegra)"));
-    }
-    families.insert(std::string(name));
-  }
-  return families;
+  return ParseFamilyList(text, "--dra", "all, none, ");
 }
 
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text) {

@@ -65,6 +65,36 @@ TEST(ConfigTest, FamiliesParse) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unknown family \"cuda\""));
 }
 
+TEST(ConfigTest, DraFamiliesParseAndNeedWhatDraNeeds) {
+  EXPECT_TRUE(ParseDraFamilies("")->empty());
+  EXPECT_TRUE(ParseDraFamilies("none")->empty());
+  EXPECT_EQ(ParseDraFamilies("all")->size(), 4u);
+  EXPECT_EQ(*ParseDraFamilies("coral-pcie, tegra"), (std::set<std::string>{"coral-pcie", "tegra"}));
+  absl::StatusOr<std::set<std::string>> bad = ParseDraFamilies("coral-pcie,cuda");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--dra: unknown family \"cuda\""), std::string::npos) << bad.status();
+
+  DaemonConfig config;
+  config.dra_families = {"coral-pcie"};
+  absl::Status no_node = ValidateConfig(config);
+  ASSERT_FALSE(no_node.ok());
+  EXPECT_NE(no_node.message().find("--dra needs this node's name"), std::string::npos) << no_node;
+  config.node_name = "node-1";
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.dra_resync = absl::Milliseconds(10);
+  EXPECT_NE(ValidateConfig(config).message().find("--dra-resync must be at least 1s"), std::string::npos);
+  config.dra_resync = absl::Seconds(30);
+  config.families = {"tegra"};
+  EXPECT_NE(ValidateConfig(config).message().find("which --families does not look for"), std::string::npos);
+  config.families.clear();
+  config.dra_families = {"coral-pcie", "coral-usb"};
+  config.replicas = {{"coral.ai/edgetpu", 2}};
+  EXPECT_NE(ValidateConfig(config).message().find("is published through DRA"), std::string::npos)
+      << ValidateConfig(config);
+  config.dra_families = {"coral-pcie"};  // coral-usb still goes through the device plugin
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+}
+
 TEST(ConfigTest, TakeOverParses) {
   EXPECT_TRUE(ParseTakeOver("")->empty());
   EXPECT_EQ(*ParseTakeOver("nvidia.com/gpu, coral.ai/edgetpu"),
