@@ -118,24 +118,28 @@ Daemon::Daemon(DaemonConfig config)
   }
 }
 
-Daemon::Resource* Daemon::ResourceFor(const std::string& name) {
-  for (auto& resource : resources_) {
-    if (resource->set->resource_name() == name) return resource.get();
+namespace {
+
+// The entry of `entries` whose device set is named `name`, made (with its set) if there is none.
+template <typename Entry>
+Entry* FindOrAddBySetName(std::vector<std::unique_ptr<Entry>>* entries, const std::string& name) {
+  for (auto& entry : *entries) {
+    if (entry->set->resource_name() == name) return entry.get();
   }
-  auto resource = std::make_unique<Resource>();
-  resource->set = std::make_unique<DeviceSet>(name);
-  resources_.push_back(std::move(resource));
-  return resources_.back().get();
+  auto entry = std::make_unique<Entry>();
+  entry->set = std::make_unique<DeviceSet>(name);
+  entries->push_back(std::move(entry));
+  return entries->back().get();
+}
+
+}  // namespace
+
+Daemon::Resource* Daemon::ResourceFor(const std::string& name) {
+  return FindOrAddBySetName(&resources_, name);
 }
 
 Daemon::DraDriver* Daemon::DraDriverFor(const std::string& driver) {
-  for (auto& existing : dra_drivers_) {
-    if (existing->set->resource_name() == driver) return existing.get();
-  }
-  auto created = std::make_unique<DraDriver>();
-  created->set = std::make_unique<DeviceSet>(driver);
-  dra_drivers_.push_back(std::move(created));
-  return dra_drivers_.back().get();
+  return FindOrAddBySetName(&dra_drivers_, driver);
 }
 
 void Daemon::AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer) {
@@ -594,8 +598,18 @@ std::string Daemon::Describe() const {
         absl::StrAppend(&out, "    DRA: left out of the ResourceSlice while Unhealthy\n");
         continue;
       }
-      const nlohmann::json entry = SliceDevice(device, nullptr);
-      absl::StrAppend(&out, "    DRA device: ", entry["name"].get<std::string>(), "\n");
+      // What the slice holds for it (computed once, above, for the whole slice).
+      const std::string name = DraDeviceName(device);
+      const nlohmann::json* published_entry = nullptr;
+      for (const nlohmann::json& candidate : published) {
+        if (candidate["name"] == name) published_entry = &candidate;
+      }
+      if (published_entry == nullptr) {
+        absl::StrAppend(&out, "    DRA device: ", name, ", not in the ResourceSlice (see above)\n");
+        continue;
+      }
+      const nlohmann::json& entry = *published_entry;
+      absl::StrAppend(&out, "    DRA device: ", name, "\n");
       for (const auto& [key, value] : entry["attributes"].items()) {
         absl::StrAppend(&out, "      attribute ", key, ": ", value.begin().value().dump(), " (",
                         value.begin().key(), ")\n");
