@@ -18,21 +18,11 @@ namespace {
 using nlohmann::json;
 using testing::FixtureHost;
 using testing::TempDir;
+using testing::PathExists;
+using testing::ReadFileText;
 
 constexpr char kDriver[] = "edgetpu.edgeaccel.io";
 constexpr char kUid[] = "0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01";
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 // Two Edge TPUs on a fixture host, their device set, and claims the "API server" (a map) holds.
 class ClaimPreparerTest : public ::testing::Test {
@@ -102,7 +92,7 @@ TEST_F(ClaimPreparerTest, PreparesAClaimWithItsOwnCdiSpecAndAnswersItsIds) {
   EXPECT_EQ(outcome.devices[0].requests, std::vector<std::string>{"tpu"});
   EXPECT_EQ(outcome.devices[0].cdi_ids,
             std::vector<std::string>{std::string("k8s.edgetpu.edgeaccel.io/claim=") + kUid + "-tpu-0000-04-00-0"});
-  json spec = json::parse(Read(SpecPath(kUid)));
+  json spec = json::parse(ReadFileText(SpecPath(kUid)));
   EXPECT_EQ(spec["kind"], "k8s.edgetpu.edgeaccel.io/claim");
   EXPECT_EQ(spec["cdiVersion"], "0.5.0");
   ASSERT_EQ(spec["devices"].size(), 1u);
@@ -134,7 +124,7 @@ TEST_F(ClaimPreparerTest, APreparedClaimIsAnsweredAgainWithoutAskingTheApiServer
   // And unprepares exactly what the first one wrote, with the claim gone.
   auto undone = restarted->Unprepare({{"default", "pod-tpu", kUid}});
   EXPECT_EQ(undone[kUid], "");
-  EXPECT_FALSE(Exists(SpecPath(kUid)));
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
   EXPECT_TRUE(restarted->Prepared().empty());
   EXPECT_TRUE(MakePreparer()->Prepared().empty());
 }
@@ -144,7 +134,7 @@ TEST_F(ClaimPreparerTest, AMissingSpecIsWrittenAgainAtStart) {
   ASSERT_EQ(MakePreparer()->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
   ASSERT_EQ(unlink(SpecPath(kUid).c_str()), 0);  // /var/run is a tmpfs: a reboot empties it
   auto restarted = MakePreparer();
-  EXPECT_TRUE(Exists(SpecPath(kUid)));
+  EXPECT_TRUE(PathExists(SpecPath(kUid)));
   EXPECT_EQ(restarted->Prepared().size(), 1u);
 }
 
@@ -169,7 +159,7 @@ TEST_F(ClaimPreparerTest, EachClaimFailsOnItsOwnWithTheReason) {
   EXPECT_NE(answer[unknown_uid].error.find("device tpu-0000-09-00-0 is not on this node"), std::string::npos)
       << answer[unknown_uid].error;
   EXPECT_NE(answer["../../etc"].error.find("is not a UID"), std::string::npos);
-  EXPECT_FALSE(Exists(SpecPath(unknown_uid)));
+  EXPECT_FALSE(PathExists(SpecPath(unknown_uid)));
 }
 
 TEST_F(ClaimPreparerTest, RefusesAnUnhealthyDeviceAndOneAnotherClaimHolds) {

@@ -2,12 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <cstring>
 
 #include <fstream>
 
@@ -16,6 +11,7 @@
 namespace edgeaccel {
 namespace {
 
+using testing::MakeStaleSocket;
 using testing::TempDir;
 
 constexpr char kDriver[] = "edgetpu.edgeaccel.io";
@@ -70,16 +66,6 @@ TEST_F(DraPluginServerTest, GetInfoNamesTheDriverItsEndpointAndBothVersionsV1Fir
   EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
   EXPECT_EQ(info.supported_versions(1), "v1beta1.DRAPlugin");
   EXPECT_EQ(server.registration_socket(), dir_.path() + "/plugins_registry/edgetpu.edgeaccel.io-reg.sock");
-}
-
-// A socket file nobody listens on, as a daemon that died leaves it.
-void MakeStaleSocket(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path;
-  close(fd);
 }
 
 TEST_F(DraPluginServerTest, AStaleSocketIsReplacedALiveOneIsNotAndStopRemovesOnlyOurs) {

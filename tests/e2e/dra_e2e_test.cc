@@ -24,22 +24,12 @@ using ::edgeaccel::testing::DraKubelet;
 using ::edgeaccel::testing::DraKubeletGeneration;
 using ::edgeaccel::testing::DraKubeletOptions;
 using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::PathExists;
+using ::edgeaccel::testing::ReadFileText;
 using ::edgeaccel::testing::TestApiServer;
 using nlohmann::json;
 
 constexpr char kDriver[] = "edgetpu.edgeaccel.io";
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 // The devices of the one slice of our driver on node-1, by name ("" when there is not exactly one).
 std::string SliceDevices(const std::vector<json>& slices) {
@@ -110,7 +100,7 @@ TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   EXPECT_EQ(result.devices[0].pool, "node-1");
   EXPECT_EQ(result.devices[0].cdi_device_ids,
             std::vector<std::string>{"k8s.edgetpu.edgeaccel.io/claim=" + uid + "-tpu-0000-04-00-0"});
-  json spec = json::parse(Read(SpecPath(uid)));
+  json spec = json::parse(ReadFileText(SpecPath(uid)));
   ASSERT_EQ(spec["devices"].size(), 1u);
   const json& nodes = spec["devices"][0]["containerEdits"]["deviceNodes"];
   ASSERT_EQ(nodes.size(), 1u);
@@ -137,7 +127,7 @@ TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
   ASSERT_TRUE(undone.ok()) << undone.status();
   EXPECT_EQ(undone->claims.at(uid), "");
-  EXPECT_FALSE(Exists(SpecPath(uid)));
+  EXPECT_FALSE(PathExists(SpecPath(uid)));
 }
 
 TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
@@ -165,7 +155,7 @@ TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
   auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
   ASSERT_TRUE(undone.ok()) << undone.status();
   EXPECT_EQ(undone->claims.at(uid), "");
-  EXPECT_FALSE(Exists(SpecPath(uid)));
+  EXPECT_FALSE(PathExists(SpecPath(uid)));
 }
 
 TEST_F(DraE2eTest, AKubeletThatDeletesTheSlicesAtItsStartGetsThemBack) {

@@ -32,19 +32,12 @@ namespace {
 
 using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::CommandResult;
+using ::edgeaccel::testing::PathExists;
+using ::edgeaccel::testing::ReadFileText;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
-
-std::string Read(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // Fast retries, so the tests do not wait seconds.
 const RetryingFileWriter::Options kFast{absl::Milliseconds(5), absl::Milliseconds(20)};
@@ -61,8 +54,8 @@ class AtomicFileTest : public ::testing::Test {
 TEST_F(AtomicFileTest, ReplacesTheFileAndLeavesNoTemporary) {
   ASSERT_TRUE(WriteFileAtomically(dir_.path(), "spec", "one\n").ok());
   ASSERT_TRUE(WriteFileAtomically(dir_.path(), "spec", "two\n").ok());
-  EXPECT_EQ(Read(dir_.path() + "/spec"), "two\n");
-  EXPECT_FALSE(Exists(dir_.path() + "/.spec.tmp"));
+  EXPECT_EQ(ReadFileText(dir_.path() + "/spec"), "two\n");
+  EXPECT_FALSE(PathExists(dir_.path() + "/.spec.tmp"));
 }
 
 TEST_F(AtomicFileTest, MissingDirectoryIsAnErrorThatNamesTheFile) {
@@ -90,7 +83,7 @@ TEST_F(AtomicFileTest, AFailedWriteLandsOnceItCanWithoutAnotherChange) {
   EXPECT_EQ(log.Count("still cannot write"), 0) << "the same reason is not logged per retry";
   ASSERT_EQ(mkdir(later_.c_str(), 0755), 0);
   ASSERT_TRUE(Eventually([&] { return !writer.pending(); }));
-  EXPECT_EQ(Read(later_ + "/spec"), "first\n");
+  EXPECT_EQ(ReadFileText(later_ + "/spec"), "first\n");
   EXPECT_EQ(log.Count("wrote the spec on retry"), 1);
 }
 
@@ -114,7 +107,7 @@ TEST_F(AtomicFileTest, ANewerWriteReplacesThePendingOneAndTheOlderNeverLands) {
   ASSERT_TRUE(Eventually([&] { return older.gone.expired(); })) << "the older write is still held";
   ASSERT_EQ(mkdir(later_.c_str(), 0755), 0);
   ASSERT_TRUE(Eventually([&] { return !writer.pending(); }));
-  EXPECT_EQ(Read(later_ + "/spec"), "newer\n");
+  EXPECT_EQ(ReadFileText(later_ + "/spec"), "newer\n");
 }
 
 TEST_F(AtomicFileTest, ASuccessfulWriteCancelsThePendingRetry) {
@@ -125,7 +118,7 @@ TEST_F(AtomicFileTest, ASuccessfulWriteCancelsThePendingRetry) {
   EXPECT_TRUE(writer.Write(WriteLater("newer\n")).ok());
   EXPECT_FALSE(writer.pending());
   ASSERT_TRUE(Eventually([&] { return older.gone.expired(); })) << "the older write is still held";
-  EXPECT_EQ(Read(later_ + "/spec"), "newer\n");
+  EXPECT_EQ(ReadFileText(later_ + "/spec"), "newer\n");
 }
 
 TEST_F(AtomicFileTest, ANewReasonIsLoggedOnceThenQuietUntilItChangesAgain) {
@@ -155,7 +148,7 @@ TEST_F(AtomicFileTest, StopDropsThePendingWriteAndWritesNothingAfter) {
   ASSERT_EQ(mkdir(later_.c_str(), 0755), 0);
   absl::Status after = writer.Write(WriteLater("y"));
   EXPECT_TRUE(absl::IsFailedPrecondition(after)) << after;
-  EXPECT_FALSE(Exists(later_ + "/spec"));
+  EXPECT_FALSE(PathExists(later_ + "/spec"));
 }
 
 TEST_F(AtomicFileTest, RetriesBackOffToTheLongestWait) {

@@ -160,6 +160,15 @@ HungSocket::HungSocket(const std::string& path) {
 
 HungSocket::~HungSocket() { close(fd_); }
 
+std::string ReadFileText(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+bool PathExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
 void MakeStaleSocket(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   PCHECK(fd >= 0) << "socket";

@@ -39,6 +39,10 @@ class TempDir {
 // Leaves a socket file at `path` that nobody accepts on, as a crashed process does.
 void MakeStaleSocket(const std::string& path);
 
+// The whole content of the file at `path` ("" if it cannot be read), and whether `path` exists.
+std::string ReadFileText(const std::string& path);
+bool PathExists(const std::string& path);
+
 // A socket that accepts connections (the kernel's backlog does) but never says a word: a hung
 // process. Closed when this object goes; the file stays.
 class HungSocket {
