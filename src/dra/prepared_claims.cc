@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "edgeaccel/host/atomic_file.h"
+#include "edgeaccel/node/json_fields.h"
 
 namespace edgeaccel {
 namespace {
@@ -61,18 +62,17 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
                                                                           absl::string_view driver) {
   json in = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (in.is_discarded() || !in.is_object()) return absl::DataLossError("not a JSON object");
-  if (in.value("kind", "") != kCheckpointKind) return absl::DataLossError("not a prepared-claims checkpoint");
-  if (!in.contains("version") || !in["version"].is_number_integer() ||
-      in["version"].get<int64_t>() != kCheckpointVersion) {
-    return absl::DataLossError("checkpoint version is not 1");
+  if (JsonString(in, "kind") != kCheckpointKind) return absl::DataLossError("not a prepared-claims checkpoint");
+  if (JsonInt(in, "version") != kCheckpointVersion) return absl::DataLossError("checkpoint version is not 1");
+  const std::optional<std::string> checkpoint_driver = JsonString(in, "driver");
+  if (checkpoint_driver != driver) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint of driver ", checkpoint_driver.value_or("(not a string)"), ", not ", driver));
   }
-  if (in.value("driver", "") != driver) {
-    return absl::DataLossError(absl::StrCat("checkpoint of driver ", in.value("driver", "?"), ", not ", driver));
-  }
-  const json& claims = in["claims"];
-  if (!claims.is_object()) return absl::DataLossError("claims is not an object");
+  const json* claims = JsonMember(in, "claims");
+  if (claims == nullptr || !claims->is_object()) return absl::DataLossError("claims is not an object");
   std::map<std::string, PreparedClaim> out;
-  for (const auto& [uid, entry] : claims.items()) {
+  for (const auto& [uid, entry] : claims->items()) {
     const std::string what = absl::StrCat("claim ", uid, ": ");
     if (!entry.is_object()) return absl::DataLossError(what + "not an object");
     PreparedClaim prepared;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/host/backoff.h"
+#include "edgeaccel/node/json_fields.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -36,10 +37,7 @@ std::string UrlEncode(absl::string_view text) {
 // The message of a metav1.Status answer, or the start of the body.
 std::string ApiMessage(const HttpResponse& response) {
   json body = json::parse(response.body, nullptr, false);
-  if (body.is_object() && body.contains("message") && body["message"].is_string()) {
-    return body["message"].get<std::string>();
-  }
-  return response.body.substr(0, 200);
+  return JsonString(body, "message").value_or(response.body.substr(0, 200));
 }
 
 absl::Status HttpError(absl::string_view what, const HttpResponse& response) {
@@ -117,8 +115,8 @@ std::string SlicePublisher::NodeUid() {
       client_->Request("GET", absl::StrCat("/api/v1/nodes/", options_.node_name));
   if (response.ok() && response->status == 200) {
     json node = json::parse(response->body, nullptr, false);
-    if (node.is_object() && node["metadata"].is_object() && node["metadata"]["uid"].is_string()) {
-      node_uid_ = node["metadata"]["uid"].get<std::string>();
+    if (const json* metadata = JsonMember(node, "metadata"); metadata != nullptr) {
+      node_uid_ = JsonString(*metadata, "uid").value_or("");
     }
   }
   if (node_uid_.empty()) {
@@ -135,10 +133,11 @@ absl::StatusOr<json> SlicePublisher::ListSlices() const {
   if (!response.ok()) return response.status();
   if (response->status != 200) return HttpError("listing ResourceSlices", *response);
   json list = json::parse(response->body, nullptr, false);
-  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+  const json* items = JsonMember(list, "items");
+  if (items == nullptr || !items->is_array()) {
     return absl::UnavailableError("listing ResourceSlices: the answer is not a ResourceSliceList");
   }
-  return list["items"];
+  return *items;
 }
 
 absl::Status SlicePublisher::Reconcile() {
@@ -160,12 +159,16 @@ absl::Status SlicePublisher::Reconcile() {
     std::vector<const json*> extra;
     int64_t highest_generation = 0;
     for (const json& item : *items) {
-      if (!item.is_object() || !item["spec"].is_object()) continue;
-      const json& pool = item["spec"]["pool"];
-      if (pool.is_object() && pool["generation"].is_number_integer()) {
-        highest_generation = std::max(highest_generation, pool["generation"].get<int64_t>());
+      // Only a slice we can name can be updated or deleted (a DELETE with an empty name would be
+      // one on the collection's path).
+      const json* metadata = JsonMember(item, "metadata");
+      if (metadata == nullptr || JsonString(*metadata, "name").value_or("").empty()) continue;
+      const json* spec = JsonMember(item, "spec");
+      const json* pool = spec == nullptr ? nullptr : JsonMember(*spec, "pool");
+      if (pool != nullptr) {
+        highest_generation = std::max(highest_generation, JsonInt(*pool, "generation").value_or(0));
       }
-      const bool our_pool = pool.is_object() && pool["name"] == options_.node_name;
+      const bool our_pool = pool != nullptr && JsonString(*pool, "name") == options_.node_name;
       if (our_pool && ours == nullptr) {
         ours = &item;
       } else {
@@ -176,21 +179,22 @@ absl::Status SlicePublisher::Reconcile() {
     bool conflict = false;
     absl::Status error;
     for (const json* item : extra) {
-      const json& metadata = (*item)["metadata"];
+      const json& metadata = *JsonMember(*item, "metadata");
+      const std::string stray_name = JsonString(metadata, "name").value_or("");
       json options{{"kind", "DeleteOptions"},
                    {"apiVersion", "v1"},
                    {"preconditions",
-                    {{"uid", metadata.value("uid", "")}, {"resourceVersion", metadata.value("resourceVersion", "")}}}};
-      absl::StatusOr<HttpResponse> response =
-          client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", metadata.value("name", "")),
-                           "application/json", options.dump());
+                    {{"uid", JsonString(metadata, "uid").value_or("")},
+                     {"resourceVersion", JsonString(metadata, "resourceVersion").value_or("")}}}};
+      absl::StatusOr<HttpResponse> response = client_->Request(
+          "DELETE", absl::StrCat(kSlicesPath, "/", stray_name), "application/json", options.dump());
       ++writes;
       if (!response.ok()) {
         error = response.status();
       } else if (response->status == 409) {
         conflict = true;
       } else if (response->status != 200 && response->status != 202 && response->status != 404) {
-        error = HttpError(absl::StrCat("deleting ResourceSlice ", metadata.value("name", "")), *response);
+        error = HttpError(absl::StrCat("deleting ResourceSlice ", stray_name), *response);
       }
     }
     std::string name;
@@ -210,19 +214,22 @@ absl::Status SlicePublisher::Reconcile() {
           error = HttpError("creating the ResourceSlice", *response);
         } else {
           json created = json::parse(response->body, nullptr, false);
-          if (created.is_object() && created["metadata"].is_object()) {
-            name = created["metadata"].value("name", "");
+          if (const json* metadata = JsonMember(created, "metadata"); metadata != nullptr) {
+            name = JsonString(*metadata, "name").value_or("");
           }
           LOG(INFO) << options_.driver << ": created ResourceSlice " << name << " (pool "
                     << options_.node_name << ", generation " << generation << ", "
                     << devices.size() << " device(s))";
         }
       } else {
+        // `ours` has a named metadata and an object spec.pool (the loop above checked): the
+        // writes below through operator[] cannot meet a non-object.
         json slice = *ours;
-        name = slice["metadata"].value("name", "");
-        generation = slice["spec"]["pool"].value("generation", int64_t{0});
-        const bool same = slice["spec"]["devices"] == devices &&
-                          slice["spec"]["pool"].value("resourceSliceCount", int64_t{0}) == 1;
+        name = JsonString(slice["metadata"], "name").value_or("");
+        generation = JsonInt(slice["spec"]["pool"], "generation").value_or(0);
+        const json* listed_devices = JsonMember(slice["spec"], "devices");
+        const bool same = listed_devices != nullptr && *listed_devices == devices &&
+                          JsonInt(slice["spec"]["pool"], "resourceSliceCount") == 1;
         if (!same) {
           generation = std::max(generation, status().generation) + 1;
           slice["spec"]["devices"] = devices;
@@ -269,7 +276,9 @@ absl::Status SlicePublisher::RemoveAll() {
   absl::StatusOr<json> items = ListSlices();
   if (!items.ok()) return items.status();
   for (const json& item : *items) {
-    const std::string name = item["metadata"].value("name", "");
+    const json* metadata = JsonMember(item, "metadata");
+    const std::string name = metadata == nullptr ? "" : JsonString(*metadata, "name").value_or("");
+    if (name.empty()) continue;  // a DELETE without a name would address the collection
     absl::StatusOr<HttpResponse> response = client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", name));
     if (!response.ok()) return response.status();
     if (response->status != 200 && response->status != 202 && response->status != 404) {

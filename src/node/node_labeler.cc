@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "edgeaccel/host/backoff.h"
+#include "edgeaccel/node/json_fields.h"
 #include "edgeaccel/node/label_ownership.h"
 #include "glog/logging.h"
 
@@ -73,18 +74,17 @@ absl::StatusOr<NodeLabeler::NodeLabels> NodeLabeler::ReadNode() {
   if (node.is_discarded() || !node.is_object()) {
     return absl::UnavailableError("GET node: the answer is not JSON");
   }
-  const nlohmann::json metadata = node.value("metadata", nlohmann::json::object());
-  const nlohmann::json annotations = metadata.value("annotations", nlohmann::json::object());
-  auto managed = annotations.find(std::string(kManagedLabelsAnnotation));
-  if (managed != annotations.end() && managed->is_string()) {
-    for (absl::string_view key :
-         absl::StrSplit(managed->get<std::string>(), ',', absl::SkipEmpty())) {
+  const nlohmann::json* metadata = JsonMember(node, "metadata");
+  const nlohmann::json* annotations = metadata == nullptr ? nullptr : JsonMember(*metadata, "annotations");
+  if (annotations != nullptr) {
+    const std::optional<std::string> managed = JsonString(*annotations, kManagedLabelsAnnotation);
+    for (absl::string_view key : absl::StrSplit(managed.value_or(""), ',', absl::SkipEmpty())) {
       result.managed.insert(std::string(key));
     }
   }
-  const nlohmann::json labels = metadata.value("labels", nlohmann::json::object());
-  if (labels.is_object()) {
-    for (const auto& [key, value] : labels.items()) {
+  const nlohmann::json* labels = metadata == nullptr ? nullptr : JsonMember(*metadata, "labels");
+  if (labels != nullptr && labels->is_object()) {
+    for (const auto& [key, value] : labels->items()) {
       if (value.is_string()) result.labels[key] = value.get<std::string>();
     }
   }

@@ -75,6 +75,22 @@ TEST(PreparedClaimsTest, ParseRefusesWhatWouldEscapeTheCdiDirectoryOrAnotherDriv
   EXPECT_FALSE(ParsePreparedClaims("{}", "edgetpu.edgeaccel.io").ok());
 }
 
+// Found by fuzz_dra_claim in CI: a field of another type than the checkpoint writes made
+// json::value throw out of ParsePreparedClaims, which aborted the daemon at start.
+TEST(PreparedClaimsTest, FieldsOfAnotherTypeAreRefusedNotThrown) {
+  for (const char* text : {R"({"kind":{"kind":6666666666666666666666666666}})",
+                           R"({"kind":7})",
+                           R"({"kind":["edgeaccel.io/dra-prepared-claims"]})",
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":17,"claims":{}})",
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":null,"claims":{}})",
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":"1","driver":"edgetpu.edgeaccel.io"})",
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":"edgetpu.edgeaccel.io"})"}) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<std::map<std::string, PreparedClaim>> parsed = ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
 TEST(PreparedClaimsTest, AFailedWriteLeavesTheRecordAsItWas) {
   TempDir dir;
   PreparedClaims claims(dir.path() + "/missing/deeper", "edgetpu.edgeaccel.io");

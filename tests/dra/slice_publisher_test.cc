@@ -103,6 +103,32 @@ TEST_F(SlicePublisherTest, ASecondSliceOfOursOnThisNodeIsDeleted) {
   EXPECT_EQ(Ours()[0]["spec"]["pool"]["name"], "node-1");
 }
 
+// What the API server lists is another program's output: a slice of our pool whose fields have
+// other types than the API gives them (another writer, a broken proxy) is answered, never thrown
+// (json::value throws on a type mismatch, which would abort the daemon from the publisher's thread).
+TEST_F(SlicePublisherTest, ListedSlicesWithFieldsOfOtherTypesAreAnsweredNotThrown) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  json odd = Ours()[0];
+  api_.DeleteAllResourceSlices("node-1", kDriver);
+  odd["metadata"].erase("uid");
+  odd["metadata"].erase("resourceVersion");
+  odd["spec"]["pool"]["generation"] = "7";
+  odd["spec"]["pool"]["resourceSliceCount"] = json::array({1});
+  api_.AddResourceSlice(odd);
+  json stray = odd;
+  stray["metadata"].erase("name");
+  stray["metadata"]["generateName"] = "node-1-edgetpu.edgeaccel.io-";
+  stray["spec"]["pool"] = "node-1/old";  // not even an object
+  api_.AddResourceSlice(stray);
+  ASSERT_EQ(Ours().size(), 2u);
+  EXPECT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  std::vector<json> ours = Ours();
+  ASSERT_EQ(ours.size(), 1u) << "the slice whose pool is not an object is not ours: it goes";
+  EXPECT_TRUE(ours[0]["spec"]["pool"]["generation"].is_number_integer()) << "rewritten with a number";
+  EXPECT_EQ(ours[0]["spec"]["pool"]["resourceSliceCount"], 1);
+}
+
 TEST_F(SlicePublisherTest, TheThreadPublishesChangesAtOnceAndRetriesFailures) {
   SlicePublisher::Options options = Options();
   options.resync = absl::Hours(1);  // only changes and retries may write
