@@ -19,6 +19,7 @@
 #include "edgeaccel/daemon/config.h"
 #include "edgeaccel/daemon/daemon.h"
 #include "edgeaccel/kubelet/grpc_event_engine.h"
+#include "edgeaccel/kubelet/grpc_timers.h"
 #include "glog/logging.h"
 
 // absl flag support for the registration mode.
@@ -269,10 +270,10 @@ int main(int argc, char** argv) {
   // every 5 s in the background while they exist, for pollers that cannot wait on a socket;
   // ours always can (epoll, and a thread of ours waits in every call). Off, unless set.
   setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "0", /*overwrite=*/0);
-  // gRPC's deferred work and timers on one thread of ours, not on a pool sized by the core count
-  // with a timer thread that wakes every second (kubelet/grpc_event_engine.h). Before any channel
-  // or server is made.
-  edgeaccel::UseOneThreadGrpcEventEngine();
+  // gRPC's deferred work and all its timers on one thread of ours, not on a pool sized by the
+  // core count and timer threads that wake every second (kubelet/grpc_event_engine.h,
+  // kubelet/grpc_timers.h). Before any channel or server is made.
+  const std::string grpc_threads = edgeaccel::RunGrpcTimersOn(edgeaccel::UseOneThreadGrpcEventEngine());
   // Sockets we create are for root (the kubelet) only.
   umask(0077);
   signal(SIGPIPE, SIG_IGN);
@@ -285,7 +286,7 @@ int main(int argc, char** argv) {
 
   LOG(INFO) << "edgeaccel-device-plugin starting: host root " << config.host_root
             << ", kubelet root " << config.kubelet_root << ", registration "
-            << edgeaccel::RegistrationModeName(config.registration);
+            << edgeaccel::RegistrationModeName(config.registration) << "; " << grpc_threads;
   edgeaccel::Daemon daemon(config);
   if (absl::Status status = daemon.Start(); !status.ok()) {
     LOG(ERROR) << "cannot start: " << status;

@@ -183,23 +183,19 @@ std::unique_ptr<EventEngine> MakeOneThreadEventEngine(std::string thread_name) {
   return std::make_unique<OneThreadEventEngine>(std::move(thread_name));
 }
 
-namespace {
-OneThreadEventEngine* process_engine = nullptr;
-}  // namespace
-
-void UseOneThreadGrpcEventEngine() {
-  grpc_event_engine::experimental::SetEventEngineFactory([]() -> std::unique_ptr<EventEngine> {
-    // Made on first use and kept for the process's life. Its thread is ended at exit, after
-    // main: gRPC's objects are gone by then, and a thread left running makes ThreadSanitizer's
-    // runtime sleep a second before the process ends (atexit_sleep_ms), which a SIGTERM test of
-    // a TSan build then counts as a slow stop.
-    static OneThreadEventEngine* const engine = [] {
-      process_engine = new OneThreadEventEngine("ea-grpc-timer");
-      std::atexit([] { process_engine->StopThread(); });
-      return process_engine;
-    }();
-    return std::make_unique<SharedEngine>(engine);
-  });
+EventEngine* UseOneThreadGrpcEventEngine() {
+  // Made once and kept for the process's life. Its thread is ended at exit, after main: gRPC's
+  // objects are gone by then, and a thread left running makes ThreadSanitizer's runtime sleep a
+  // second before the process ends (atexit_sleep_ms), which a SIGTERM test of a TSan build then
+  // counts as a slow stop.
+  static OneThreadEventEngine* const engine = [] {
+    static OneThreadEventEngine* made = new OneThreadEventEngine("ea-grpc-timer");
+    std::atexit([] { made->StopThread(); });
+    grpc_event_engine::experimental::SetEventEngineFactory(
+        []() -> std::unique_ptr<EventEngine> { return std::make_unique<SharedEngine>(made); });
+    return made;
+  }();
+  return engine;
 }
 
 }  // namespace edgeaccel

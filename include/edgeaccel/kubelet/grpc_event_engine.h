@@ -25,9 +25,10 @@ namespace edgeaccel {
 std::unique_ptr<grpc_event_engine::experimental::EventEngine> MakeOneThreadEventEngine(
     std::string thread_name);
 
-// Makes gRPC use one process-wide engine of that kind ("ea-grpc-timer"). Call before the first
-// gRPC channel or server is made (and before grpc_init): an engine made earlier stays gRPC's.
-void UseOneThreadGrpcEventEngine();
+// Makes gRPC use one process-wide engine of that kind ("ea-grpc-timer"), and returns it (the
+// same one on every call; it lives as long as the process). Call before the first gRPC channel or
+// server is made (and before grpc_init): an engine made earlier stays gRPC's.
+grpc_event_engine::experimental::EventEngine* UseOneThreadGrpcEventEngine();
 
 }  // namespace edgeaccel
 

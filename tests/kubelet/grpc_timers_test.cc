@@ -1,0 +1,195 @@
+// gRPC's iomgr timers on the one event-engine thread: call deadlines still end calls at their
+// time (not before), a cancelled call's timer goes with it, gRPC's `grpc_global_timer` and
+// executor threads are gone, and an idle process with a served socket and a connected channel
+// has no timer wake-ups at all (gRPC's own timer threads wake once a second). Each test case runs
+// in a process of its own (CTest runs one case per process), as the daemon, which makes this
+// choice once before anything of gRPC exists.
+#include "edgeaccel/kubelet/grpc_timers.h"
+
+#include <dirent.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/inventory/device_set.h"
+#include "edgeaccel/kubelet/grpc_event_engine.h"
+#include "edgeaccel/kubelet/plugin_server.h"
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// Voluntary plus involuntary context switches of each of this process's threads, by name (the
+// sum over threads of one name).
+std::map<std::string, int64_t> WakeUpsByThread() {
+  std::map<std::string, int64_t> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream status(std::string("/proc/self/task/") + entry->d_name + "/status");
+    std::string line, name;
+    int64_t switches = 0;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "Name:\t")) name = line.substr(6);
+      for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+        int64_t count = 0;
+        if (absl::StartsWith(line, key) && absl::SimpleAtoi(line.substr(strlen(key)), &count)) {
+          switches += count;
+        }
+      }
+    }
+    out[name] += switches;
+  }
+  closedir(dir);
+  return out;
+}
+
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, switches] : WakeUpsByThread()) names.push_back(name);
+  return names;
+}
+
+class GrpcTimersTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    said_ = new std::string(RunGrpcTimersOn(UseOneThreadGrpcEventEngine()));
+  }
+
+  // A stub on a socket nobody answers: only the call's deadline (or a cancel) ends its calls.
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> HungStub() {
+    hung_ = std::make_unique<::edgeaccel::testing::HungSocket>(dir_.path() + "/hung.sock");
+    return v1beta1::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix:" + dir_.path() + "/hung.sock", grpc::InsecureChannelCredentials()));
+  }
+
+  static std::string* said_;
+  ::edgeaccel::testing::TempDir dir_;
+  std::unique_ptr<::edgeaccel::testing::HungSocket> hung_;
+};
+
+std::string* GrpcTimersTest::said_ = nullptr;
+
+TEST_F(GrpcTimersTest, GrpcsTimerAndExecutorThreadsAreGoneAndTheEngineRunsTheTimers) {
+  EXPECT_THAT(*said_, ::testing::HasSubstr("timers on the event engine's thread")) << *said_;
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  PluginServer server(dir_.path() + "/plugin.sock", &set, &counters, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub = v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix:" + dir_.path() + "/plugin.sock", grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1beta1::DevicePluginOptions options;
+  EXPECT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+
+  // comm names are cut at 15 characters: "default-executo", "resolver-execut".
+  const std::vector<std::string> names = ThreadNames();
+  EXPECT_THAT(names, ::testing::Contains("ea-grpc-timer"));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("grpc_global_tim")));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains(::testing::StartsWith("default-execut"))));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains(::testing::StartsWith("resolver-execu"))));
+  server.Stop();
+}
+
+TEST_F(GrpcTimersTest, EachDeadlineEndsItsCallAtItsTimeAndACancelledCallsTimerGoes) {
+  auto stub = HungStub();
+  {
+    // A first call makes the channel's connection attempt, with timers of its own (its connect
+    // timeout, keepalive, the backup poller) that outlive the calls; counted from here.
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + milliseconds(50));
+    v1beta1::DevicePluginOptions options;
+    ASSERT_EQ(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  const int channel_timers = PendingGrpcTimers();
+  struct Call {
+    milliseconds deadline;
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    steady_clock::duration took{};
+  };
+  // Out of order, so the engine's tick must move earlier as later calls start.
+  std::vector<Call> calls{{milliseconds(900)}, {milliseconds(150)}, {milliseconds(500)}, {milliseconds(300)}};
+  std::vector<std::thread> threads;
+  for (Call& call : calls) {
+    threads.emplace_back([&stub, &call] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + call.deadline);
+      v1beta1::DevicePluginOptions options;
+      const auto start = steady_clock::now();
+      call.code = stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).error_code();
+      call.took = steady_clock::now() - start;
+    });
+  }
+  // And one call cancelled long before its deadline: it ends at the cancel, with its timer.
+  grpc::ClientContext cancelled;
+  cancelled.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  std::thread canceller([&cancelled] {
+    std::this_thread::sleep_for(milliseconds(200));
+    cancelled.TryCancel();
+  });
+  v1beta1::DevicePluginOptions options;
+  const auto start = steady_clock::now();
+  const grpc::Status status = stub->GetDevicePluginOptions(&cancelled, v1beta1::Empty(), &options);
+  const auto cancel_took = steady_clock::now() - start;
+  canceller.join();
+  for (std::thread& thread : threads) thread.join();
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(cancel_took, std::chrono::seconds(30)) << "the cancel ended it, not its deadline";
+  for (const Call& call : calls) {
+    SCOPED_TRACE(call.deadline.count());
+    EXPECT_EQ(call.code, grpc::StatusCode::DEADLINE_EXCEEDED);
+    // Not before its time (gRPC rounds deadlines to milliseconds), and not a whole second late
+    // (gRPC's own timer threads check at least once a second; this engine sleeps to the deadline).
+    EXPECT_GE(call.took, call.deadline - milliseconds(5));
+    EXPECT_LT(call.took, call.deadline + std::chrono::seconds(5));
+  }
+  EXPECT_EQ(PendingGrpcTimers(), channel_timers) << "every call's deadline timer went with it";
+}
+
+TEST_F(GrpcTimersTest, AnIdleServerAndConnectedChannelWakeNoThreadOfGrpcs) {
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  PluginServer server(dir_.path() + "/plugin.sock", &set, &counters, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = grpc::CreateChannel("unix:" + dir_.path() + "/plugin.sock", grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::DevicePlugin::NewStub(channel);
+  grpc::ClientContext context;
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+
+  // Settle (the call's own work done), then count over a window longer than gRPC's 1 s timer tick.
+  std::this_thread::sleep_for(milliseconds(300));
+  const std::map<std::string, int64_t> before = WakeUpsByThread();
+  std::this_thread::sleep_for(milliseconds(2500));
+  const std::map<std::string, int64_t> after = WakeUpsByThread();
+  for (const auto& [name, switches] : after) {
+    if (name == "grpc_timers_tes") continue;  // the main thread: this test's own sleeps
+    auto it = before.find(name);
+    const int64_t woke = switches - (it == before.end() ? 0 : it->second);
+    EXPECT_EQ(woke, 0) << name << " woke " << woke << " times while idle (" << PendingGrpcTimers()
+                       << " gRPC timer(s) pending)";
+  }
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace edgeaccel
