@@ -87,6 +87,8 @@ void grpc_set_timer_impl(grpc_timer_vtable* vtable);
 void grpc_timer_manager_set_threading(bool enabled);
 void grpc_timer_manager_tick();
 void GrpcExecutorSetThreadingAll(bool enable) __asm__("_ZN9grpc_core8Executor15SetThreadingAllEb");
+void GrpcExecutorSetThreadingDefault(bool enable)
+    __asm__("_ZN9grpc_core8Executor19SetThreadingDefaultEb");
 void GrpcExecCtxRun(const GrpcDebugLocation& location, edgeaccel::grpc_abi::GrpcClosure* closure,
                     absl::Status error)
     __asm__("_ZN9grpc_core7ExecCtx3RunERKNS_13DebugLocationEP12grpc_closureN4absl7debian36StatusE");
@@ -258,13 +260,18 @@ std::string RunGrpcTimersOn(EventEngine* engine) {
   grpc_set_timer_impl(&kEngineTimers);
   grpc_init();  // kept: a last grpc_shutdown and a new grpc_init would start the threads again
   grpc_timer_manager_set_threading(false);
+  // The resolver executor runs blocking DNS lookups, which Unix-socket targets never need: off,
+  // a closure given to it then runs on the thread that scheduled it. The default executor stays:
+  // it runs the TCP write backup poller (tcp_posix.cc cover_self, for a write that would block),
+  // a loop that polls for up to 10 s at a time, which must not run on a thread of ours.
   GrpcExecutorSetThreadingAll(false);
+  GrpcExecutorSetThreadingDefault(true);
   return "gRPC " GRPC_CPP_VERSION_STRING
-         ": timers on the event engine's thread, no timer or executor threads";
+         ": timers on the event engine's thread, no timer or resolver threads";
 #else
   (void)engine;
   return "gRPC " GRPC_CPP_VERSION_STRING
-         " is not 1.51: its own timer and executor threads are kept (they wake once a second)";
+         " is not 1.51: its own timer threads (which wake once a second) and resolver thread are kept";
 #endif
 }
 

@@ -10,6 +10,11 @@
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 
 namespace edgeaccel {
+namespace {
+
+constexpr absl::Duration kWaitForKubeletToListen = absl::Milliseconds(20);
+
+}  // namespace
 
 RegisterCall::RegisterCall(std::string kubelet_socket_path, KubeletSocketId kubelet,
                            std::string resource, std::string endpoint,
@@ -26,6 +31,9 @@ RegisterCall::RegisterCall(std::string kubelet_socket_path, KubeletSocketId kube
 
 void RegisterCall::Start(int done_fd) {
   started_ = absl::Now();
+  // kubelet.sock may be seen a moment before the kubelet listens on it; a refused connect would
+  // cost gRPC's 100 ms reconnect floor. A few milliseconds at most, and only then.
+  WaitUntilUnixSocketAccepts(kubelet_socket_path_, kWaitForKubeletToListen);
   channel_ = DialUnixSocket(kubelet_socket_path_);
   stub_ = v1beta1::Registration::NewStub(channel_);
   stub_->async()->Register(&context_, &request_, &response_, [this, done_fd](grpc::Status status) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -16,22 +17,41 @@ namespace edgeaccel {
 std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 2);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 50);
+  // gRPC raises each of these to 100 ms (its floor); they say "as soon as gRPC allows".
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
   return grpc::CreateCustomChannel(absl::StrCat("unix:", path),
                                    grpc::InsecureChannelCredentials(), args);
 }
 
-bool UnixSocketAnswers(const std::string& path) {
+namespace {
+
+// connect()'s errno on the Unix socket at `path` (0: it accepted).
+int ConnectError(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return errno;
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  const bool live = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
+  const int error = connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
   close(fd);
-  return live;
+  return error;
+}
+
+}  // namespace
+
+bool UnixSocketAnswers(const std::string& path) { return ConnectError(path) == 0; }
+
+bool WaitUntilUnixSocketAccepts(const std::string& path, absl::Duration budget) {
+  const absl::Time deadline = absl::Now() + budget;
+  for (;;) {
+    const int error = ConnectError(path);
+    if (error != ECONNREFUSED) return error == 0;
+    // No event says "listening now" (inotify saw the file at bind): look again, briefly.
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Microseconds(500));
+  }
 }
 
 absl::Status FreeSocketPath(const std::string& path, absl::string_view taken_hint) {

@@ -9,13 +9,22 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace edgeaccel {
 
-// A channel to a Unix socket that retries connecting every few milliseconds: kubelet.sock
-// appears (inotify) a moment before the kubelet serves on it, and gRPC's default reconnect
-// backoff (1 s, shared between channels) would make us wait a second for nothing.
+// A channel to a Unix socket of its own (no subchannel shared with other channels) that retries
+// connecting after 100 ms, not gRPC's default 1 s. 100 ms is gRPC's floor for any reconnect
+// backoff (ParseArgsForBackoffValues in subchannel.cc clamps every backoff argument to it): to
+// meet a socket that is about to accept sooner, see WaitUntilUnixSocketAccepts.
 std::shared_ptr<grpc::Channel> DialUnixSocket(const std::string& path);
+
+// Waits, at most `budget`, until the Unix socket at `path` accepts connections, trying again
+// every half millisecond while connect() is refused. The kubelet's socket file appears (inotify)
+// at its bind(), a moment before its listen(); a connect in between is refused, after which gRPC
+// would wait its 100 ms floor before trying again. True once it accepts; false when the budget
+// runs out or connect fails otherwise (no such file: the kubelet is not there).
+bool WaitUntilUnixSocketAccepts(const std::string& path, absl::Duration budget);
 
 // True if something accepts connections on the Unix socket at `path` now (a socket file whose
 // process is gone refuses them).
