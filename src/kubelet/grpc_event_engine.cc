@@ -133,7 +133,10 @@ class OneThreadEventEngine final : public EventEngine {
       if (state.timers.empty()) {
         state.wake.wait(lock);
       } else {
-        state.wake.wait_until(lock, state.timers.begin()->first.first);
+        // A copy: a Cancel while we wait frees the entry, and wait_until reads its deadline again
+        // when it wakes.
+        const Clock::time_point deadline = state.timers.begin()->first.first;
+        state.wake.wait_until(lock, deadline);
       }
     }
   }

@@ -89,6 +89,23 @@ TEST(OneThreadEventEngineTest, ACancelledTimerNeverRunsAndCancelSaysWhetherItWon
   EXPECT_FALSE(engine->Cancel(run)) << "it ran: too late to cancel";
 }
 
+// The loop waits until its earliest timer's deadline; cancelling that timer while it waits frees
+// the entry the deadline was read from. The wait must not read it again (AddressSanitizer's
+// heap-use-after-free in the old loop, which waited on a reference into the entry).
+TEST(OneThreadEventEngineTest, CancellingTheTimerTheLoopWaitsForIsSafe) {
+  std::unique_ptr<EventEngine> engine = MakeOneThreadEventEngine("test-engine");
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 20; ++i) {
+    EventEngine::TaskHandle earliest = engine->RunAfter(milliseconds(200), [&] { ++ran; });
+    std::this_thread::sleep_for(milliseconds(2));  // the loop is waiting for it now
+    EXPECT_TRUE(engine->Cancel(earliest));
+  }
+  absl::Notification after;
+  engine->RunAfter(milliseconds(1), [&] { after.Notify(); });
+  ASSERT_TRUE(after.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(ran.load(), 0);
+}
+
 TEST(OneThreadEventEngineTest, ClosuresMayScheduleMoreAndTheEngineMayGoFromItsOwnThread) {
   std::unique_ptr<EventEngine> engine = MakeOneThreadEventEngine("test-engine");
   EventEngine* raw = engine.get();
