@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -67,6 +68,8 @@ std::vector<std::string> ThreadNames() {
 class GrpcTimersTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // As the daemon's main does: the client channel's backup poller (a timer every 5 s) is off.
+    setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "0", /*overwrite=*/0);
     said_ = new std::string(RunGrpcTimersOn(UseOneThreadGrpcEventEngine()));
   }
 
