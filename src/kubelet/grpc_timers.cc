@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <algorithm>
@@ -259,6 +260,11 @@ std::string RunGrpcTimersOn(EventEngine* engine) {
   grpc_set_default_iomgr_platform();
   grpc_set_timer_impl(&kEngineTimers);
   grpc_init();  // kept: a last grpc_shutdown and a new grpc_init would start the threads again
+  // Given back at exit, so gRPC's last thread (the default executor) is joined before the process
+  // ends, as it was when gRPC shut down with its last object: a thread still running at exit
+  // makes ThreadSanitizer's runtime sleep a second (atexit_sleep_ms). Registered after the
+  // engine's own handler, so it runs first, while the engine still runs.
+  std::atexit([] { grpc_shutdown(); });
   grpc_timer_manager_set_threading(false);
   // The resolver executor runs blocking DNS lookups, which Unix-socket targets never need: off,
   // a closure given to it then runs on the thread that scheduled it. The default executor stays:

@@ -26,7 +26,7 @@ namespace edgeaccel {
 // Puts gRPC's timers on `engine` (which must outlive the process's gRPC: the one from
 // UseOneThreadGrpcEventEngine does) and turns gRPC's timer threads and resolver executor off. Call once,
 // before anything of gRPC is made: it calls grpc_init itself and keeps that reference for the
-// process's life (so the threads cannot come back with a later grpc_init). Returns what it did,
+// process's life (so the threads cannot come back with a later grpc_init), giving it back at exit. Returns what it did,
 // for the log; when gRPC is not the version this was written for, says so and changes nothing.
 std::string RunGrpcTimersOn(grpc_event_engine::experimental::EventEngine* engine);
 
