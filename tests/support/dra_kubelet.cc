@@ -24,6 +24,7 @@
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
 #include "pluginregistration_v1.grpc.pb.h"
+#include "fixture_host.h"
 
 namespace edgeaccel::testing {
 namespace {
@@ -1046,22 +1047,7 @@ std::vector<std::string> DraKubelet::events() {
 }
 
 bool DraKubelet::WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    uint64_t seen;
-    {
-      absl::MutexLock lock(&mu_);
-      seen = version_;
-    }
-    if (condition()) return true;
-    bool changed;
-    {
-      absl::MutexLock lock(&mu_);
-      auto newer = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };
-      changed = mu_.AwaitWithDeadline(absl::Condition(&newer), deadline);
-    }
-    if (!changed) return condition();
-  }
+  return ::edgeaccel::testing::WaitForChange(mu_, version_, condition, timeout);
 }
 
 }  // namespace edgeaccel::testing

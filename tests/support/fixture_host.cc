@@ -160,6 +160,27 @@ HungSocket::HungSocket(const std::string& path) {
 
 HungSocket::~HungSocket() { close(fd_); }
 
+bool WaitForChange(absl::Mutex& mu, const uint64_t& version, const std::function<bool()>& condition,
+                   absl::Duration timeout) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // The analysis cannot tie `version` to `mu` through references; every read is under `mu`.
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    uint64_t seen;
+    {
+      absl::MutexLock lock(&mu);
+      seen = version;
+    }
+    if (condition()) return true;
+    bool changed;
+    {
+      absl::MutexLock lock(&mu);
+      auto newer = [&version, seen]() { return version != seen; };
+      changed = mu.AwaitWithDeadline(absl::Condition(&newer), deadline);
+    }
+    if (!changed) return condition();
+  }
+}
+
 std::string ReadFileText(const std::string& path) {
   std::ifstream file(path);
   std::stringstream text;

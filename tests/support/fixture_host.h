@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <sys/resource.h>
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "absl/status/statusor.h"
 
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace edgeaccel::testing {
 
@@ -42,6 +45,12 @@ void MakeStaleSocket(const std::string& path);
 // The whole content of the file at `path` ("" if it cannot be read), and whether `path` exists.
 std::string ReadFileText(const std::string& path);
 bool PathExists(const std::string& path);
+
+// Waits (up to `timeout`) until `condition` holds, looking again each time `version` moves: a
+// double's change counter, guarded by `mu` and raised under it on every change. No polling.
+// `condition` runs without `mu` held. True if it held.
+bool WaitForChange(absl::Mutex& mu, const uint64_t& version, const std::function<bool()>& condition,
+                   absl::Duration timeout);
 
 // A socket that accepts connections (the kernel's backlog does) but never says a word: a hung
 // process. Closed when this object goes; the file stays.

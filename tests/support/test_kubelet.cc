@@ -24,6 +24,7 @@
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
+#include "fixture_host.h"
 
 namespace edgeaccel::testing {
 namespace {
@@ -685,22 +686,7 @@ void TestKubelet::RefuseRegistrations(const std::string& error) {
 }
 
 bool TestKubelet::WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    uint64_t seen;
-    {
-      absl::MutexLock lock(&mu_);
-      seen = version_;
-    }
-    if (condition()) return true;
-    bool changed;
-    {
-      absl::MutexLock lock(&mu_);
-      auto newer = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };
-      changed = mu_.AwaitWithDeadline(absl::Condition(&newer), deadline);
-    }
-    if (!changed) return condition();
-  }
+  return ::edgeaccel::testing::WaitForChange(mu_, version_, condition, timeout);
 }
 
 std::unique_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::StubFor(const std::string& resource) {
