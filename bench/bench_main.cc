@@ -354,21 +354,10 @@ ProcessSample SampleProcess(pid_t pid) {
   }
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   absl::StatusOr<std::vector<std::string>> threads = Host("/").ListDirectory(tasks);
-  for (const auto& entry : threads.value_or(std::vector<std::string>())) {
-    sample.threads++;
-    std::ifstream comm_file(absl::StrCat(tasks, "/", entry, "/comm"));
-    std::string comm;
-    std::getline(comm_file, comm);
-    std::ifstream task_status(absl::StrCat(tasks, "/", entry, "/status"));
-    while (std::getline(task_status, line)) {
-      if (absl::StartsWith(line, "voluntary_ctxt_switches:") ||
-          absl::StartsWith(line, "nonvoluntary_ctxt_switches:")) {
-        uint64_t n = 0;
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &n);
-        (IsOwnThread(comm) ? sample.own_switches : sample.grpc_switches) += n;
-        sample.switches_by_thread[comm] += n;
-      }
-    }
+  sample.threads = static_cast<int>(threads.value_or(std::vector<std::string>()).size());
+  for (const auto& [name, switches] : testing::WakeUpsByThread(pid)) {
+    (IsOwnThread(name) ? sample.own_switches : sample.grpc_switches) += switches;
+    sample.switches_by_thread[name] += switches;
   }
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());

@@ -3,14 +3,12 @@
 // and with it installed gRPC still serves and calls (on a real Unix socket).
 #include "edgeaccel/kubelet/grpc_event_engine.h"
 
-#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,21 +26,7 @@ namespace {
 using grpc_event_engine::experimental::EventEngine;
 using std::chrono::milliseconds;
 
-// The names of this process's threads.
-std::vector<std::string> ThreadNames() {
-  std::vector<std::string> names;
-  if (DIR* dir = opendir("/proc/self/task")) {
-    while (dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] == '.') continue;
-      std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
-      std::string name;
-      std::getline(comm, name);
-      names.push_back(name);
-    }
-    closedir(dir);
-  }
-  return names;
-}
+using ::edgeaccel::testing::ThreadNames;
 
 TEST(OneThreadEventEngineTest, EverythingRunsOnItsOneThreadTimersInDeadlineOrder) {
   std::unique_ptr<EventEngine> engine = MakeOneThreadEventEngine("test-engine");

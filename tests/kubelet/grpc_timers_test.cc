@@ -6,21 +6,17 @@
 // choice once before anything of gRPC exists.
 #include "edgeaccel/kubelet/grpc_timers.h"
 
-#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/grpc_event_engine.h"
@@ -33,37 +29,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-// Voluntary plus involuntary context switches of each of this process's threads, by name (the
-// sum over threads of one name).
-std::map<std::string, int64_t> WakeUpsByThread() {
-  std::map<std::string, int64_t> out;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return out;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
-    std::ifstream status(std::string("/proc/self/task/") + entry->d_name + "/status");
-    std::string line, name;
-    int64_t switches = 0;
-    while (std::getline(status, line)) {
-      if (absl::StartsWith(line, "Name:\t")) name = line.substr(6);
-      for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
-        int64_t count = 0;
-        if (absl::StartsWith(line, key) && absl::SimpleAtoi(line.substr(strlen(key)), &count)) {
-          switches += count;
-        }
-      }
-    }
-    out[name] += switches;
-  }
-  closedir(dir);
-  return out;
-}
-
-std::vector<std::string> ThreadNames() {
-  std::vector<std::string> names;
-  for (const auto& [name, switches] : WakeUpsByThread()) names.push_back(name);
-  return names;
-}
+using ::edgeaccel::testing::ThreadNames;
+using ::edgeaccel::testing::WakeUpsByThread;
 
 class GrpcTimersTest : public ::testing::Test {
  protected:

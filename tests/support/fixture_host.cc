@@ -1,5 +1,6 @@
 #include "fixture_host.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
@@ -159,6 +160,37 @@ HungSocket::HungSocket(const std::string& path) {
 }
 
 HungSocket::~HungSocket() { close(fd_); }
+
+std::map<std::string, int64_t> WakeUpsByThread(pid_t pid) {
+  std::map<std::string, int64_t> out;
+  const std::string tasks = pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return out;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream status(tasks + "/" + entry->d_name + "/status");
+    std::string line, name;
+    int64_t switches = 0;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "Name:\t")) name = line.substr(6);
+      for (const char* key : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+        int64_t count = 0;
+        if (absl::StartsWith(line, key) && absl::SimpleAtoi(line.substr(strlen(key)), &count)) {
+          switches += count;
+        }
+      }
+    }
+    out[name] += switches;
+  }
+  closedir(dir);
+  return out;
+}
+
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, switches] : WakeUpsByThread()) names.push_back(name);
+  return names;
+}
 
 bool WaitForChange(absl::Mutex& mu, const uint64_t& version, const std::function<bool()>& condition,
                    absl::Duration timeout) ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ void MakeStaleSocket(const std::string& path);
 // The whole content of the file at `path` ("" if it cannot be read), and whether `path` exists.
 std::string ReadFileText(const std::string& path);
 bool PathExists(const std::string& path);
+
+// The threads of process `pid` (0: this one) by name (/proc/<pid>/task/*/status: cut at 15
+// characters), each with the sum of its voluntary and involuntary context switches (threads of
+// one name added up): how often they woke. And this process's thread names alone.
+std::map<std::string, int64_t> WakeUpsByThread(pid_t pid = 0);
+std::vector<std::string> ThreadNames();
 
 // Waits (up to `timeout`) until `condition` holds, looking again each time `version` moves: a
 // double's change counter, guarded by `mu` and raised under it on every change. No polling.
