@@ -420,9 +420,19 @@ void Daemon::Stop() {
     if (stopped_) return;
     stopped_ = true;
   }
+  // Bounded whatever the API server does: first what the kubelet sees go (the registrations and
+  // sockets), then every API request is cancelled, and only then are threads joined.
   if (metrics_ != nullptr) metrics_->Stop();
   watcher_.Stop();
   if (nvml_ != nullptr) nvml_->Stop();  // after the scans that start it
+  if (dra_api_ != nullptr) dra_api_->Cancel();  // a prepare reading a claim ends now
+  for (auto& resource : resources_) resource->registrar->Stop();
+  // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
+  // claims stay: running pods keep their devices, and the next daemon takes over both.
+  for (auto& driver : dra_drivers_) {
+    if (driver->server != nullptr) driver->server->Stop();
+    if (driver->publisher != nullptr) driver->publisher->Stop();
+  }
   // The file writers before the sinks: a sink waiting in Write() on a hung disk is released at
   // once (RetryingFileWriter::Stop never waits for the disk), so sinks_.Stop() does not wait
   // for it either. The CDI specs stay on disk (see CdiSpecFile): containers that restart while
@@ -433,13 +443,6 @@ void Daemon::Stop() {
   }
   sinks_.Stop();
   if (node_labeler_ != nullptr) node_labeler_->Stop();
-  for (auto& resource : resources_) resource->registrar->Stop();
-  // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
-  // claims stay: running pods keep their devices, and the next daemon takes over both.
-  for (auto& driver : dra_drivers_) {
-    if (driver->server != nullptr) driver->server->Stop();
-    if (driver->publisher != nullptr) driver->publisher->Stop();
-  }
   // After everything that records has stopped; what is still queued is dropped.
   if (node_events_ != nullptr) node_events_->Stop();
 }

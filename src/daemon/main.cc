@@ -153,6 +153,30 @@ ABSL_FLAG(int, verbosity, 0, "Log verbosity: 0 normal, 1 every rescan and alloca
 
 namespace {
 
+// SIGTERM and SIGINT: the main thread takes them with sigwait() once the daemon serves, and stops
+// it cleanly. SIGHUP does nothing (it is ignored): there is no configuration to reload, devices
+// are watched all the time, and a hang-up of the terminal that started the daemon by hand must
+// not end it without its clean stop.
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
+// A signal is delivered to any thread that does not block it, and a thread takes the mask of the
+// thread that made it. So the stop signals are blocked before anything can make a thread: before
+// main(), ahead of every other static initialiser of the (static) binary (priority 101 is the
+// first one the toolchain leaves to programs). A SIGTERM that arrives at any moment after this
+// stays pending until main() waits for it: during the first scan, the registration, or the stop
+// (a second one is then simply absorbed).
+__attribute__((constructor(101))) void BlockStopSignalsInEveryThread() {
+  const sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGHUP, SIG_IGN);
+}
+
 // --help lists the flags defined in this file (all of the daemon's own flags).
 bool IsOurFlagFile(absl::string_view file) { return absl::StrContains(file, "src/daemon/main.cc"); }
 
@@ -277,12 +301,6 @@ int main(int argc, char** argv) {
   // Sockets we create are for root (the kubelet) only.
   umask(0077);
   signal(SIGPIPE, SIG_IGN);
-  // Block the stop signals in every thread; the main thread takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   LOG(INFO) << "edgeaccel-device-plugin starting: host root " << config.host_root
             << ", kubelet root " << config.kubelet_root << ", registration "
@@ -293,6 +311,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const sigset_t stop_signals = StopSignals();
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   const absl::Time stop_started = absl::Now();

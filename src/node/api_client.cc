@@ -12,6 +12,7 @@
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -116,11 +117,24 @@ int RemainingMs(absl::Time deadline) {
   return ms <= 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
-absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what) {
+absl::Status Cancelled(absl::string_view what) {
+  return absl::CancelledError(absl::StrCat(what, ": cancelled (stopping)"));
+}
+
+bool IsSignalled(int event_fd) {
+  if (event_fd < 0) return false;
+  pollfd p{event_fd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
+// Waits until `fd` is ready for `events`, the deadline passes, or `cancel_fd` (an eventfd; -1:
+// none) is signalled.
+absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what,
+                     int cancel_fd) {
   while (true) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, RemainingMs(deadline));
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+    const int n = poll(p, 2, RemainingMs(deadline));
+    if (n > 0 && p[1].revents != 0) return Cancelled(what);
     if (n > 0) return absl::OkStatus();
     if (n == 0) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     if (errno != EINTR) return absl::InternalError(absl::StrCat(what, ": poll: ", strerror(errno)));
@@ -258,7 +272,8 @@ absl::Time PartialDeadline(absl::Time deadline, size_t left) {
 // of the time to `deadline`: an address that never answers (a dead route, a full accept queue)
 // costs its share, not the whole request. `endpoint` names the server in errors.
 absl::Status ConnectToFirstAnswering(const std::vector<SocketAddress>& addresses,
-                                     absl::Time deadline, const std::string& endpoint, Fd& out) {
+                                     absl::Time deadline, const std::string& endpoint,
+                                     int cancel_fd, Fd& out) {
   std::vector<std::string> failures;
   bool timed_out = false;
   for (size_t i = 0; i < addresses.size(); ++i) {
@@ -278,7 +293,9 @@ absl::Status ConnectToFirstAnswering(const std::vector<SocketAddress>& addresses
         continue;
       }
       absl::Status waited =
-          WaitFor(fd.get(), POLLOUT, PartialDeadline(deadline, addresses.size() - i), "connect");
+          WaitFor(fd.get(), POLLOUT, PartialDeadline(deadline, addresses.size() - i), "connect",
+                  cancel_fd);
+      if (absl::IsCancelled(waited)) return waited;
       timed_out = !waited.ok() && absl::IsDeadlineExceeded(waited);
       if (!waited.ok()) {
         failed(timed_out ? "timed out" : std::string(waited.message()));
@@ -318,7 +335,7 @@ std::vector<SocketAddress> Addresses(const addrinfo* found) {
 }
 
 // A TCP connection to the API server: its name resolved afresh, then its addresses in turn.
-absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out) {
+absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, int cancel_fd, Fd& out) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -333,14 +350,16 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, Fd& out
         " (is /etc/resolv.conf there, and the name right?)"));
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, freeaddrinfo);
-  return ConnectToFirstAnswering(Addresses(found), deadline, Endpoint(config), out);
+  return ConnectToFirstAnswering(Addresses(found), deadline, Endpoint(config), cancel_fd, out);
 }
 
 // Runs one non-blocking TLS step until it completes or the deadline passes. Returns the
 // step's result (> 0 done, 0 end of stream) or an error.
 template <typename Step>
-absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, Step step) {
+absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, int cancel_fd,
+                          Step step) {
   while (true) {
+    if (IsSignalled(cancel_fd)) return Cancelled(what);
     // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
@@ -349,7 +368,7 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, S
     if (n >= 0) return n;
     if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
       absl::Status waited =
-          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what);
+          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd);
       if (!waited.ok()) return waited;
       continue;
     }
@@ -576,22 +595,42 @@ absl::StatusOr<int> ConnectToAny(const std::vector<std::string>& addresses, int 
   config.host = addresses.empty() ? std::string() : addresses.front();
   config.port = port;
   Fd fd;
-  if (absl::Status connected = ConnectToFirstAnswering(resolved, deadline, Endpoint(config), fd);
+  if (absl::Status connected =
+          ConnectToFirstAnswering(resolved, deadline, Endpoint(config), /*cancel_fd=*/-1, fd);
       !connected.ok()) {
     return connected;
   }
   return fd.Release();
 }
 
+ApiClient::ApiClient(ApiServerConfig config)
+    : config_(std::move(config)), cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+ApiClient::~ApiClient() {
+  if (cancel_fd_ >= 0) close(cancel_fd_);
+}
+
+void ApiClient::Cancel() const {
+  const uint64_t one = 1;
+  if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
+    // Only a counter at its maximum fails, and then it is signalled already.
+  }
+}
+
+bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
+
 absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
                                                 absl::string_view content_type,
                                                 absl::string_view body) const {
   const absl::Time deadline = absl::Now() + config_.timeout;
   const std::string what = absl::StrCat(method, " ", path);
+  if (cancelled()) return Cancelled(what);
   Tls tls;
   if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
   Fd fd;
-  if (absl::Status connected = Connect(config_, deadline, fd); !connected.ok()) return connected;
+  if (absl::Status connected = Connect(config_, deadline, cancel_fd_, fd); !connected.ok()) {
+    return connected;
+  }
 
   int rc = mbedtls_ssl_setup(&tls.ssl, &tls.conf);
   const bool by_address = IsIpAddress(config_.host);
@@ -601,7 +640,7 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   if (rc != 0) return absl::InternalError(absl::StrCat("TLS session: ", MbedError(rc)));
   int socket_fd = fd.get();
   mbedtls_ssl_set_bio(&tls.ssl, &socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
-  absl::StatusOr<int> handshake = Drive(socket_fd, deadline, "TLS handshake",
+  absl::StatusOr<int> handshake = Drive(socket_fd, deadline, "TLS handshake", cancel_fd_,
                                         [&] { return mbedtls_ssl_handshake(&tls.ssl); });
   if (!handshake.ok() || *handshake != 0) {
     const uint32_t flags = mbedtls_ssl_get_verify_result(&tls.ssl);
@@ -642,7 +681,7 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   absl::StrAppend(&request, "\r\n", body);
   size_t sent = 0;
   while (sent < request.size()) {
-    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, [&] {
+    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, cancel_fd_, [&] {
       return mbedtls_ssl_write(&tls.ssl, reinterpret_cast<const unsigned char*>(request.data()) + sent,
                                request.size() - sent);
     });
@@ -657,7 +696,7 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   size_t received = 0;
   char buf[16 * 1024];
   while (true) {
-    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, [&] {
+    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, cancel_fd_, [&] {
       return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
     });
     if (!n.ok()) return n.status();

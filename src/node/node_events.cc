@@ -124,6 +124,7 @@ void NodeEventRecorder::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  client_.Cancel();  // a request in flight ends now, whatever the API server does
   if (thread_.joinable()) thread_.join();
 }
 

@@ -51,6 +51,7 @@ void NodeLabeler::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  client_.Cancel();  // a request in flight ends now, whatever the API server does
   if (thread_.joinable()) thread_.join();
 }
 

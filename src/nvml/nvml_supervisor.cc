@@ -237,9 +237,24 @@ void NvmlSupervisor::StartHelper() {
   posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
   std::string library_arg = absl::StrCat("--library=", library_.open_path);
   char* argv[] = {const_cast<char*>(options_.helper_path.c_str()), library_arg.data(), nullptr};
+  // The daemon blocks its stop signals in every thread and ignores SIGHUP; the helper gets the
+  // defaults back, so a signal sent to it does what a signal does.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGHUP);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   const int spawned =
-      posix_spawn(&pid, options_.helper_path.c_str(), &actions, nullptr, argv, environ);
+      posix_spawn(&pid, options_.helper_path.c_str(), &actions, &attributes, argv, environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(to_child[0]);
   close(from_child[1]);

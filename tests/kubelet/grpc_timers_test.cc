@@ -94,8 +94,9 @@ TEST_F(GrpcTimersTest, EachDeadlineEndsItsCallAtItsTimeAndACancelledCallsTimerGo
     grpc::StatusCode code = grpc::StatusCode::OK;
     steady_clock::duration took{};
   };
-  // Out of order, so the engine's tick must move earlier as later calls start.
-  std::vector<Call> calls{{milliseconds(900)}, {milliseconds(150)}, {milliseconds(500)}, {milliseconds(300)}};
+  // Out of order, so the engine's tick must move earlier as later calls start; more than a second
+  // apart, so a tick that did not move would make a call over a second late.
+  std::vector<Call> calls{{milliseconds(2700)}, {milliseconds(150)}, {milliseconds(1400)}};
   std::vector<std::thread> threads;
   for (Call& call : calls) {
     threads.emplace_back([&stub, &call] {
@@ -127,9 +128,9 @@ TEST_F(GrpcTimersTest, EachDeadlineEndsItsCallAtItsTimeAndACancelledCallsTimerGo
     SCOPED_TRACE(call.deadline.count());
     EXPECT_EQ(call.code, grpc::StatusCode::DEADLINE_EXCEEDED);
     // Not before its time (gRPC rounds deadlines to milliseconds), and not a whole second late
-    // (gRPC's own timer threads check at least once a second; this engine sleeps to the deadline).
+    // (the engine sleeps to the earliest deadline; a tick left at a later one is over a second off).
     EXPECT_GE(call.took, call.deadline - milliseconds(5));
-    EXPECT_LT(call.took, call.deadline + std::chrono::seconds(5));
+    EXPECT_LT(call.took, call.deadline + std::chrono::seconds(1));
   }
   EXPECT_EQ(PendingGrpcTimers(), channel_timers) << "every call's deadline timer went with it";
 }

@@ -27,6 +27,7 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
+using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestApiServer;
 using ::testing::HasSubstr;
@@ -299,6 +300,38 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("TLS handshake: timed out"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   close(listener);
+}
+
+// Cancel ends a request in flight at once (here held in its TLS handshake by a server that never
+// answers, with a minute left of its timeout), and every later request fails before it connects.
+TEST(ApiClientSilentServerTest, CancelEndsARequestInFlightAndEveryLaterOne) {
+  SilentTcpServer silent;
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = silent.port();
+  config.timeout = absl::Minutes(1);
+  TempDir dir;
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
+  config.ca_file = dir.path() + "/ca.crt";
+  ApiClient client(config);
+  absl::Status in_flight;
+  absl::Time ended;
+  std::thread request([&] {
+    in_flight = client.Request("GET", "/api/v1/nodes/n").status();
+    ended = absl::Now();
+  });
+  ASSERT_TRUE(silent.WaitForConnections(1, absl::Seconds(10)));
+  EXPECT_FALSE(client.cancelled());
+  const absl::Time cancelled = absl::Now();
+  client.Cancel();
+  request.join();
+  EXPECT_EQ(in_flight.code(), absl::StatusCode::kCancelled) << in_flight;
+  EXPECT_THAT(std::string(in_flight.message()), HasSubstr("cancelled (stopping)"));
+  EXPECT_LT(ended - cancelled, absl::Seconds(1));
+  EXPECT_TRUE(client.cancelled());
+  absl::Status later = client.Request("GET", "/api/v1/nodes/n").status();
+  EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
+  EXPECT_FALSE(silent.WaitForConnections(2, absl::Milliseconds(200))) << "it connected again";
 }
 
 // The API server stand-in that the node and e2e tests point the daemon at answers as the real

@@ -23,6 +23,7 @@ namespace {
 
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
+using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -191,6 +192,28 @@ TEST_F(NodeLabelerTest, TimeoutsAreRetried) {
     delay_ = absl::ZeroDuration();
   }
   ASSERT_TRUE(Eventually([&] { return labeler.patches() >= 1; }));
+}
+
+// A request held by an API server that never answers (a minute of timeout left) does not hold
+// up Stop: it is cancelled.
+TEST(NodeLabelerStopTest, StopDoesNotWaitForAnApiServerThatNeverAnswers) {
+  SilentTcpServer silent;
+  TempDir dir;
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = silent.port();
+  config.ca_file = dir.path() + "/ca.crt";
+  config.node_name = "node-1";
+  config.timeout = absl::Minutes(1);
+  NodeLabeler labeler(config);
+  labeler.Start();
+  labeler.Set({{"nvidia.com/gpu.present", "true"}});
+  ASSERT_TRUE(silent.WaitForConnections(1, absl::Seconds(10)));
+  const absl::Time start = absl::Now();
+  labeler.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(labeler.patches(), 0u);
 }
 
 TEST_F(NodeLabelerTest, UnknownCertificateAuthorityIsRefused) {

@@ -4,6 +4,9 @@
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
+#include <sys/eventfd.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <ftw.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -160,6 +163,52 @@ HungSocket::HungSocket(const std::string& path) {
 }
 
 HungSocket::~HungSocket() { close(fd_); }
+
+SilentTcpServer::SilentTcpServer() {
+  listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  PCHECK(listener_ >= 0) << "socket";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  PCHECK(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) << "bind";
+  PCHECK(listen(listener_, 64) == 0) << "listen";
+  socklen_t length = sizeof(addr);
+  PCHECK(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  port_ = ntohs(addr.sin_port);
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  PCHECK(stop_fd_ >= 0) << "eventfd";
+  thread_ = std::thread([this] { Run(); });
+}
+
+SilentTcpServer::~SilentTcpServer() {
+  const uint64_t one = 1;
+  PCHECK(write(stop_fd_, &one, sizeof(one)) == sizeof(one));
+  thread_.join();
+  absl::MutexLock lock(&mu_);
+  for (int fd : connections_) close(fd);
+  close(stop_fd_);
+  close(listener_);
+}
+
+void SilentTcpServer::Run() {
+  while (true) {
+    pollfd fds[2] = {{listener_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) continue;  // EINTR
+    if (fds[1].revents != 0) return;
+    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    absl::MutexLock lock(&mu_);
+    connections_.push_back(fd);
+  }
+}
+
+bool SilentTcpServer::WaitForConnections(int n, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto arrived = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(connections_.size()) >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+}
 
 std::map<std::string, int64_t> WakeUpsByThread(pid_t pid) {
   std::map<std::string, int64_t> out;

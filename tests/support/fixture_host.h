@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +71,30 @@ class HungSocket {
 
  private:
   int fd_ = -1;
+};
+
+// An API server that accepts TCP connections on 127.0.0.1 and never says a word (not even its
+// TLS greeting): a hung or overloaded kube-apiserver behind a live listener. Each connection is
+// taken and held open, so a client's request stays in its TLS handshake until it gives up.
+class SilentTcpServer {
+ public:
+  SilentTcpServer();
+  ~SilentTcpServer();
+  SilentTcpServer(const SilentTcpServer&) = delete;
+  SilentTcpServer& operator=(const SilentTcpServer&) = delete;
+
+  int port() const { return port_; }
+  // Waits (up to `timeout`) until `n` connections in all have arrived; true if they did.
+  bool WaitForConnections(int n, absl::Duration timeout);
+
+ private:
+  void Run();
+  int listener_ = -1;
+  int stop_fd_ = -1;
+  int port_ = 0;
+  absl::Mutex mu_;
+  std::vector<int> connections_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
 };
 
 // A full disk: a tmpfs of `size` ("8k") mounted at `directory` (made if missing) and filled to

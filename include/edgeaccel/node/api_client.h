@@ -39,7 +39,17 @@ inline constexpr size_t kMaxApiResponseBytes = 8 << 20;
 
 class ApiClient {
  public:
-  explicit ApiClient(ApiServerConfig config) : config_(std::move(config)) {}
+  explicit ApiClient(ApiServerConfig config);
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // Ends every request in flight at once and fails every later one, with CANCELLED: whoever stops
+  // a thread that talks to the API server calls this first, so the stop never waits for a server
+  // that does not answer. (Only resolving a DNS name cannot be cut short; in a pod the server is
+  // an address.) Safe from any thread; there is no way back.
+  void Cancel() const;
+  bool cancelled() const;
 
   // METHOD path (e.g. "/api/v1/nodes/n") with an optional body of `content_type`. An answer
   // with any HTTP status is a response; an error is a failure to get one (unresolvable name,
@@ -52,6 +62,7 @@ class ApiClient {
 
  private:
   const ApiServerConfig config_;
+  const int cancel_fd_;  // an eventfd, signalled by Cancel()
 };
 
 // An HTTP/1.1 answer read as it arrives, each byte looked at once: the head (at most 64 KiB),

@@ -64,6 +64,8 @@ class NodeEventRecorder {
   ~NodeEventRecorder();
 
   void Start();
+  // Returns at once: a request in flight is cancelled (ApiClient::Cancel), what is queued is
+  // dropped.
   void Stop();
   // Queues `event` (never blocks).
   void Record(NodeEvent event);

@@ -40,6 +40,7 @@ class NodeLabeler {
   ~NodeLabeler();
 
   void Start();
+  // Returns at once: a request in flight is cancelled (ApiClient::Cancel), nothing more is sent.
   void Stop();
   // The labels the node should carry; patched in the background if they differ.
   void Set(const LabelSet& labels);
