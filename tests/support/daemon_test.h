@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,10 @@ class DaemonTest : public ::testing::Test {
                                      "--device-plugin-dir=" + kubelet_.DevicePluginsDir(), "--probe-interval=100ms",
                                      "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<DaemonProcess>(EDGEACCEL_DAEMON_PATH, args);
+    // EDGEACCEL_DAEMON_UNDER_TEST runs another build of the daemon against the same tests (to
+    // show a test failing on an older one).
+    const char* other = getenv("EDGEACCEL_DAEMON_UNDER_TEST");
+    return std::make_unique<DaemonProcess>(other != nullptr ? other : EDGEACCEL_DAEMON_PATH, args);
   }
 
   // Waits until the kubelet shows `resource` with this capacity and allocatable, on an open

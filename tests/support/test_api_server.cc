@@ -148,6 +148,12 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
   // anonymous user's, whom nothing here authorizes: 403. kube-apiserver never takes a bad token
   // for anonymous (pkg/kubeapiserver/authenticator/config.go: union.NewFailOnError).
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    absl::Duration delay;
+    {
+      absl::MutexLock lock(&mu_);
+      delay = answer_delay_;
+    }
+    absl::SleepFor(delay);
     const std::string authorization = req.get_header_value("Authorization");
     const size_t space = authorization.find(' ');
     std::string scheme = authorization.substr(0, space);
@@ -306,6 +312,11 @@ int TestApiServer::event_posts() {
 int TestApiServer::event_patches() {
   absl::MutexLock lock(&mu_);
   return patches_;
+}
+
+void TestApiServer::AnswerSlowly(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  answer_delay_ = delay;
 }
 
 void TestApiServer::RefuseEventsWith(int status) {

@@ -92,6 +92,10 @@ class TestApiServer {
   // Forgets every stored Event, as their 1-hour lifetime ends.
   void ExpireEvents();
 
+  // Every request from now on is answered only after `delay`, as by an overloaded API server
+  // (0: at once).
+  void AnswerSlowly(absl::Duration delay);
+
   // The Node's metadata.uid (a slice's ownerReference to the Node must carry it).
   const std::string& node_uid() const { return node_uid_; }
 
@@ -161,6 +165,7 @@ class TestApiServer {
   int posts_ ABSL_GUARDED_BY(mu_) = 0;
   int patches_ ABSL_GUARDED_BY(mu_) = 0;
   int refuse_with_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration answer_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
 
   // test_api_resources.cc: the resource.k8s.io/v1 routes, registered by the constructor before
   // it binds, and what they keep.
