@@ -191,6 +191,7 @@ std::string NodeEventRecorder::Key(const NodeEvent& event) {
 }
 
 void NodeEventRecorder::Fail(const std::string& why, const std::string& detail) {
+  if (client_.cancelled()) return;  // Stop() cut the request short: not a failure
   failed_.fetch_add(1);
   if (said_.insert(why).second) {
     LOG(WARNING) << "cannot record events on node " << config_.node_name << ": " << detail

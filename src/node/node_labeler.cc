@@ -184,6 +184,7 @@ void NodeLabeler::Run() {
       LOG(INFO) << "node " << config_.node_name << " labelled (" << ours.size() << " labels)";
       continue;
     }
+    if (client_.cancelled()) return;  // Stop() cut the request short: not a failure
     failures_.fetch_add(1);
     retry_at = absl::Now() + backoff.Next();
     if (std::string(status.message()) != last_error) {
