@@ -39,6 +39,7 @@ const HOST_PATHS = new Map([
   ["/dev", "ro"],
   ["/sys", "ro"],
   ["/proc/meminfo", "ro"],
+  ["/proc/sys/kernel/random/boot_id", "ro"],  // DRA: a reboot is told by it (docs/dra.md)
   ["/etc/nv_tegra_release", "ro"],
   ["/proc/driver/nvidia", "ro"],
   // Where the NVML helper finds and loads the host's libnvidia-ml.so.1 (components/nvidia-discrete).

@@ -167,6 +167,13 @@ absl::Status Daemon::StartDra() {
         api.status().message()));
   }
   dra_api_ = std::make_unique<ApiClient>(*api);
+  // A claim prepared in another boot has its spec written again before the kubelet can ask.
+  absl::StatusOr<std::string> boot_id = host_.ReadAttribute(kDraBootIdPath);
+  if (!boot_id.ok()) {
+    LOG(WARNING) << "cannot read the node's boot id (" << boot_id.status().message()
+                 << "): after a reboot only the prepared claims' missing CDI specs are written again; mount "
+                 << kDraBootIdPath << " under --host-root";
+  }
   for (auto& owned : dra_drivers_) {
     DraDriver* driver = owned.get();
     const std::string& name = driver->set->resource_name();
@@ -178,14 +185,22 @@ absl::Status Daemon::StartDra() {
     prepare.fetch_claim = [client = dra_api_.get()](const ClaimRef& claim) {
       return FetchClaim(*client, claim);
     };
+    prepare.boot_id = boot_id.value_or("");
+    prepare.on_event = [this](const std::string& reason, const std::string& message) {
+      RecordEvent({true, reason, message});
+    };
+    prepare.counters = &driver->counters;
     driver->preparer = std::make_unique<ClaimPreparer>(std::move(prepare), driver->set.get());
     driver->preparer->Start();  // an unreadable checkpoint is logged; the driver still serves
     SlicePublisher::Options publish;
     publish.driver = name;
     publish.node_name = config_.node_name;
     publish.resync = config_.dra_resync;
+    // Claims the kubelet will never unprepare, at start and every tenth resync (5 minutes by
+    // default), on the publisher's thread.
+    publish.chore = [preparer = driver->preparer.get()] { preparer->Cleanup(); };
+    publish.chore_interval = kDraCleanupResyncs * config_.dra_resync;
     driver->publisher = std::make_unique<SlicePublisher>(publish, dra_api_.get(), driver->set.get());
-    driver->publisher->Start();
     driver->service = std::make_unique<DraPluginService>(driver->preparer.get(), driver->set.get(),
                                                          config_.node_name, &driver->counters);
     DraPluginServer::Options serve;
@@ -201,6 +216,9 @@ absl::Status Daemon::StartDra() {
     if (absl::Status serving = driver->server->Start(); !serving.ok()) {
       return absl::UnavailableError(absl::StrCat(name, ": ", serving.message()));
     }
+    // Serving first: the kubelet can prepare its waiting pods' claims while the API server is
+    // slow to take the slice.
+    driver->publisher->Start();
   }
   return absl::OkStatus();
 }
@@ -341,12 +359,22 @@ std::string Daemon::RenderMetrics() const {
     m.checkpoint_unreadable = r.checkpoint_unreadable();
     metrics.push_back(std::move(m));
   }
+  std::vector<DraMetrics> dra;
+  for (const auto& driver : dra_drivers_) {
+    if (driver->preparer == nullptr) continue;  // not started
+    DraMetrics d{driver->set->resource_name(), &driver->counters};
+    for (const PreparedClaim& claim : driver->preparer->Prepared()) {
+      ++d.prepared_claims;
+      d.prepared_devices += claim.devices.size();
+    }
+    dra.push_back(std::move(d));
+  }
   if (nvml_ != nullptr && nvml_->started()) {
     // Read now (at most a second old), waiting a bounded time for a slow or hung NVML.
     NvmlMetrics gpus{nvml_->Status(), nvml_->Telemetry(absl::Seconds(2))};
-    return edgeaccel::RenderMetrics(metrics, &gpus);
+    return edgeaccel::RenderMetrics(metrics, &gpus, dra);
   }
-  return edgeaccel::RenderMetrics(metrics);
+  return edgeaccel::RenderMetrics(metrics, nullptr, dra);
 }
 
 bool Daemon::Healthy(std::string* why) const {
@@ -432,6 +460,8 @@ void Daemon::Stop() {
   for (auto& driver : dra_drivers_) {
     if (driver->server != nullptr) driver->server->Stop();
     if (driver->publisher != nullptr) driver->publisher->Stop();
+    // Waits for claim reads still under way (cancelled above), while dra_api_ still exists.
+    if (driver->preparer != nullptr) driver->preparer->Stop();
   }
   // The file writers before the sinks: a sink waiting in Write() on a hung disk is released at
   // once (RetryingFileWriter::Stop never waits for the disk), so sinks_.Stop() does not wait

@@ -26,7 +26,12 @@ class Family {
     absl::StrAppend(out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
   }
   void Sample(const std::vector<std::pair<std::string, std::string>>& labels, double value) {
-    absl::StrAppend(out_, name_);
+    SampleOf("", labels, value);
+  }
+  // A sample of the family's `suffix` series (a histogram's "_bucket", "_sum", "_count").
+  void SampleOf(absl::string_view suffix, const std::vector<std::pair<std::string, std::string>>& labels,
+                double value) {
+    absl::StrAppend(out_, name_, suffix);
     if (!labels.empty()) {
       absl::StrAppend(out_, "{");
       for (size_t i = 0; i < labels.size(); ++i) {
@@ -42,9 +47,82 @@ class Family {
   std::string name_;
 };
 
+// The DRA drivers' families (NVIDIA's DRA driver exports the same measures: requests_total,
+// request_duration_seconds, requests_inflight, prepared_devices, node_prepare_errors_total).
+void RenderDraMetrics(const std::vector<DraMetrics>& drivers, std::string* out) {
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  struct Method {
+    const char* name;
+    const DraCallCounters& (*of)(const DraCounters&);
+  };
+  const Method kMethods[] = {
+      {"NodePrepareResources", [](const DraCounters& c) -> const DraCallCounters& { return c.prepare; }},
+      {"NodeUnprepareResources", [](const DraCounters& c) -> const DraCallCounters& { return c.unprepare; }},
+  };
+  auto per_method = [&](Family* family, double (*value)(const DraCallCounters&)) {
+    for (const DraMetrics& d : drivers) {
+      for (const Method& method : kMethods) {
+        family->Sample({{"driver", d.driver}, {"method", method.name}}, value(method.of(*d.counters)));
+      }
+    }
+  };
+  Family requests(out, "edgeaccel_dra_requests_total", "counter",
+                  "NodePrepareResources and NodeUnprepareResources calls the DRA driver answered.");
+  per_method(&requests, [](const DraCallCounters& c) { return static_cast<double>(c.calls.load()); });
+  Family errors(out, "edgeaccel_dra_claim_errors_total", "counter",
+                "Claims the DRA driver answered with an error (each claim of a call counts once); "
+                "the kubelet retries them and the pod waits.");
+  per_method(&errors, [](const DraCallCounters& c) { return static_cast<double>(c.claim_errors.load()); });
+  Family in_flight(out, "edgeaccel_dra_requests_inflight", "gauge",
+                   "Calls arrived and not yet answered.");
+  per_method(&in_flight, [](const DraCallCounters& c) { return static_cast<double>(c.in_flight.load()); });
+  Family duration(out, "edgeaccel_dra_request_duration_seconds", "histogram",
+                  "How long the DRA driver took to answer a call (the kubelet gives it 45 s).");
+  for (const DraMetrics& d : drivers) {
+    for (const Method& method : kMethods) {
+      const DurationHistogram::Reading reading = method.of(*d.counters).duration.Read();
+      const Labels labels = {{"driver", d.driver}, {"method", method.name}};
+      for (size_t i = 0; i < DurationHistogram::kBoundsSeconds.size(); ++i) {
+        Labels bucket = labels;
+        bucket.push_back({"le", absl::StrFormat("%.15g", DurationHistogram::kBoundsSeconds[i])});
+        duration.SampleOf("_bucket", bucket, static_cast<double>(reading.cumulative[i]));
+      }
+      Labels infinite = labels;
+      infinite.push_back({"le", "+Inf"});
+      duration.SampleOf("_bucket", infinite, static_cast<double>(reading.count));
+      duration.SampleOf("_sum", labels, reading.sum_seconds);
+      duration.SampleOf("_count", labels, static_cast<double>(reading.count));
+    }
+  }
+  Family claims(out, "edgeaccel_dra_prepared_claims", "gauge",
+                "ResourceClaims prepared on this node now (each has a CDI spec and a record).");
+  Family devices(out, "edgeaccel_dra_prepared_devices", "gauge",
+                 "Devices of the ResourceClaims prepared on this node now.");
+  for (const DraMetrics& d : drivers) {
+    claims.Sample({{"driver", d.driver}}, static_cast<double>(d.prepared_claims));
+    devices.Sample({{"driver", d.driver}}, static_cast<double>(d.prepared_devices));
+  }
+  Family cleaned(out, "edgeaccel_dra_claims_cleaned_up_total", "counter",
+                 "Prepared claims the DRA driver unprepared itself because the API server no longer "
+                 "had them for this node (gone, made again under the name, or deallocated): the "
+                 "kubelet never unprepared them.");
+  for (const DraMetrics& d : drivers) {
+    for (CleanupReason reason : kCleanupReasons) {
+      cleaned.Sample({{"driver", d.driver}, {"reason", CleanupReasonName(reason)}},
+                     static_cast<double>(d.counters->cleaned_up_for(reason)));
+    }
+  }
+  Family streams(out, "edgeaccel_dra_health_streams_total", "counter",
+                 "NodeWatchResources streams the kubelet opened (1.36 opens one per DRA plugin).");
+  for (const DraMetrics& d : drivers) {
+    streams.Sample({{"driver", d.driver}}, static_cast<double>(d.counters->health_streams.load()));
+  }
+}
+
 }  // namespace
 
-std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const NvmlMetrics* nvml) {
+std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const NvmlMetrics* nvml,
+                          const std::vector<DraMetrics>& dra) {
   std::string out;
   Family(&out, "edgeaccel_build_info", "gauge", "Build of the running daemon.")
       .Sample({{"version", kVersion}}, 1);
@@ -233,6 +311,7 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
   for (const auto& r : resources) {
     left.Sample({{"resource", r.resource}}, r.left_to_other_plugin ? 1 : 0);
   }
+  if (!dra.empty()) RenderDraMetrics(dra, &out);
   return out;
 }
 

@@ -5,13 +5,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/node/cdi_spec.h"
+#include "edgeaccel/node/json_fields.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -30,17 +36,32 @@ bool IsObjectName(absl::string_view name) {
   return true;
 }
 
-// A claim UID as the API server makes them (a UUID); it names files, so nothing else.
-bool IsUid(absl::string_view uid) {
-  if (uid.empty() || uid.size() > 64) return false;
-  for (char c : uid) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-')) return false;
-  }
-  return true;
-}
-
 std::string Describe(const ClaimRef& claim) {
   return absl::StrCat(claim.namespace_name, "/", claim.name, " (", claim.uid, ")");
+}
+
+std::string NotAUid(absl::string_view uid) {
+  return absl::StrCat("claim UID \"", absl::CHexEscape(uid.substr(0, 80)), "\" is not a UID");
+}
+
+std::string DeviceNames(const std::vector<PreparedDevice>& devices) {
+  return absl::StrJoin(devices, ", ", [](std::string* out, const PreparedDevice& d) {
+    absl::StrAppend(out, d.device);
+  });
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// Whether a 404 answer is the API server saying that this claim does not exist (a Status naming
+// resourceclaims), rather than that it does not serve the path at all.
+bool ClaimNotFound(const HttpResponse& response, const ClaimRef& claim) {
+  nlohmann::json status = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json* details = JsonMember(status, "details");
+  return JsonString(status, "reason") == "NotFound" && details != nullptr &&
+         JsonString(*details, "kind") == "resourceclaims" && JsonString(*details, "name") == claim.name;
 }
 
 }  // namespace
@@ -53,6 +74,7 @@ absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& 
   absl::StatusOr<HttpResponse> response = client.Request(
       "GET", absl::StrCat("/apis/resource.k8s.io/v1/namespaces/", claim.namespace_name,
                           "/resourceclaims/", claim.name));
+  if (absl::IsCancelled(response.status())) return response.status();
   if (!response.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot read ResourceClaim ", claim.namespace_name, "/",
                                                claim.name, " from the API server: ",
@@ -60,7 +82,7 @@ absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& 
   }
   if (response->status == 200) return std::move(response->body);
   const std::string body = response->body.substr(0, 300);
-  if (response->status == 404) {
+  if (response->status == 404 && ClaimNotFound(*response, claim)) {
     return absl::NotFoundError(absl::StrCat("ResourceClaim ", claim.namespace_name, "/", claim.name,
                                             " does not exist (any more)"));
   }
@@ -72,6 +94,10 @@ absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& 
 ClaimPreparer::ClaimPreparer(Options options, const DeviceSet* set)
     : options_(std::move(options)), set_(set), prepared_(options_.state_dir, options_.driver) {}
 
+ClaimPreparer::~ClaimPreparer() { Stop(); }
+
+void ClaimPreparer::Stop() { readers_.Close(); }
+
 std::string ClaimPreparer::SpecPath(const std::string& uid) const {
   return absl::StrCat(options_.cdi_dir, "/", DraCdiSpecFileName(options_.driver, uid));
 }
@@ -81,34 +107,61 @@ absl::Status ClaimPreparer::Start() {
   absl::Status loaded = prepared_.Load();
   if (!loaded.ok()) LOG(ERROR) << options_.driver << ": " << loaded.message();
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  int kept = 0;
-  for (const auto& [uid, claim] : prepared_.claims()) {
-    struct stat st;
-    if (stat(SpecPath(uid).c_str(), &st) == 0) {
-      ++kept;
-      continue;
-    }
-    absl::Status written = WriteSpec(uid, claim.devices, *snapshot);
-    if (written.ok()) {
-      LOG(WARNING) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
-                   << " was missing; written again";
-      ++kept;
-    } else {
-      LOG(ERROR) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
-                 << " is missing and cannot be written again: " << written.message()
-                 << " (a container of it that starts now will not get its devices)";
-    }
-  }
+  const std::map<std::string, PreparedClaim> recorded = prepared_.claims();
+  for (const auto& [uid, claim] : recorded) Restore(claim, *snapshot);
   if (!prepared_.claims().empty()) {
-    LOG(INFO) << options_.driver << ": " << prepared_.claims().size()
-              << " prepared claim(s) from " << prepared_.path() << ", " << kept << " with their CDI spec";
+    int with_spec = 0;
+    for (const auto& [uid, claim] : prepared_.claims()) with_spec += FileExists(SpecPath(uid)) ? 1 : 0;
+    LOG(INFO) << options_.driver << ": " << prepared_.claims().size() << " prepared claim(s) from "
+              << prepared_.path() << ", " << with_spec << " with their CDI spec";
   }
   return loaded;
+}
+
+void ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot) {
+  const std::string uid = claim.claim.uid;  // a key of the checkpoint: IsClaimUid holds
+  const std::string spec = SpecPath(uid);
+  if (claim.devices.empty()) {
+    // Nothing of ours: no record, and no spec (a spec without devices makes CDI refuse it).
+    const bool removed = unlink(spec.c_str()) == 0;
+    absl::Status forgotten = prepared_.Remove(uid);
+    LOG(WARNING) << options_.driver << ": prepared claim " << Describe(claim.claim)
+                 << " holds none of our devices: its record" << (removed ? " and empty CDI spec" : "")
+                 << (forgotten.ok() ? " removed" : absl::StrCat(" cannot be removed: ", forgotten.message()));
+    return;
+  }
+  const bool other_boot = !options_.boot_id.empty() && claim.boot_id != options_.boot_id;
+  const bool present = FileExists(spec);
+  if (present && !other_boot) return;
+  absl::Status written = WriteSpec(uid, claim.devices, snapshot);
+  if (!written.ok()) {
+    // A spec of another boot may name device nodes that are another device's now: none is
+    // better than the wrong one.
+    if (present && other_boot) unlink(spec.c_str());
+    LOG(ERROR) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
+               << (other_boot ? " (of another boot, or of none recorded)" : " is missing and")
+               << " cannot be written again: " << written.message()
+               << " (a container of it that starts now will not get its devices)";
+    return;
+  }
+  PreparedClaim updated = claim;
+  updated.boot_id = options_.boot_id;
+  absl::Status recorded = updated.boot_id == claim.boot_id ? absl::OkStatus() : prepared_.Put(updated);
+  const std::string note =
+      recorded.ok() ? "" : absl::StrCat(" (the record keeps its old boot: ", recorded.message(), ")");
+  if (other_boot) {
+    LOG(INFO) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
+              << " is of another boot (or of none recorded); written again from the devices found now" << note;
+  } else {
+    LOG(WARNING) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
+                 << " was missing; written again" << note;
+  }
 }
 
 absl::Status ClaimPreparer::WriteSpec(const std::string& uid,
                                       const std::vector<PreparedDevice>& prepared,
                                       const Snapshot& snapshot) {
+  if (prepared.empty()) return absl::InvalidArgumentError("a CDI spec needs at least one device");
   std::vector<std::string> devices;
   for (const PreparedDevice& entry : prepared) {
     const Device* device = nullptr;
@@ -132,23 +185,62 @@ absl::Status ClaimPreparer::WriteSpec(const std::string& uid,
   return WriteFileAtomically(options_.cdi_dir, DraCdiSpecFileName(options_.driver, uid), spec, 0644);
 }
 
-ClaimOutcome ClaimPreparer::PrepareOne(const ClaimRef& claim, const Snapshot& snapshot) {
-  ClaimOutcome outcome;
-  if (!IsUid(claim.uid)) {
-    outcome.error = absl::StrCat("claim UID \"", claim.uid, "\" is not a UID");
-    return outcome;
+std::vector<absl::StatusOr<std::string>> ClaimPreparer::ReadClaims(const std::vector<ClaimRef>& claims) {
+  // Shared with the reading threads: one that outlives the wait writes here, not into the call.
+  struct Reads {
+    bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return left == 0; }
+    absl::Mutex mu;
+    std::vector<std::optional<absl::StatusOr<std::string>>> results ABSL_GUARDED_BY(mu);
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto reads = std::make_shared<Reads>();
+  {
+    absl::MutexLock lock(&reads->mu);
+    reads->results.resize(claims.size());
+    reads->left = claims.size();
   }
-  if (const PreparedClaim* known = prepared_.Find(claim.uid)) {
-    struct stat st;
-    if (stat(SpecPath(claim.uid).c_str(), &st) == 0) {
-      outcome.devices = known->devices;  // prepared before: the same answer
-      return outcome;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    const bool started = readers_.Run([reads, i, claim = claims[i], fetch = options_.fetch_claim] {
+      absl::StatusOr<std::string> body = fetch(claim);
+      absl::MutexLock lock(&reads->mu);
+      reads->results[i] = std::move(body);
+      --reads->left;
+    });
+    if (!started) {
+      absl::MutexLock lock(&reads->mu);
+      reads->results[i] = absl::CancelledError("the driver is stopping");
+      --reads->left;
     }
-    // The spec went missing (removed by hand, a tmpfs /var/run after a reboot): prepare again.
   }
-  absl::StatusOr<std::string> body = options_.fetch_claim(claim);
+  std::vector<absl::StatusOr<std::string>> out;
+  absl::MutexLock lock(&reads->mu);
+  reads->mu.AwaitWithTimeout(absl::Condition(reads.get(), &Reads::Done), options_.read_timeout);
+  for (size_t i = 0; i < claims.size(); ++i) {
+    if (reads->results[i].has_value()) {
+      out.push_back(*reads->results[i]);
+    } else {
+      out.push_back(absl::DeadlineExceededError(
+          absl::StrCat("the API server did not answer the read of ResourceClaim ", claims[i].namespace_name,
+                       "/", claims[i].name, " within ", absl::FormatDuration(options_.read_timeout))));
+    }
+  }
+  return out;
+}
+
+std::optional<ClaimOutcome> ClaimPreparer::Recorded(const std::string& uid) const {
+  const PreparedClaim* known = prepared_.Find(uid);
+  // A spec gone missing (removed by hand, a tmpfs /var/run after a reboot): prepare again.
+  if (known == nullptr || !FileExists(SpecPath(uid))) return std::nullopt;
+  return ClaimOutcome{known->devices, ""};
+}
+
+ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::StatusOr<std::string>& body,
+                                        const Snapshot& snapshot) {
+  ClaimOutcome outcome;
   if (!body.ok()) {
-    outcome.error = std::string(body.status().message());
+    outcome.error = absl::IsCancelled(body.status())
+                        ? "the DRA driver is stopping; the kubelet asks its next instance again"
+                        : std::string(body.status().message());
     return outcome;
   }
   absl::StatusOr<ClaimAllocation> allocation =
@@ -206,17 +298,21 @@ ClaimOutcome ClaimPreparer::PrepareOne(const ClaimRef& claim, const Snapshot& sn
     outcome.error = absl::StrCat("ResourceClaim ", Describe(claim), ": ", absl::StrJoin(problems, "; "));
     return outcome;
   }
+  if (prepared.empty()) {
+    // Allocated, but nothing of ours on this node: nothing to write, nothing to undo later.
+    LOG(INFO) << options_.driver << ": ResourceClaim " << Describe(claim) << " holds none of our devices";
+    return outcome;
+  }
   PreparedClaim record;
   record.claim = claim;
   record.devices = prepared;
   record.cdi_spec = DraCdiSpecFileName(options_.driver, claim.uid);
-  if (!prepared.empty()) {
-    absl::Status written = WriteSpec(claim.uid, prepared, snapshot);
-    if (!written.ok()) {
-      outcome.error = absl::StrCat("cannot write the CDI spec of ResourceClaim ", Describe(claim), ": ",
-                                   written.message());
-      return outcome;
-    }
+  record.boot_id = options_.boot_id;
+  absl::Status written = WriteSpec(claim.uid, prepared, snapshot);
+  if (!written.ok()) {
+    outcome.error = absl::StrCat("cannot write the CDI spec of ResourceClaim ", Describe(claim), ": ",
+                                 written.message());
+    return outcome;
   }
   absl::Status recorded = prepared_.Put(record);
   if (!recorded.ok()) {
@@ -225,22 +321,35 @@ ClaimOutcome ClaimPreparer::PrepareOne(const ClaimRef& claim, const Snapshot& sn
                                  recorded.message());
     return outcome;
   }
-  LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(claim) << ": "
-            << (prepared.empty() ? std::string("no devices of ours")
-                                 : absl::StrJoin(prepared, ", ", [](std::string* out, const PreparedDevice& d) {
-                                     absl::StrAppend(out, d.device);
-                                   }));
+  LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(claim) << ": " << DeviceNames(prepared);
   outcome.devices = std::move(prepared);
   return outcome;
 }
 
 std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<ClaimRef>& claims) {
+  std::map<std::string, ClaimOutcome> out;
+  std::vector<ClaimRef> to_read;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const ClaimRef& claim : claims) {
+      if (!IsClaimUid(claim.uid)) {
+        out[claim.uid].error = NotAUid(claim.uid);
+      } else if (std::optional<ClaimOutcome> known = Recorded(claim.uid)) {
+        out[claim.uid] = *std::move(known);  // prepared before: the same answer
+      } else {
+        to_read.push_back(claim);
+      }
+    }
+  }
+  // No lock while the API server is asked.
+  const std::vector<absl::StatusOr<std::string>> bodies = ReadClaims(to_read);
   absl::MutexLock lock(&mu_);
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  std::map<std::string, ClaimOutcome> out;
-  for (const ClaimRef& claim : claims) {
-    ClaimOutcome outcome = PrepareOne(claim, *snapshot);
-    if (!outcome.error.empty()) {
+  for (size_t i = 0; i < to_read.size(); ++i) {
+    const ClaimRef& claim = to_read[i];
+    std::optional<ClaimOutcome> known = Recorded(claim.uid);  // another call prepared it meanwhile
+    ClaimOutcome outcome = known.has_value() ? *std::move(known) : PrepareRead(claim, bodies[i], *snapshot);
+    if (!outcome.error.empty() && !absl::IsCancelled(bodies[i].status())) {
       LOG(WARNING) << options_.driver << ": cannot prepare ResourceClaim " << Describe(claim) << ": "
                    << outcome.error;
     }
@@ -254,8 +363,8 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   std::map<std::string, std::string> out;
   for (const ClaimRef& claim : claims) {
     std::string& error = out[claim.uid];
-    if (!IsUid(claim.uid)) {
-      error = absl::StrCat("claim UID \"", claim.uid, "\" is not a UID");
+    if (!IsClaimUid(claim.uid)) {
+      error = NotAUid(claim.uid);
       continue;
     }
     const bool known = prepared_.Find(claim.uid) != nullptr;
@@ -272,6 +381,76 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
     if (known) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
   }
   return out;
+}
+
+ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
+  CleanupReport report;
+  std::vector<ClaimRef> recorded;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [uid, claim] : prepared_.claims()) recorded.push_back(claim.claim);
+  }
+  report.checked = static_cast<int>(recorded.size());
+  const std::vector<absl::StatusOr<std::string>> bodies = ReadClaims(recorded);
+  for (size_t i = 0; i < recorded.size(); ++i) {
+    const ClaimRef& claim = recorded[i];
+    std::optional<CleanupReason> reason;
+    if (absl::IsNotFound(bodies[i].status())) {
+      reason = CleanupReason::kGone;
+    } else if (bodies[i].ok()) {
+      absl::StatusOr<ClaimLiveness> liveness = ReadClaimLiveness(*bodies[i], claim);
+      if (!liveness.ok()) {
+        if (report.error.ok()) report.error = liveness.status();
+        continue;
+      }
+      if (*liveness == ClaimLiveness::kReplaced) reason = CleanupReason::kReplaced;
+      if (*liveness == ClaimLiveness::kDeallocated) reason = CleanupReason::kDeallocated;
+    } else if (report.error.ok()) {
+      report.error = bodies[i].status();
+    }
+    if (reason.has_value() && UnprepareStale(claim, *reason, &report.error)) ++report.unprepared;
+  }
+  if (absl::IsCancelled(report.error)) return report;  // stopping
+  const std::string error(report.error.message());
+  absl::MutexLock lock(&mu_);
+  if (!error.empty() && error != last_cleanup_error_) {
+    LOG(WARNING) << options_.driver << ": cannot tell whether every prepared claim is still in use: " << error
+                 << " (asked again at the next cleanup)";
+  }
+  last_cleanup_error_ = error;
+  return report;
+}
+
+bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, CleanupReason reason, absl::Status* error) {
+  std::vector<PreparedDevice> devices;
+  {
+    absl::MutexLock lock(&mu_);
+    const PreparedClaim* known = prepared_.Find(claim.uid);
+    if (known == nullptr) return false;  // the kubelet unprepared it meanwhile
+    devices = known->devices;
+    absl::Status removed;
+    if (unlink(SpecPath(claim.uid).c_str()) != 0 && errno != ENOENT) {
+      removed = absl::InternalError(absl::StrCat("cannot remove ", SpecPath(claim.uid), ": ", strerror(errno)));
+    } else {
+      removed = prepared_.Remove(claim.uid);
+    }
+    if (!removed.ok()) {
+      if (error->ok()) *error = removed;
+      return false;
+    }
+  }
+  const char* why = reason == CleanupReason::kGone        ? "is gone from the API server"
+                    : reason == CleanupReason::kReplaced ? "was deleted and made again under its name"
+                                                          : "is no longer allocated";
+  const std::string message =
+      absl::StrCat("ResourceClaim ", Describe(claim), " ", why,
+                   " but was still prepared on this node (its pod was force-deleted, or the kubelet "
+                   "lost its own record): unprepared by driver ", options_.driver, "; ",
+                   DeviceNames(devices), " free again");
+  LOG(WARNING) << options_.driver << ": " << message;
+  if (options_.counters != nullptr) options_.counters->cleaned_up_for(reason).fetch_add(1);
+  if (options_.on_event) options_.on_event(kClaimCleanedUpReason, message);
+  return true;
 }
 
 std::vector<PreparedClaim> ClaimPreparer::Prepared() const {

@@ -21,13 +21,15 @@ absl::StatusOr<std::string> StringField(const json& object, const char* key, con
   return value;
 }
 
-}  // namespace
+// A ResourceClaim's metadata.uid and status.allocation (null when it has none).
+struct ParsedClaim {
+  std::string uid;
+  json allocation;
+};
 
-absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
-                                                    absl::string_view driver,
-                                                    absl::string_view pool) {
-  const std::string what = absl::StrCat("ResourceClaim ", claim.namespace_name, "/", claim.name);
-  json object = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<ParsedClaim> ParseClaim(absl::string_view body, const std::string& what) {
+  ParsedClaim parsed;
+  const json object = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded() || !object.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the API server's answer is not a JSON object"));
   }
@@ -41,23 +43,47 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
   }
   absl::StatusOr<std::string> uid = StringField(*metadata, "uid", "metadata");
   if (!uid.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", uid.status().message()));
-  if (*uid != claim.uid) {
-    // DRAH getResourceClaims: "got replaced". The kubelet's claim is gone; this is a new one.
-    return absl::FailedPreconditionError(absl::StrCat(what, " has UID ", *uid, ", not ", claim.uid,
-                                                      ": it was deleted and made again"));
-  }
+  parsed.uid = *std::move(uid);
   auto status = object.find("status");
-  const json* allocation = nullptr;
   if (status != object.end() && status->is_object()) {
     auto it = status->find("allocation");
-    if (it != status->end() && it->is_object()) allocation = &*it;
+    if (it != status->end() && it->is_object()) parsed.allocation = *it;
   }
-  if (allocation == nullptr) {
+  return parsed;
+}
+
+std::string What(const ClaimRef& claim) {
+  return absl::StrCat("ResourceClaim ", claim.namespace_name, "/", claim.name);
+}
+
+}  // namespace
+
+absl::StatusOr<ClaimLiveness> ReadClaimLiveness(absl::string_view body, const ClaimRef& claim) {
+  absl::StatusOr<ParsedClaim> parsed = ParseClaim(body, What(claim));
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->uid != claim.uid) return ClaimLiveness::kReplaced;
+  if (parsed->allocation.is_null()) return ClaimLiveness::kDeallocated;
+  return ClaimLiveness::kCurrent;
+}
+
+absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
+                                                    absl::string_view driver,
+                                                    absl::string_view pool) {
+  const std::string what = What(claim);
+  absl::StatusOr<ParsedClaim> parsed = ParseClaim(body, what);
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->uid != claim.uid) {
+    // DRAH getResourceClaims: "got replaced". The kubelet's claim is gone; this is a new one.
+    return absl::FailedPreconditionError(absl::StrCat(what, " has UID ", parsed->uid, ", not ", claim.uid,
+                                                      ": it was deleted and made again"));
+  }
+  if (parsed->allocation.is_null()) {
     return absl::FailedPreconditionError(absl::StrCat(what, " is not allocated"));
   }
+  const json& allocation = parsed->allocation;
   ClaimAllocation out;
-  auto devices = allocation->find("devices");
-  if (devices == allocation->end() || devices->is_null()) return out;
+  auto devices = allocation.find("devices");
+  if (devices == allocation.end() || devices->is_null()) return out;
   if (!devices->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": status.allocation.devices is not an object"));
   }

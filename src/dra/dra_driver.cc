@@ -71,6 +71,19 @@ bool IsDnsLabel(absl::string_view name) {
   return name.front() != '-' && name.back() != '-';
 }
 
+bool IsClaimUid(absl::string_view uid) {
+  if (uid.size() != 36) return false;
+  for (size_t i = 0; i < uid.size(); ++i) {
+    const char c = uid[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && (c < 'a' || c > 'f')) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string DraCdiKind(absl::string_view driver) { return absl::StrCat("k8s.", driver, "/claim"); }
 
 std::string DraCdiSpecFileName(absl::string_view driver, absl::string_view claim_uid) {

@@ -134,6 +134,7 @@ void DraPluginServer::Stop(absl::Duration grace) {
     service_->EndStreams();
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     loop_->Drain();
+    service_->JoinCalls();  // a prepare still reading a claim (ended by the client's Cancel)
     server_->Wait();
     loop_.reset();
     server_.reset();

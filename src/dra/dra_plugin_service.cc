@@ -11,6 +11,109 @@
 #include "glog/logging.h"
 
 namespace edgeaccel {
+namespace {
+
+// One unary method whose handler runs off the loop thread: the call arrives on the loop, its
+// handler runs on a thread of `workers` (alive only while it runs), and the answer is handed
+// back to the loop through an alarm, where it is sent (every gRPC operation of a call starts on
+// the loop thread, where it cannot race the queue's shutdown). When the queue is shutting down
+// by the time the answer is ready, it goes nowhere: the server has cancelled the call.
+template <typename Request, typename Response>
+class OffLoopMethod {
+ public:
+  using RequestFn = typename UnaryMethod<Request, Response>::RequestFn;
+  using Handler = typename UnaryMethod<Request, Response>::Handler;
+
+  static void Serve(CompletionLoop* loop, TransientThreads* workers, RequestFn request, Handler handler) {
+    Arm(std::make_shared<const OffLoopMethod>(loop, workers, std::move(request), std::move(handler)));
+  }
+
+  OffLoopMethod(CompletionLoop* loop, TransientThreads* workers, RequestFn request, Handler handler)
+      : loop_(loop), workers_(workers), request_(std::move(request)), handler_(std::move(handler)) {}
+
+ private:
+  class Call final : public CompletionTag {
+   public:
+    explicit Call(std::shared_ptr<const OffLoopMethod> method)
+        : method_(std::move(method)), responder_(&context_) {}
+    void Wait() { method_->request_(&context_, &request_, &responder_, this); }
+
+    void Proceed(bool ok) override {
+      switch (state_) {
+        case State::kWaiting:  // the call arrived (or, not ok, no call will come)
+          if (!ok) break;
+          Arm(method_);  // the next call may arrive while this one is answered
+          state_ = State::kWorking;
+          if (method_->workers_->Run([this] { Work(); })) return;
+          break;
+        case State::kWorking: {  // the alarm: the answer is ready
+          state_ = State::kAnswering;
+          const bool started = method_->loop_->StartOperation([&] {
+            if (status_.ok()) {
+              responder_.Finish(response_, status_, this);
+            } else {
+              responder_.FinishWithError(status_, this);
+            }
+          });
+          if (started) return;
+          break;
+        }
+        case State::kAnswering:  // the answer went out (or the call was cancelled)
+          break;
+      }
+      delete this;
+    }
+
+   private:
+    enum class State { kWaiting, kWorking, kAnswering };
+
+    // On a worker thread; no gRPC operation of the call is pending meanwhile.
+    void Work() {
+      status_ = method_->handler_(request_, &response_);
+      if (!method_->loop_->Post(&alarm_, this)) delete this;
+    }
+
+    const std::shared_ptr<const OffLoopMethod> method_;
+    grpc::ServerContext context_;
+    Request request_;
+    Response response_;
+    grpc::Status status_;
+    grpc::ServerAsyncResponseWriter<Response> responder_;
+    grpc::Alarm alarm_;
+    State state_ = State::kWaiting;
+  };
+
+  static void Arm(const std::shared_ptr<const OffLoopMethod>& method) {
+    auto* call = new Call(method);
+    if (!method->loop_->StartOperation([call] { call->Wait(); })) delete call;
+  }
+
+  CompletionLoop* const loop_;
+  TransientThreads* const workers_;
+  const RequestFn request_;
+  const Handler handler_;
+};
+
+// Counts one call of a method: in flight while it lives, then answered, with its duration.
+class CallCount {
+ public:
+  explicit CallCount(DraCallCounters* counters) : counters_(counters), start_(absl::Now()) {
+    counters_->in_flight.fetch_add(1);
+  }
+  ~CallCount() {
+    counters_->duration.Observe(absl::Now() - start_);
+    counters_->calls.fetch_add(1);
+    counters_->in_flight.fetch_sub(1);
+  }
+  CallCount(const CallCount&) = delete;
+  CallCount& operator=(const CallCount&) = delete;
+
+ private:
+  DraCallCounters* const counters_;
+  const absl::Time start_;
+};
+
+}  // namespace
 
 // One NodeWatchResources call: the driver's health list, written again on every change of the
 // device set. Built like the ListAndWatch stream (kubelet/device_plugin_service.cc): every gRPC
@@ -226,7 +329,7 @@ DraPluginService::~DraPluginService() {
 
 template <typename Request, typename Response>
 grpc::Status DraPluginService::Prepare(const Request& request, Response* response) {
-  counters_->prepare_calls.fetch_add(1);
+  CallCount count(&counters_->prepare);
   std::vector<ClaimRef> claims;
   for (const auto& claim : request.claims()) {
     claims.push_back(ClaimRef{claim.namespace_(), claim.name(), claim.uid()});
@@ -234,7 +337,7 @@ grpc::Status DraPluginService::Prepare(const Request& request, Response* respons
   for (auto& [uid, outcome] : preparer_->Prepare(claims)) {
     auto& entry = (*response->mutable_claims())[uid];
     if (!outcome.error.empty()) {
-      counters_->prepare_errors.fetch_add(1);
+      counters_->prepare.claim_errors.fetch_add(1);
       entry.set_error(outcome.error);
       continue;
     }
@@ -251,7 +354,7 @@ grpc::Status DraPluginService::Prepare(const Request& request, Response* respons
 
 template <typename Request, typename Response>
 grpc::Status DraPluginService::Unprepare(const Request& request, Response* response) {
-  counters_->unprepare_calls.fetch_add(1);
+  CallCount count(&counters_->unprepare);
   std::vector<ClaimRef> claims;
   for (const auto& claim : request.claims()) {
     claims.push_back(ClaimRef{claim.namespace_(), claim.name(), claim.uid()});
@@ -259,7 +362,7 @@ grpc::Status DraPluginService::Unprepare(const Request& request, Response* respo
   for (auto& [uid, error] : preparer_->Unprepare(claims)) {
     auto& entry = (*response->mutable_claims())[uid];
     if (!error.empty()) {
-      counters_->unprepare_errors.fetch_add(1);
+      counters_->unprepare.claim_errors.fetch_add(1);
       entry.set_error(error);
     }
   }
@@ -299,23 +402,24 @@ void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
   loop_ = loop;
   health_service_ = health;
   grpc::ServerCompletionQueue* cq = loop->cq();
-  UnaryMethod<drav1::NodePrepareResourcesRequest, drav1::NodePrepareResourcesResponse>::Serve(
-      loop, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
+  TransientThreads* calls = &calls_;
+  OffLoopMethod<drav1::NodePrepareResourcesRequest, drav1::NodePrepareResourcesResponse>::Serve(
+      loop, calls, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1->RequestNodePrepareResources(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Prepare(request, response); });
-  UnaryMethod<drav1::NodeUnprepareResourcesRequest, drav1::NodeUnprepareResourcesResponse>::Serve(
-      loop, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
+  OffLoopMethod<drav1::NodeUnprepareResourcesRequest, drav1::NodeUnprepareResourcesResponse>::Serve(
+      loop, calls, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1->RequestNodeUnprepareResources(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Unprepare(request, response); });
-  UnaryMethod<drav1beta1::NodePrepareResourcesRequest, drav1beta1::NodePrepareResourcesResponse>::Serve(
-      loop, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
+  OffLoopMethod<drav1beta1::NodePrepareResourcesRequest, drav1beta1::NodePrepareResourcesResponse>::Serve(
+      loop, calls, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1beta1->RequestNodePrepareResources(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Prepare(request, response); });
-  UnaryMethod<drav1beta1::NodeUnprepareResourcesRequest, drav1beta1::NodeUnprepareResourcesResponse>::Serve(
-      loop, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
+  OffLoopMethod<drav1beta1::NodeUnprepareResourcesRequest, drav1beta1::NodeUnprepareResourcesResponse>::Serve(
+      loop, calls, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1beta1->RequestNodeUnprepareResources(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Unprepare(request, response); });
@@ -362,6 +466,8 @@ void DraPluginService::EndStreams() {
   }
   for (const auto& stream : open) stream->End();
 }
+
+void DraPluginService::JoinCalls() { calls_.Join(); }
 
 int DraPluginService::OpenHealthStreams() const {
   absl::MutexLock lock(&mu_);

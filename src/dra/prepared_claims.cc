@@ -10,9 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/node/json_fields.h"
 
@@ -54,6 +56,7 @@ std::string PreparedClaimsJson(absl::string_view driver,
                               {"name", prepared.claim.name},
                               {"devices", devices},
                               {"cdiSpec", prepared.cdi_spec}};
+    if (!prepared.boot_id.empty()) out["claims"][uid]["bootId"] = prepared.boot_id;
   }
   return out.dump(2) + "\n";
 }
@@ -73,6 +76,10 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
   if (claims == nullptr || !claims->is_object()) return absl::DataLossError("claims is not an object");
   std::map<std::string, PreparedClaim> out;
   for (const auto& [uid, entry] : claims->items()) {
+    if (!IsClaimUid(uid)) {
+      return absl::DataLossError(absl::StrCat("key \"", absl::CHexEscape(uid.substr(0, 80)),
+                                              "\" is not a claim UID"));
+    }
     const std::string what = absl::StrCat("claim ", uid, ": ");
     if (!entry.is_object()) return absl::DataLossError(what + "not an object");
     PreparedClaim prepared;
@@ -83,6 +90,10 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
       auto it = entry.find(key);
       if (it == entry.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, key, " is not a string"));
       *target = it->get<std::string>();
+    }
+    if (auto boot = entry.find("bootId"); boot != entry.end()) {  // optional
+      if (!boot->is_string()) return absl::DataLossError(what + "bootId is not a string");
+      prepared.boot_id = boot->get<std::string>();
     }
     if (prepared.cdi_spec.find('/') != std::string::npos || prepared.cdi_spec.empty() ||
         prepared.cdi_spec[0] == '.') {

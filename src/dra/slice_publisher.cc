@@ -87,6 +87,9 @@ void SlicePublisher::Run() {
   pthread_setname_np(pthread_self(), "ea-dra-slices");
   Backoff backoff(options_.initial_backoff, options_.max_backoff, 0.2);
   absl::Time next = absl::Now();
+  // The chore runs after a reconcile once it is due (the first time after the first one), so it
+  // never wakes the thread by itself.
+  absl::Time next_chore = options_.chore ? absl::Now() : absl::InfiniteFuture();
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
@@ -99,10 +102,18 @@ void SlicePublisher::Run() {
     if (result.ok()) {
       backoff.Reset();
       next = absl::Now() + options_.resync;
+    } else if (absl::IsCancelled(result)) {
+      next = absl::InfiniteFuture();  // stopping: nothing more to ask the API server
+      next_chore = absl::InfiniteFuture();
+      continue;
     } else {
       errors_.Warn(absl::StrCat(options_.driver, ": cannot publish the ResourceSlice: ", result.message(),
                                 " (retrying)"));
       next = absl::Now() + backoff.Next();
+    }
+    if (absl::Now() >= next_chore) {
+      options_.chore();
+      next_chore = absl::Now() + options_.chore_interval;
     }
   }
 }
@@ -119,7 +130,7 @@ std::string SlicePublisher::NodeUid() {
       node_uid_ = JsonString(*metadata, "uid").value_or("");
     }
   }
-  if (node_uid_.empty()) {
+  if (node_uid_.empty() && !client_->cancelled()) {
     errors_.Warn(absl::StrCat(options_.driver, ": cannot read Node ", options_.node_name,
                               "'s UID: the ResourceSlice is published without an owner reference "
                               "(it will not be removed with the Node)"));

@@ -130,5 +130,41 @@ TEST(MetricsTest, HealthzIsAnsweredBesideKeepAliveScrapers) {
   server.Stop();
 }
 
+TEST(MetricsTest, RendersEachDraDriversCallsWhatItHoldsAndItsCleanups) {
+  DraCounters counters;
+  counters.prepare.calls = 3;
+  counters.prepare.claim_errors = 1;
+  counters.prepare.in_flight = 1;
+  counters.prepare.duration.Observe(absl::Milliseconds(4));
+  counters.prepare.duration.Observe(absl::Milliseconds(300));
+  counters.prepare.duration.Observe(absl::Seconds(50));
+  counters.unprepare.calls = 2;
+  counters.cleaned_up_for(CleanupReason::kGone) = 1;
+  counters.health_streams = 1;
+  DraMetrics tpu{"edgetpu.edgeaccel.io", &counters, 2, 3};
+  const std::string text = RenderMetrics({}, nullptr, {tpu});
+  const std::string prepare = "driver=\"edgetpu.edgeaccel.io\",method=\"NodePrepareResources\"";
+  EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_dra_requests_total counter\nedgeaccel_dra_requests_total{" +
+                              prepare + "} 3\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_requests_total{driver=\"edgetpu.edgeaccel.io\",method="
+                              "\"NodeUnprepareResources\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_claim_errors_total{" + prepare + "} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_requests_inflight{" + prepare + "} 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_dra_request_duration_seconds histogram\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_bucket{" + prepare + ",le=\"0.005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_bucket{" + prepare + ",le=\"0.5\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_bucket{" + prepare + ",le=\"45\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_bucket{" + prepare + ",le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_sum{" + prepare + "} 50.304\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_request_duration_seconds_count{" + prepare + "} 3\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_prepared_claims{driver=\"edgetpu.edgeaccel.io\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_prepared_devices{driver=\"edgetpu.edgeaccel.io\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_claims_cleaned_up_total{driver=\"edgetpu.edgeaccel.io\",reason=\"gone\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_claims_cleaned_up_total{driver=\"edgetpu.edgeaccel.io\",reason=\"replaced\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_health_streams_total{driver=\"edgetpu.edgeaccel.io\"} 1\n"));
+  // Without DRA drivers, no DRA families at all.
+  EXPECT_THAT(RenderMetrics({}), ::testing::Not(HasSubstr("edgeaccel_dra_")));
+}
+
 }  // namespace
 }  // namespace edgeaccel

@@ -18,6 +18,7 @@
 #include "edgeaccel/discovery/resource_names.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "test_api_server.h"
 #include "test_kubelet.h"
 
 namespace edgeaccel {
@@ -28,6 +29,7 @@ using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestApiServer;
 using ::edgeaccel::testing::TestKubelet;
 
 // A port nobody listens on right now (Prometheus cannot be told to pick one itself).
@@ -56,10 +58,14 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
   TempDir dir;
   TestKubelet kubelet(dir.path() + "/kubelet");
   kubelet.Start();
+  // A DRA driver too (the USB Edge TPUs, none here), for the DRA panels: it needs the API server.
+  TestApiServer api_server("node-1");
   DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
                        {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
                         "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
-                        "--metrics-address=127.0.0.1:0"});
+                        "--metrics-address=127.0.0.1:0", "--dra=coral-usb", "--node-name=node-1",
+                        "--api-server=" + api_server.url(), "--api-token-file=" + api_server.token_file(),
+                        "--api-ca-file=" + api_server.ca_file(), "--cdi-dir=" + dir.path() + "/cdi"});
   const int port = MetricsPort(daemon);
   ASSERT_GT(port, 0) << daemon.Log();
   ASSERT_TRUE(kubelet.WaitFor([&] {
@@ -76,7 +82,8 @@ TEST(PrometheusTest, PromtoolAcceptsOurMetricsAndPrometheusScrapesTheTemperature
     auto answer = client.Get("/metrics");
     body = answer ? answer->body : "";
     return absl::StrContains(body, "edgeaccel_nvml_up{state=\"ready\"} 1") &&
-           absl::StrContains(body, "edgeaccel_gpu_xid_errors_total{");
+           absl::StrContains(body, "edgeaccel_gpu_xid_errors_total{") &&
+           absl::StrContains(body, "edgeaccel_dra_request_duration_seconds_bucket{");
   })) << daemon.Log();
   std::ofstream(dir.path() + "/metrics.txt") << body;
   auto lint = RunCommand("/bin/sh", {"-c", "promtool check metrics < " + dir.path() + "/metrics.txt"});

@@ -3,14 +3,20 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "edgeaccel/discovery/coral_pcie.h"
 #include "edgeaccel/host/host.h"
+#include "captured_log.h"
 #include "fixture_host.h"
+#include "test_api_server.h"
 
 namespace edgeaccel {
 namespace {
@@ -20,6 +26,8 @@ using testing::FixtureHost;
 using testing::TempDir;
 using testing::PathExists;
 using testing::ReadFileText;
+using testing::CapturedLog;
+using testing::TestApiServer;
 
 constexpr char kDriver[] = "edgetpu.edgeaccel.io";
 constexpr char kUid[] = "0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01";
@@ -39,18 +47,24 @@ class ClaimPreparerTest : public ::testing::Test {
     set_.Update(devices);
   }
 
-  std::unique_ptr<ClaimPreparer> MakePreparer() {
+  ClaimPreparer::Options Options() {
     ClaimPreparer::Options options;
     options.driver = kDriver;
     options.pool = "node-1";
     options.cdi_dir = cdi_.path();
     options.state_dir = state_.path();
     options.fetch_claim = [this](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+      absl::MutexLock lock(&api_mu_);
       ++fetches_;
       auto it = api_.find(claim.namespace_name + "/" + claim.name);
       if (it == api_.end()) return absl::NotFoundError("ResourceClaim " + claim.name + " does not exist (any more)");
       return it->second.dump();
     };
+    return options;
+  }
+
+  std::unique_ptr<ClaimPreparer> MakePreparer() { return MakePreparer(Options()); }
+  std::unique_ptr<ClaimPreparer> MakePreparer(const ClaimPreparer::Options& options) {
     auto preparer = std::make_unique<ClaimPreparer>(options, &set_);
     preparer->Start().IgnoreError();
     return preparer;
@@ -75,6 +89,7 @@ class ClaimPreparerTest : public ::testing::Test {
   CoralPcieDiscoverer discoverer_;
   DeviceSet set_{kDriver};
   TempDir cdi_, state_;
+  absl::Mutex api_mu_;
   std::map<std::string, json> api_;
   int fetches_ = 0;
 };
@@ -182,6 +197,323 @@ TEST_F(ClaimPreparerTest, UnprepareOfAnUnknownClaimIsDone) {
   auto preparer = MakePreparer();
   auto answer = preparer->Unprepare({{"default", "never", kUid}});
   EXPECT_EQ(answer[kUid], "");
+}
+
+TEST_F(ClaimPreparerTest, TheClaimsOfOneCallAreReadFromTheApiServerAtTheSameTime) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("first", kUid, {"tpu-0000-03-00-0"});
+  Allocate("second", second, {"tpu-0000-04-00-0"});
+  // Each read waits (up to 3 s) until the other one is in flight too: read one after the other,
+  // the first never sees the second.
+  std::atomic<int> in_flight{0}, most{0};
+  ClaimPreparer::Options options = Options();
+  auto read = options.fetch_claim;
+  options.fetch_claim = [&, read](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+    const int now = ++in_flight;
+    most = std::max(most.load(), now);
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    while (most.load() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    --in_flight;
+    return read(claim);
+  };
+  auto preparer = MakePreparer(options);
+  auto answer = preparer->Prepare({{"default", "first", kUid}, {"default", "second", second}});
+  EXPECT_EQ(most.load(), 2) << "the second claim was read only after the first";
+  EXPECT_EQ(answer[kUid].error, "");
+  EXPECT_EQ(answer[second].error, "");
+}
+
+TEST_F(ClaimPreparerTest, AClaimWithNoneOfOurDevicesGetsNeitherASpecNorARecord) {
+  // Allocated, but only another driver's device: the kubelet still asks every driver it names.
+  api_["default/other"] = {
+      {"kind", "ResourceClaim"},
+      {"metadata", {{"name", "other"}, {"namespace", "default"}, {"uid", kUid}}},
+      {"status",
+       {{"allocation",
+         {{"devices",
+           {{"results", json::array({{{"request", "gpu"}, {"driver", "gpu.example.com"},
+                                       {"pool", "node-1"}, {"device", "gpu-0"}}})}}}}}}}};
+  auto preparer = MakePreparer();
+  auto answer = preparer->Prepare({{"default", "other", kUid}});
+  EXPECT_EQ(answer[kUid].error, "");
+  EXPECT_TRUE(answer[kUid].devices.empty());
+  EXPECT_TRUE(preparer->Prepared().empty()) << "nothing of ours to remember";
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
+  // Nor does the next start write one (CDI refuses a spec without devices).
+  auto restarted = MakePreparer();
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
+  EXPECT_TRUE(restarted->Prepared().empty());
+  EXPECT_EQ(restarted->Unprepare({{"default", "other", kUid}})[kUid], "");
+}
+
+TEST_F(ClaimPreparerTest, ARecordWithoutDevicesAndItsEmptySpecAreRemovedAtStart) {
+  // What an earlier version left: a record with no devices, and the spec it wrote for it at a
+  // later start, with "devices": [] (which CDI refuses: containerd then loads no spec of the dir).
+  PreparedClaim empty;
+  empty.claim = {"default", "other", kUid};
+  empty.cdi_spec = "k8s.edgetpu.edgeaccel.io-claim_" + std::string(kUid) + ".json";
+  std::ofstream(state_.path() + "/checkpoint.json") << PreparedClaimsJson(kDriver, {{kUid, empty}});
+  std::ofstream(SpecPath(kUid)) << "{\"cdiVersion\": \"0.5.0\", \"kind\": \"k8s.edgetpu.edgeaccel.io/claim\", "
+                                   "\"devices\": [\n  ]\n}\n";
+  auto preparer = MakePreparer();
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
+  EXPECT_TRUE(preparer->Prepared().empty());
+  EXPECT_EQ(ReadFileText(state_.path() + "/checkpoint.json").find(kUid), std::string::npos);
+}
+
+TEST_F(ClaimPreparerTest, ACheckpointKeyThatIsNotAClaimUidNeverBecomesAPath) {
+  // A key that would climb out of the CDI directory once the directories it names exist.
+  const std::string cdi = cdi_.path() + "/run/cdi";
+  const std::string key = "a/../../escaped";
+  for (const std::string& dir : {cdi_.path() + "/run", cdi, cdi + "/k8s.edgetpu.edgeaccel.io-claim_a",
+                                 cdi + "/.k8s.edgetpu.edgeaccel.io-claim_a"}) {
+    mkdir(dir.c_str(), 0755);
+  }
+  PreparedClaim bad;
+  bad.claim = {"default", "bad", key};
+  bad.cdi_spec = "k8s.edgetpu.edgeaccel.io-claim_a.json";
+  bad.devices.push_back({{"tpu"}, "node-1", "tpu-0000-03-00-0", "0000:03:00.0", {"x/y=z"}});
+  std::ofstream(state_.path() + "/checkpoint.json") << PreparedClaimsJson(kDriver, {{key, bad}});
+  ClaimPreparer::Options options = Options();
+  options.cdi_dir = cdi;
+  auto preparer = MakePreparer(options);
+  EXPECT_FALSE(PathExists(cdi_.path() + "/run/escaped.json")) << "a spec was written outside the CDI directory";
+  EXPECT_TRUE(preparer->Prepared().empty());
+}
+
+TEST_F(ClaimPreparerTest, AClaimTheApiServerDoesNotAnswerInTimeFailsAloneAtTheReadTimeout) {
+  const std::string slow_uid = "55555555-5555-5555-5555-555555555555";
+  Allocate("ok", kUid, {"tpu-0000-03-00-0"});
+  Allocate("slow", slow_uid, {"tpu-0000-04-00-0"});
+  absl::Notification release;
+  ClaimPreparer::Options options = Options();
+  auto read = options.fetch_claim;
+  options.fetch_claim = [&, read](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+    if (claim.name == "slow") release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    return read(claim);
+  };
+  options.read_timeout = absl::Milliseconds(200);
+  auto preparer = MakePreparer(options);
+  const absl::Time start = absl::Now();
+  auto answer = preparer->Prepare({{"default", "ok", kUid}, {"default", "slow", slow_uid}});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(answer[kUid].error, "");
+  EXPECT_EQ(answer[slow_uid].error,
+            "the API server did not answer the read of ResourceClaim default/slow within 200ms");
+  EXPECT_FALSE(PathExists(SpecPath(slow_uid)));
+  release.Notify();  // the late answer goes nowhere; the preparer joins its thread when it goes
+  preparer.reset();
+}
+
+TEST_F(ClaimPreparerTest, AStoppingDriverReadsNothingAndSaysNoErrors) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("pod-tpu", kUid, {"tpu-0000-03-00-0"});
+  Allocate("other", second, {"tpu-0000-04-00-0"});
+  ASSERT_EQ(MakePreparer()->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  const int fetched = fetches_;
+  CapturedLog log;
+  // The API client cancelled (the daemon's stop begins with it): every read ends with CANCELLED.
+  ClaimPreparer::Options options = Options();
+  options.fetch_claim = [](const ClaimRef&) -> absl::StatusOr<std::string> {
+    return absl::CancelledError("the API client was cancelled");
+  };
+  auto cancelled = MakePreparer(options);  // the same checkpoint
+  EXPECT_NE(cancelled->Prepare({{"default", "other", second}})[second].error.find("stopping"), std::string::npos);
+  EXPECT_TRUE(absl::IsCancelled(cancelled->Cleanup().error));
+  EXPECT_EQ(cancelled->Prepared().size(), 1u);
+  cancelled.reset();
+  // Stopped: nothing is read at all.
+  auto stopped = MakePreparer();
+  stopped->Stop();
+  EXPECT_NE(stopped->Prepare({{"default", "other", second}})[second].error.find("stopping"), std::string::npos);
+  EXPECT_TRUE(absl::IsCancelled(stopped->Cleanup().error));
+  EXPECT_EQ(stopped->Prepared().size(), 1u);
+  EXPECT_EQ(fetches_, fetched);
+  EXPECT_FALSE(log.Contains("cannot prepare")) << log.Text();
+  EXPECT_FALSE(log.Contains("cannot tell")) << log.Text();
+}
+
+TEST_F(ClaimPreparerTest, CleanupUnpreparesClaimsGoneMadeAgainOrDeallocatedAndKeepsTheRest) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("gone", kUid, {"tpu-0000-03-00-0"});
+  Allocate("replaced", second, {"tpu-0000-04-00-0"});
+  DraCounters counters;
+  std::vector<std::string> events;
+  ClaimPreparer::Options options = Options();
+  options.counters = &counters;
+  options.on_event = [&](const std::string& reason, const std::string& message) {
+    events.push_back(reason + ": " + message);
+  };
+  auto preparer = MakePreparer(options);
+  ASSERT_EQ(preparer->Prepare({{"default", "gone", kUid}})[kUid].error, "");
+  ASSERT_EQ(preparer->Prepare({{"default", "replaced", second}})[second].error, "");
+  ClaimPreparer::CleanupReport report = preparer->Cleanup();
+  EXPECT_EQ(report.checked, 2);
+  EXPECT_EQ(report.unprepared, 0) << "both still in use";
+  EXPECT_TRUE(report.error.ok()) << report.error;
+
+  api_.erase("default/gone");  // the pod was force-deleted; the kubelet never unprepares
+  api_["default/replaced"]["metadata"]["uid"] = "66666666-6666-6666-6666-666666666666";
+  report = preparer->Cleanup();
+  EXPECT_EQ(report.unprepared, 2);
+  EXPECT_TRUE(preparer->Prepared().empty());
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
+  EXPECT_FALSE(PathExists(SpecPath(second)));
+  EXPECT_EQ(counters.cleaned_up_for(CleanupReason::kGone).load(), 1u);
+  EXPECT_EQ(counters.cleaned_up_for(CleanupReason::kReplaced).load(), 1u);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_NE(events[0].find("DRAClaimCleanedUp: ResourceClaim default/gone (" + std::string(kUid) +
+                           ") is gone from the API server"), std::string::npos) << events[0];
+  EXPECT_NE(events[0].find("tpu-0000-03-00-0 free again"), std::string::npos) << events[0];
+  EXPECT_NE(events[1].find("was deleted and made again under its name"), std::string::npos) << events[1];
+  // The kubelet's unprepare that may still come is done at once.
+  EXPECT_EQ(preparer->Unprepare({{"default", "gone", kUid}})[kUid], "");
+
+  // A claim that stays but is no longer allocated (no pod has it reserved any more).
+  Allocate("kept", kUid, {"tpu-0000-03-00-0"});
+  ASSERT_EQ(preparer->Prepare({{"default", "kept", kUid}})[kUid].error, "");
+  api_["default/kept"]["status"].erase("allocation");
+  EXPECT_EQ(preparer->Cleanup().unprepared, 1);
+  EXPECT_EQ(counters.cleaned_up_for(CleanupReason::kDeallocated).load(), 1u);
+  // And its device goes to the next claim.
+  Allocate("next", second, {"tpu-0000-03-00-0"});
+  EXPECT_EQ(preparer->Prepare({{"default", "next", second}})[second].error, "");
+}
+
+TEST_F(ClaimPreparerTest, CleanupKeepsWhatItCannotJudgeAndSaysEachReasonOnce) {
+  Allocate("pod-tpu", kUid, {"tpu-0000-03-00-0"});
+  auto preparer = MakePreparer();
+  ASSERT_EQ(preparer->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  CapturedLog log;
+  {
+    absl::MutexLock lock(&api_mu_);
+    api_["default/pod-tpu"] = json::array();  // not a claim: nothing is concluded from it
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    ClaimPreparer::CleanupReport report = preparer->Cleanup();
+    EXPECT_EQ(report.unprepared, 0);
+    EXPECT_EQ(report.error.code(), absl::StatusCode::kInvalidArgument) << report.error;
+  }
+  EXPECT_EQ(log.Count("cannot tell whether every prepared claim is still in use"), 1) << log.Text();
+  ClaimPreparer::Options options = Options();
+  options.fetch_claim = [](const ClaimRef&) -> absl::StatusOr<std::string> {
+    return absl::UnavailableError("the API server answered 503");
+  };
+  auto away = MakePreparer(options);  // the same checkpoint
+  ClaimPreparer::CleanupReport report = away->Cleanup();
+  EXPECT_EQ(report.checked, 1);
+  EXPECT_EQ(report.unprepared, 0);
+  EXPECT_EQ(report.error.message(), "the API server answered 503");
+  EXPECT_EQ(away->Prepared().size(), 1u);
+  EXPECT_TRUE(PathExists(SpecPath(kUid)));
+}
+
+TEST_F(ClaimPreparerTest, CleanupThatCannotRemoveASpecKeepsTheRecordAndSaysWhy) {
+  Allocate("pod-tpu", kUid, {"tpu-0000-03-00-0"});
+  auto preparer = MakePreparer();
+  ASSERT_EQ(preparer->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  api_.clear();
+  // What unlink(2) refuses whoever runs it: a directory (with something in it) at the spec's path.
+  ASSERT_EQ(unlink(SpecPath(kUid).c_str()), 0);
+  ASSERT_EQ(mkdir(SpecPath(kUid).c_str(), 0755), 0);
+  std::ofstream(SpecPath(kUid) + "/x") << "x";
+  ClaimPreparer::CleanupReport report = preparer->Cleanup();
+  EXPECT_EQ(report.unprepared, 0);
+  EXPECT_NE(report.error.message().find("cannot remove " + SpecPath(kUid)), std::string::npos) << report.error;
+  EXPECT_EQ(preparer->Prepared().size(), 1u) << "looked at again next time";
+}
+
+TEST_F(ClaimPreparerTest, AClaimOfAnotherBootHasItsSpecWrittenAgainFromTheDevicesFoundNow) {
+  Allocate("pod-tpu", kUid, {"tpu-0000-04-00-0"});
+  ClaimPreparer::Options options = Options();
+  options.boot_id = "a1111111-1111-4111-8111-111111111111";
+  ASSERT_EQ(MakePreparer(options)->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  std::ofstream(SpecPath(kUid)) << "stale";
+  // The same boot: a spec on disk is left as it is.
+  MakePreparer(options);
+  EXPECT_EQ(ReadFileText(SpecPath(kUid)), "stale");
+  // Another boot: written again, and the record says so.
+  options.boot_id = "b2222222-2222-4222-8222-222222222222";
+  auto rebooted = MakePreparer(options);
+  json spec = json::parse(ReadFileText(SpecPath(kUid)), nullptr, false);
+  ASSERT_FALSE(spec.is_discarded()) << ReadFileText(SpecPath(kUid));
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"], "/dev/apex_1");
+  ASSERT_EQ(rebooted->Prepared().size(), 1u);
+  EXPECT_EQ(rebooted->Prepared()[0].boot_id, "b2222222-2222-4222-8222-222222222222");
+}
+
+TEST_F(ClaimPreparerTest, AClaimOfAnotherBootWhoseDeviceIsGoneLosesItsStaleSpec) {
+  Allocate("pod-tpu", kUid, {"tpu-0000-04-00-0"});
+  ClaimPreparer::Options options = Options();
+  options.boot_id = "a1111111-1111-4111-8111-111111111111";
+  ASSERT_EQ(MakePreparer(options)->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  fixture_.UnplugCoralPcie(1, "0000:04:00.0");  // not there after the reboot
+  Rescan();
+  CapturedLog log;
+  options.boot_id = "b2222222-2222-4222-8222-222222222222";
+  auto rebooted = MakePreparer(options);
+  EXPECT_FALSE(PathExists(SpecPath(kUid))) << "its /dev/apex_1 may be another device now";
+  EXPECT_EQ(rebooted->Prepared().size(), 1u) << "the kubelet still unprepares it";
+  EXPECT_TRUE(log.Contains("cannot be written again: device tpu-0000-04-00-0 is not on this node any more"))
+      << log.Text();
+}
+
+// A checkpoint that cannot be written (here: its temporary file's name taken by a directory,
+// which open(2) refuses whoever runs it): each step says so and the record stays as it was.
+TEST_F(ClaimPreparerTest, ACheckpointThatCannotBeWrittenKeepsEveryRecordAndSaysWhy) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("pod-tpu", kUid, {"tpu-0000-03-00-0"});
+  ClaimPreparer::Options options = Options();
+  options.boot_id = "a1111111-1111-4111-8111-111111111111";
+  ASSERT_EQ(MakePreparer(options)->Prepare({{"default", "pod-tpu", kUid}})[kUid].error, "");
+  PreparedClaim empty;  // what an earlier version recorded for a claim with none of our devices
+  empty.claim = {"default", "other", second};
+  empty.cdi_spec = "k8s.edgetpu.edgeaccel.io-claim_" + second + ".json";
+  PreparedClaims claims(state_.path(), kDriver);
+  ASSERT_TRUE(claims.Load().ok());
+  ASSERT_TRUE(claims.Put(empty).ok());
+  ASSERT_EQ(mkdir((state_.path() + "/.checkpoint.json.tmp").c_str(), 0755), 0);
+  CapturedLog log;
+  options.boot_id = "b2222222-2222-4222-8222-222222222222";
+  auto preparer = MakePreparer(options);
+  EXPECT_TRUE(log.Contains("holds none of our devices: its record cannot be removed: cannot write")) << log.Text();
+  EXPECT_TRUE(log.Contains("written again from the devices found now (the record keeps its old boot: cannot write"))
+      << log.Text();
+  EXPECT_EQ(preparer->Prepared().size(), 2u);
+  // The cleanup of a claim gone: its spec goes, its record cannot, and the pass says why.
+  api_.clear();
+  ClaimPreparer::CleanupReport report = preparer->Cleanup();
+  EXPECT_EQ(report.unprepared, 0);
+  EXPECT_NE(report.error.message().find("cannot write"), std::string::npos) << report.error;
+  EXPECT_EQ(preparer->Prepared().size(), 2u);
+}
+
+// FetchClaim against the API server stand-in.
+TEST(FetchClaimTest, TellsAClaimNotFoundFromAPathNotServedAndKeepsCancelled) {
+  TestApiServer api("node-1");
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = api.port();
+  config.ca_file = api.ca_file();
+  config.token_file = api.token_file();
+  config.node_name = "node-1";
+  ApiClient client(config);
+  json claim = api.AddResourceClaim(
+      TestApiServer::MakeAllocatedClaim("default", "pod-tpu", kDriver, "node-1", {{"tpu", "tpu-0000-03-00-0"}}));
+  const ClaimRef ref{"default", "pod-tpu", claim["metadata"]["uid"]};
+  absl::StatusOr<std::string> body = FetchClaim(client, ref);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(json::parse(*body)["metadata"]["uid"], ref.uid);
+  EXPECT_EQ(FetchClaim(client, {"default", "other", ref.uid}).status().code(), absl::StatusCode::kNotFound);
+  // A 404 that names no claim (resource.k8s.io/v1 not served) says nothing about the claim.
+  api.FailNextClaimGets(404, 1);
+  absl::Status unserved = FetchClaim(client, ref).status();
+  EXPECT_EQ(unserved.code(), absl::StatusCode::kUnavailable) << unserved;
+  EXPECT_NE(unserved.message().find("the server could not find the requested resource"), std::string::npos);
+  EXPECT_EQ(FetchClaim(client, {"default", "Bad/Name", ref.uid}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  client.Cancel();
+  EXPECT_EQ(FetchClaim(client, ref).status().code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -87,5 +87,23 @@ TEST(ClaimReaderTest, MalformedClaimsAreErrorsThatSayWhere) {
   EXPECT_TRUE(none->results.empty());
 }
 
+TEST(ClaimReaderTest, LivenessTellsTheCurrentClaimFromOneMadeAgainOrDeallocated) {
+  EXPECT_EQ(ReadClaimLiveness(Allocated().dump(), kClaim).value(), ClaimLiveness::kCurrent);
+  json replaced = Allocated();
+  replaced["metadata"]["uid"] = "6a1e3f0c-2b7d-4c55-9e0a-1f2d3c4b5a69";
+  EXPECT_EQ(ReadClaimLiveness(replaced.dump(), kClaim).value(), ClaimLiveness::kReplaced);
+  json deallocated = Allocated();
+  deallocated["status"].erase("allocation");
+  EXPECT_EQ(ReadClaimLiveness(deallocated.dump(), kClaim).value(), ClaimLiveness::kDeallocated);
+  deallocated.erase("status");
+  EXPECT_EQ(ReadClaimLiveness(deallocated.dump(), kClaim).value(), ClaimLiveness::kDeallocated);
+  // Nothing is concluded from an answer that is not a claim.
+  for (const std::string& body : {std::string("not json"), std::string(R"({"kind": "Status"})"),
+                                  std::string(R"({"kind": "ResourceClaim", "metadata": {}})"),
+                                  std::string(R"({"metadata": {"uid": 7}})")}) {
+    EXPECT_EQ(ReadClaimLiveness(body, kClaim).status().code(), absl::StatusCode::kInvalidArgument) << body;
+  }
+}
+
 }  // namespace
 }  // namespace edgeaccel

@@ -68,6 +68,22 @@ TEST(DraDriverTest, DnsLabels) {
   EXPECT_FALSE(IsDnsLabel(std::string(64, 'a')));
 }
 
+// What kube-apiserver makes metadata.uid from (uuid.New().String(), k8s.io/apimachinery
+// pkg/util/uuid), and what the test API server and the kubelet double hand out.
+TEST(DraDriverTest, ClaimUidsAreUuidsAsTheApiServerWritesThem) {
+  EXPECT_TRUE(IsClaimUid("0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01"));
+  EXPECT_TRUE(IsClaimUid("11111111-1111-1111-1111-111111111111"));
+  EXPECT_FALSE(IsClaimUid(""));
+  EXPECT_FALSE(IsClaimUid("0D7AB0A2-6C3F-4B8E-9F11-2B7C1C9A0E01")) << "the API server writes lowercase";
+  EXPECT_FALSE(IsClaimUid("0d7ab0a26c3f4b8e9f112b7c1c9a0e01"));
+  EXPECT_FALSE(IsClaimUid("0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01-"));
+  EXPECT_FALSE(IsClaimUid("0d7ab0a2-6c3f-4b8e-9f11+2b7c1c9a0e01"));
+  EXPECT_FALSE(IsClaimUid("0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e0g"));
+  EXPECT_FALSE(IsClaimUid("../../etc/passwd-aaaa-bbbb-cccc-dddd"));
+  EXPECT_FALSE(IsClaimUid("bad uid/../x"));
+  EXPECT_FALSE(IsClaimUid(std::string("0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e0\0", 36)));
+}
+
 TEST(DraDriverTest, ClaimCdiNamesCarryTheClaimUid) {
   EXPECT_EQ(DraCdiKind("edgetpu.edgeaccel.io"), "k8s.edgetpu.edgeaccel.io/claim");
   EXPECT_EQ(DraCdiSpecFileName("edgetpu.edgeaccel.io", "u-1"), "k8s.edgetpu.edgeaccel.io-claim_u-1.json");

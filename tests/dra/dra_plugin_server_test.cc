@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 
 #include "fixture_host.h"
 
@@ -21,19 +24,58 @@ bool IsSocket(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// A NodePrepareResources request for one claim in namespace default.
+template <typename Request>
+Request OneClaim(const std::string& name, const std::string& uid) {
+  Request request;
+  auto* claim = request.add_claims();
+  claim->set_namespace_("default");
+  claim->set_name(name);
+  claim->set_uid(uid);
+  return request;
+}
+
 class DraPluginServerTest : public ::testing::Test {
  protected:
   DraPluginServerTest() {
+    preparer_ = std::make_unique<ClaimPreparer>(
+        PreparerOptions([](const ClaimRef&) -> absl::StatusOr<std::string> {
+          return absl::UnavailableError("no API server here");
+        }),
+        &set_);
+    service_ = std::make_unique<DraPluginService>(preparer_.get(), &set_, "node-1", &counters_);
+  }
+
+  ClaimPreparer::Options PreparerOptions(ClaimFetcher fetch) {
     ClaimPreparer::Options options;
     options.driver = kDriver;
     options.pool = "node-1";
     options.cdi_dir = dir_.path() + "/cdi";
     options.state_dir = dir_.path() + "/state";
-    options.fetch_claim = [](const ClaimRef&) -> absl::StatusOr<std::string> {
-      return absl::UnavailableError("no API server here");
+    options.fetch_claim = std::move(fetch);
+    return options;
+  }
+
+  // A read that says it began (`reading`), waits for `release` (at most 30 s), then answers
+  // `answer`: an API server that answers late.
+  static ClaimFetcher HeldRead(absl::Notification* reading, absl::Notification* release, absl::Status answer) {
+    return [=](const ClaimRef&) -> absl::StatusOr<std::string> {
+      reading->Notify();
+      release->WaitForNotificationWithTimeout(absl::Seconds(30));
+      return answer;
     };
-    preparer_ = std::make_unique<ClaimPreparer>(options, &set_);
-    service_ = std::make_unique<DraPluginService>(preparer_.get(), &set_, "node-1", &counters_);
+  }
+
+  // The kubelet's NodePrepareResources of claim `name` on another thread, with its 45 s deadline.
+  static std::thread PrepareMeanwhile(drav1::DRAPlugin::Stub* stub, const std::string& name,
+                                      const std::string& uid, grpc::Status* status,
+                                      drav1::NodePrepareResourcesResponse* response) {
+    return std::thread([=] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(45));
+      *status = stub->NodePrepareResources(
+          &context, OneClaim<drav1::NodePrepareResourcesRequest>(name, uid), response);
+    });
   }
 
   DraPluginServer::Options Options() {
@@ -106,18 +148,103 @@ TEST_F(DraPluginServerTest, PrepareAnswersEveryClaimEvenWhenTheApiServerIsAway) 
   ASSERT_TRUE(server.Start().ok());
   auto stub = drav1::DRAPlugin::NewStub(
       grpc::CreateChannel("unix:" + server.service_socket(), grpc::InsecureChannelCredentials()));
-  drav1::NodePrepareResourcesRequest request;
-  auto* claim = request.add_claims();
-  claim->set_namespace_("default");
-  claim->set_name("c");
-  claim->set_uid("11111111-1111-1111-1111-111111111111");
   grpc::ClientContext context;
   drav1::NodePrepareResourcesResponse response;
-  ASSERT_TRUE(stub->NodePrepareResources(&context, request, &response).ok());
+  ASSERT_TRUE(stub->NodePrepareResources(
+                      &context, OneClaim<drav1::NodePrepareResourcesRequest>("c", "11111111-1111-1111-1111-111111111111"),
+                      &response)
+                  .ok());
   ASSERT_EQ(response.claims().count("11111111-1111-1111-1111-111111111111"), 1u);
   EXPECT_NE(response.claims().at("11111111-1111-1111-1111-111111111111").error().find("no API server here"),
             std::string::npos);
-  EXPECT_EQ(counters_.prepare_errors.load(), 1u);
+  EXPECT_EQ(counters_.prepare.claim_errors.load(), 1u);
+  EXPECT_EQ(counters_.prepare.calls.load(), 1u);
+  EXPECT_EQ(counters_.prepare.in_flight.load(), 0);
+}
+
+// The kubelet gives a DRA call 45 s and the registration's GetInfo 1 s; a prepare that waits for
+// a slow API server must hold up none of the driver's other answers.
+TEST_F(DraPluginServerTest, UnprepareGetInfoAndHealthAnswerWhileAPrepareWaitsForTheApiServer) {
+  absl::Notification reading, release;
+  ClaimPreparer preparer(
+      PreparerOptions(HeldRead(&reading, &release, absl::UnavailableError("the API server answered late"))), &set_);
+  DraPluginService service(&preparer, &set_, "node-1", &counters_);
+  DraPluginServer server(Options(), &service);
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = grpc::CreateChannel("unix:" + server.service_socket(), grpc::InsecureChannelCredentials());
+  auto stub = drav1::DRAPlugin::NewStub(channel);
+  const std::string uid = "11111111-1111-1111-1111-111111111111";
+  grpc::Status prepared;
+  drav1::NodePrepareResourcesResponse prepare_response;
+  std::thread kubelet = PrepareMeanwhile(stub.get(), "slow", uid, &prepared, &prepare_response);
+  ASSERT_TRUE(reading.WaitForNotificationWithTimeout(absl::Seconds(10)));
+
+  grpc::ClientContext unprepare_context;
+  unprepare_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  drav1::NodeUnprepareResourcesResponse unprepared;
+  grpc::Status status = stub->NodeUnprepareResources(
+      &unprepare_context,
+      OneClaim<drav1::NodeUnprepareResourcesRequest>("done", "22222222-2222-2222-2222-222222222222"), &unprepared);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  auto registration = pluginregistration::Registration::NewStub(grpc::CreateChannel(
+      "unix:" + server.registration_socket(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext info_context;
+  info_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  pluginregistration::PluginInfo info;
+  EXPECT_TRUE(registration->GetInfo(&info_context, pluginregistration::InfoRequest(), &info).ok());
+
+  auto health = drahealth::DRAResourceHealth::NewStub(channel);
+  grpc::ClientContext health_context;
+  health_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  auto reader = health->NodeWatchResources(&health_context, drahealth::NodeWatchResourcesRequest());
+  drahealth::NodeWatchResourcesResponse first;
+  EXPECT_TRUE(reader->Read(&first)) << "the health stream's first list waited for the prepare";
+  health_context.TryCancel();
+  (void)reader->Finish();
+
+  release.Notify();
+  kubelet.join();
+  ASSERT_TRUE(prepared.ok()) << prepared.error_message();
+  EXPECT_NE(prepare_response.claims().at(uid).error().find("answered late"), std::string::npos);
+  server.Stop();
+}
+
+// The daemon's stop cancels the API client first, then stops the server: a prepare reading a
+// claim then ends at once, and Stop waits for it; one whose read ends only after the server has
+// shut down (a fetcher that ignores the cancel) is waited for too, its answer going nowhere.
+TEST_F(DraPluginServerTest, StopWaitsForThePrepareBeingAnswered) {
+  for (absl::Duration read_ends_after : {absl::ZeroDuration(), absl::Milliseconds(1500)}) {
+    SCOPED_TRACE(absl::FormatDuration(read_ends_after));
+    absl::Notification reading, cancel;
+    ClaimPreparer preparer(PreparerOptions(HeldRead(&reading, &cancel, absl::CancelledError("cancelled"))), &set_);
+    DraPluginService service(&preparer, &set_, "node-1", &counters_);
+    DraPluginServer server(Options(), &service);
+    ASSERT_TRUE(server.Start().ok());
+    auto stub = drav1::DRAPlugin::NewStub(
+        grpc::CreateChannel("unix:" + server.service_socket(), grpc::InsecureChannelCredentials()));
+    grpc::Status prepared;
+    drav1::NodePrepareResourcesResponse response;
+    std::thread kubelet =
+        PrepareMeanwhile(stub.get(), "c", "11111111-1111-1111-1111-111111111111", &prepared, &response);
+    ASSERT_TRUE(reading.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    std::thread late;
+    if (read_ends_after == absl::ZeroDuration()) {
+      cancel.Notify();
+    } else {
+      late = std::thread([&] {
+        absl::SleepFor(read_ends_after);  // a read that ignores the cancel, past the 500 ms grace
+        cancel.Notify();
+      });
+    }
+    const absl::Time start = absl::Now();
+    server.Stop();
+    EXPECT_LT(absl::Now() - start, read_ends_after + absl::Seconds(1));
+    EXPECT_EQ(service.OpenHealthStreams(), 0);
+    kubelet.join();
+    if (late.joinable()) late.join();
+    EXPECT_EQ(counters_.prepare.in_flight.load(), 0);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,11 @@ namespace {
 
 using testing::TempDir;
 
+// Claim UIDs as the API server makes them.
+constexpr char kU1[] = "0a000000-0000-4000-8000-000000000001";
+constexpr char kU2[] = "0a000000-0000-4000-8000-000000000002";
+constexpr char kU3[] = "0a000000-0000-4000-8000-000000000003";
+
 PreparedClaim Claim(const std::string& uid) {
   PreparedClaim claim;
   claim.claim = {"default", "claim-" + uid, uid};
@@ -27,24 +32,27 @@ TEST(PreparedClaimsTest, ARestartedDaemonReadsWhatTheLastOneWrote) {
     PreparedClaims claims(dir.path(), "edgetpu.edgeaccel.io");
     ASSERT_TRUE(claims.Load().ok());
     EXPECT_TRUE(claims.claims().empty());
-    ASSERT_TRUE(claims.Put(Claim("u-1")).ok());
-    ASSERT_TRUE(claims.Put(Claim("u-2")).ok());
-    ASSERT_TRUE(claims.Remove("u-1").ok());
-    ASSERT_TRUE(claims.Remove("never-prepared").ok());
+    ASSERT_TRUE(claims.Put(Claim(kU1)).ok());
+    PreparedClaim second = Claim(kU2);
+    second.boot_id = "5f1e3a2c-1d2b-4c3d-8e4f-5a6b7c8d9e0f";
+    ASSERT_TRUE(claims.Put(second).ok());
+    ASSERT_TRUE(claims.Remove(kU1).ok());
+    ASSERT_TRUE(claims.Remove(kU3).ok()) << "never prepared: nothing to do";
   }
   PreparedClaims again(dir.path(), "edgetpu.edgeaccel.io");
   ASSERT_TRUE(again.Load().ok());
   ASSERT_EQ(again.claims().size(), 1u);
-  const PreparedClaim* claim = again.Find("u-2");
+  const PreparedClaim* claim = again.Find(kU2);
   ASSERT_NE(claim, nullptr);
-  EXPECT_EQ(claim->claim.name, "claim-u-2");
-  EXPECT_EQ(claim->devices, Claim("u-2").devices);
-  EXPECT_EQ(again.Find("u-1"), nullptr);
+  EXPECT_EQ(claim->claim.name, std::string("claim-") + kU2);
+  EXPECT_EQ(claim->devices, Claim(kU2).devices);
+  EXPECT_EQ(claim->boot_id, "5f1e3a2c-1d2b-4c3d-8e4f-5a6b7c8d9e0f");
+  EXPECT_EQ(again.Find(kU1), nullptr);
 }
 
 TEST(PreparedClaimsTest, AnUnreadableCheckpointIsKeptAsideAndSaid) {
   TempDir dir;
-  { std::ofstream(dir.path() + "/checkpoint.json") << "{\"kind\": \"edgeaccel.io/dra-prepared-claims\", \"version\": 1, \"driver\": \"edgetpu.edgeaccel.io\", \"claims\": {\"u\": {\"namespace\": 3}}}"; }
+  { std::ofstream(dir.path() + "/checkpoint.json") << "{\"kind\": \"edgeaccel.io/dra-prepared-claims\", \"version\": 1, \"driver\": \"edgetpu.edgeaccel.io\", \"claims\": {\"0a000000-0000-4000-8000-000000000001\": {\"namespace\": 3}}}"; }
   PreparedClaims claims(dir.path(), "edgetpu.edgeaccel.io");
   absl::Status status = claims.Load();
   ASSERT_FALSE(status.ok());
@@ -59,20 +67,27 @@ TEST(PreparedClaimsTest, AnUnreadableCheckpointIsKeptAsideAndSaid) {
   closedir(d);
   EXPECT_TRUE(aside);
   // And the next write starts a good file.
-  ASSERT_TRUE(claims.Put(Claim("u-3")).ok());
+  ASSERT_TRUE(claims.Put(Claim(kU3)).ok());
   PreparedClaims again(dir.path(), "edgetpu.edgeaccel.io");
   ASSERT_TRUE(again.Load().ok());
-  EXPECT_NE(again.Find("u-3"), nullptr);
+  EXPECT_NE(again.Find(kU3), nullptr);
 }
 
 TEST(PreparedClaimsTest, ParseRefusesWhatWouldEscapeTheCdiDirectoryOrAnotherDriver) {
-  std::map<std::string, PreparedClaim> claims{{"u", Claim("u")}};
+  std::map<std::string, PreparedClaim> claims{{kU1, Claim(kU1)}};
   std::string text = PreparedClaimsJson("edgetpu.edgeaccel.io", claims);
   EXPECT_TRUE(ParsePreparedClaims(text, "edgetpu.edgeaccel.io").ok());
   EXPECT_FALSE(ParsePreparedClaims(text, "gpu.edgeaccel.io").ok());
-  claims["u"].cdi_spec = "../../etc/passwd";
+  claims[kU1].cdi_spec = "../../etc/passwd";
   EXPECT_FALSE(ParsePreparedClaims(PreparedClaimsJson("edgetpu.edgeaccel.io", claims), "edgetpu.edgeaccel.io").ok());
   EXPECT_FALSE(ParsePreparedClaims("{}", "edgetpu.edgeaccel.io").ok());
+  claims[kU1] = Claim(kU1);
+  claims[kU1].boot_id = "boot";
+  text = PreparedClaimsJson("edgetpu.edgeaccel.io", claims);
+  ASSERT_NE(text.find("\"bootId\": \"boot\""), std::string::npos) << text;
+  text.replace(text.find("\"bootId\": \"boot\""), 16, "\"bootId\": 7");
+  EXPECT_EQ(ParsePreparedClaims(text, "edgetpu.edgeaccel.io").status().message(),
+            std::string("claim ") + kU1 + ": bootId is not a string");
 }
 
 // Found by fuzz_dra_claim in CI: a field of another type than the checkpoint writes made
@@ -95,8 +110,23 @@ TEST(PreparedClaimsTest, AFailedWriteLeavesTheRecordAsItWas) {
   TempDir dir;
   PreparedClaims claims(dir.path() + "/missing/deeper", "edgetpu.edgeaccel.io");
   ASSERT_TRUE(claims.Load().ok());
-  EXPECT_FALSE(claims.Put(Claim("u-1")).ok());
-  EXPECT_EQ(claims.Find("u-1"), nullptr);
+  EXPECT_FALSE(claims.Put(Claim(kU1)).ok());
+  EXPECT_EQ(claims.Find(kU1), nullptr);
+}
+
+TEST(PreparedClaimsTest, AKeyThatIsNotAClaimUidIsRefusedAndTheCheckpointKeptAside) {
+  TempDir dir;
+  const std::string good = kU1;
+  PreparedClaim bad = Claim("bad uid/../x");
+  bad.cdi_spec = "k8s.edgetpu.edgeaccel.io-claim_x.json";  // a file name: only the key is wrong
+  std::map<std::string, PreparedClaim> claims{{good, Claim(good)}, {"bad uid/../x", bad}};
+  { std::ofstream(dir.path() + "/checkpoint.json") << PreparedClaimsJson("edgetpu.edgeaccel.io", claims); }
+  PreparedClaims loaded(dir.path(), "edgetpu.edgeaccel.io");
+  absl::Status status = loaded.Load();
+  ASSERT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("\"bad uid/../x\" is not a claim UID"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("kept as"), std::string::npos) << status;
+  EXPECT_TRUE(loaded.claims().empty());
 }
 
 }  // namespace

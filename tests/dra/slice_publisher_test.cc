@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "captured_log.h"
+#include "eventually.h"
 #include "test_api_server.h"
 
 namespace edgeaccel {
@@ -150,6 +152,48 @@ TEST_F(SlicePublisherTest, TheThreadPublishesChangesAtOnceAndRetriesFailures) {
   EXPECT_EQ(Ours().size(), 1u) << "stopping leaves the slice";
   ASSERT_TRUE(publisher.RemoveAll().ok());
   EXPECT_TRUE(Ours().empty());
+}
+
+// The driver's periodic chore (the claims cleanup) rides on the publisher's thread: first right
+// after the first reconcile, then after the reconciles that come once chore_interval has passed.
+TEST_F(SlicePublisherTest, TheChoreRunsAfterTheFirstReconcileAndThenEveryInterval) {
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Milliseconds(25);
+  absl::Mutex mu;
+  std::vector<int> writes_seen;  // the slice writes each chore run saw
+  options.chore = [&] {
+    absl::MutexLock lock(&mu);
+    writes_seen.push_back(api_.resource_slice_writes());
+  };
+  options.chore_interval = absl::Milliseconds(50);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return writes_seen.size() >= 3;
+  }));
+  publisher.Stop();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(writes_seen[0], 1) << "the slice was created before the first chore";
+}
+
+// The daemon cancels the API client first when it stops: what is cancelled is neither retried
+// nor said as an error.
+TEST_F(SlicePublisherTest, ACancelledClientIsNeitherRetriedNorSaid) {
+  ::edgeaccel::testing::CapturedLog log;
+  int chores = 0;
+  SlicePublisher::Options options = Options();
+  options.chore = [&] { ++chores; };
+  client_->Cancel();
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  publisher.Resync();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return !publisher.status().last_error.empty(); }));
+  publisher.Stop();
+  EXPECT_EQ(api_.resource_slice_writes(), 0);
+  EXPECT_FALSE(log.Contains("cannot publish")) << log.Text();
+  EXPECT_FALSE(log.Contains("owner reference")) << log.Text();
+  EXPECT_EQ(chores, 0) << "no chore once stopping";
 }
 
 }  // namespace

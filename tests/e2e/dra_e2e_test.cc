@@ -3,6 +3,7 @@
 // (plugin watcher, DRAPlugin v1/v1beta1, health stream: dra_kubelet.h), beside the device
 // plugin kubelet double, which must not hear of the families published through DRA.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_test.h"
+#include "eventually.h"
 #include "dra_kubelet.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "fixture_host.h"
@@ -50,10 +52,12 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
     host_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
   }
 
-  std::unique_ptr<DaemonProcess> StartDraDaemon() {
-    return StartDaemon({"--dra=coral-pcie,coral-usb", "--node-name=node-1", "--api-server=" + api_.url(),
-                        "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
-                        "--cdi-dir=" + cdi_.path()});
+  std::unique_ptr<DaemonProcess> StartDraDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> flags = {"--dra=coral-pcie,coral-usb", "--node-name=node-1",
+                                      "--api-server=" + api_.url(), "--api-token-file=" + api_.token_file(),
+                                      "--api-ca-file=" + api_.ca_file(), "--cdi-dir=" + cdi_.path()};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return StartDaemon(flags);
   }
 
   bool SliceHolds(const std::string& devices, absl::Duration timeout = absl::Seconds(10)) {
@@ -69,6 +73,32 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
 
   std::string SpecPath(const std::string& uid) const {
     return cdi_.path() + "/k8s.edgetpu.edgeaccel.io-claim_" + uid + ".json";
+  }
+
+  std::string Checkpoint() const {
+    return ReadFileText(kubelet_.root() + "/plugins/edgetpu.edgeaccel.io/checkpoint.json");
+  }
+
+  // The host path of the one device node in the claim's spec.
+  std::string SpecDeviceNode(const std::string& uid) const {
+    json spec = json::parse(ReadFileText(SpecPath(uid)), nullptr, false);
+    if (spec.is_discarded() || spec["devices"].size() != 1) return "";
+    const json& nodes = spec["devices"][0]["containerEdits"]["deviceNodes"];
+    return nodes.size() == 1 ? nodes[0].value("hostPath", "") : "";
+  }
+
+  // Prepares a new claim `name` of `device` through the kubelet double: its UID.
+  std::string Prepared(const std::string& name, const std::string& device) {
+    const std::string uid = ClaimUid(name, device);
+    auto answer = dra_kubelet_->Prepare(kDriver, {{"default", name, uid}});
+    EXPECT_TRUE(answer.ok()) << answer.status();
+    if (answer.ok()) EXPECT_EQ(answer->claims.at(uid).error, "");
+    return uid;
+  }
+
+  static void StopDaemon(DaemonProcess* daemon) {
+    daemon->Signal(SIGTERM);
+    ASSERT_EQ(daemon->Wait(absl::Seconds(10)), 0) << daemon->Log();
   }
 
   TestApiServer api_{"node-1"};
@@ -142,7 +172,7 @@ TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
   ASSERT_EQ(daemon->Wait(absl::Seconds(10)), 0);
   ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->Deregistered(kDriver); }));
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << "the slice stays while the daemon restarts";
-  api_.DeleteResourceClaim("default", "pod-tpu");  // the pod is going: its claim may be gone
+  api_.FailNextClaimGets(503, 1000);  // the API server cannot be asked now: the record answers
 
   auto restarted = StartDraDaemon();
   ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
@@ -152,6 +182,7 @@ TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_EQ(again->claims.at(uid).error, "");
   EXPECT_EQ(again->claims.at(uid).devices[0].cdi_device_ids, first->claims.at(uid).devices[0].cdi_device_ids);
+  api_.DeleteResourceClaim("default", "pod-tpu");  // the pod is going: its claim may be gone
   auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
   ASSERT_TRUE(undone.ok()) << undone.status();
   EXPECT_EQ(undone->claims.at(uid), "");
@@ -200,6 +231,114 @@ TEST_F(DraE2eTest, AKubelet133UsesV1beta1AndGetsPerClaimErrors) {
       << answer->claims.at(elsewhere).error;
   EXPECT_NE(answer->claims.at(missing).error.find("does not exist"), std::string::npos)
       << answer->claims.at(missing).error;
+}
+
+// A pod force-deleted, or a kubelet that lost its state, never unprepares: the driver finds its
+// claims gone (or made again under the same name) on the API server and unprepares them itself,
+// at its start and every few minutes, so the device is not refused to the next claim for good.
+TEST_F(DraE2eTest, AClaimGoneFromTheApiServerIsUnpreparedByTheDriverAndItsDeviceFreed) {
+  StartDraKubelet();
+  const std::vector<std::string> events = {"--label-node"};
+  auto daemon = StartDraDaemon(events);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  const std::string gone = Prepared("pod-gone", "tpu-0000-03-00-0");
+  const std::string replaced = Prepared("pod-replaced", "tpu-0000-04-00-0");
+  ASSERT_TRUE(PathExists(SpecPath(gone)) && PathExists(SpecPath(replaced))) << daemon->Log();
+  StopDaemon(daemon.get());
+  // While the daemon is away: one pod is force-deleted with its claim, and the other claim is
+  // deleted and made again under its name; the kubelet never calls NodeUnprepareResources.
+  ASSERT_TRUE(api_.DeleteResourceClaim("default", "pod-gone"));
+  ASSERT_FALSE(api_.ReplaceResourceClaim("default", "pod-replaced").is_null());
+
+  auto restarted = StartDraDaemon(events);
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    const std::string checkpoint = Checkpoint();
+    return !PathExists(SpecPath(gone)) && !PathExists(SpecPath(replaced)) &&
+           checkpoint.find(gone) == std::string::npos && checkpoint.find(replaced) == std::string::npos;
+  })) << restarted->Log() << Checkpoint();
+  json event = api_.WaitForEvent("DRAClaimCleanedUp", "default/pod-gone");
+  ASSERT_FALSE(event.is_null()) << restarted->Log();
+  EXPECT_NE(event["message"].get<std::string>().find("tpu-0000-03-00-0"), std::string::npos) << event.dump();
+  EXPECT_FALSE(api_.WaitForEvent("DRAClaimCleanedUp", "default/pod-replaced").is_null());
+  // The device is free again for the next claim.
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }));
+  const std::string next = ClaimUid("pod-next", "tpu-0000-03-00-0");
+  auto answer = dra_kubelet_->Prepare(kDriver, {{"default", "pod-next", next}});
+  ASSERT_TRUE(answer.ok()) << answer.status() << restarted->Log();
+  EXPECT_EQ(answer->claims.at(next).error, "");
+}
+
+// After a reboot the kubelet does not prepare its claims again (its own record says they are
+// prepared), yet /dev numbering may have changed: the driver writes every spec of a claim
+// prepared in another boot again, from the devices found now, before it serves the kubelet.
+TEST_F(DraE2eTest, AfterARebootEverySpecIsWrittenAgainFromTheDevicesFoundNow) {
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  const std::string uid = Prepared("pod-tpu", "tpu-0000-04-00-0");
+  ASSERT_EQ(SpecDeviceNode(uid), "/dev/apex_1");
+  StopDaemon(daemon.get());
+  // The reboot: a new boot id, and the apex driver probed the two cards in the other order.
+  host_.UnplugCoralPcie(0, "0000:03:00.0");
+  host_.UnplugCoralPcie(1, "0000:04:00.0");
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:04:00.0"});
+  host_.AddCoralPcie({.index = 1, .pci_address = "0000:03:00.0"});
+  const std::string boot_id = "6a1e3f0c-2b7d-4c55-9e0a-1f2d3c4b5a69";
+  host_.WriteFile("/proc/sys/kernel/random/boot_id", boot_id + "\n");
+
+  auto restarted = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
+      << restarted->Log();
+  EXPECT_EQ(SpecDeviceNode(uid), "/dev/apex_0") << "the claim's device is apex_0 since the reboot";
+  json checkpoint = json::parse(Checkpoint(), nullptr, false);
+  EXPECT_EQ(checkpoint["claims"][uid].value("bootId", ""), boot_id) << Checkpoint();
+}
+
+// What the driver did is on /metrics: calls and claim errors by method, their durations, calls
+// in flight, what is prepared now.
+TEST_F(DraE2eTest, TheDriversCallsAndWhatItHoldsAreOnMetrics) {
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  const std::string uid = Prepared("pod-tpu", "tpu-0000-03-00-0");
+  const std::string missing = "99999999-9999-9999-9999-999999999999";
+  auto refused = dra_kubelet_->CallNodePrepareResources(kDriver, {{"default", "missing", missing}});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon));
+  auto scrape = [&] {
+    auto answer = client.Get("/metrics");
+    return answer ? answer->body : std::string();
+  };
+  const std::string labels = "{driver=\"edgetpu.edgeaccel.io\",method=\"NodePrepareResources\"}";
+  std::string body = scrape();
+  for (const std::string& line :
+       {"edgeaccel_dra_requests_total" + labels + " 2", "edgeaccel_dra_claim_errors_total" + labels + " 1",
+        "edgeaccel_dra_request_duration_seconds_count" + labels + " 2",
+        "edgeaccel_dra_requests_inflight" + labels + " 0",
+        std::string("edgeaccel_dra_prepared_claims{driver=\"edgetpu.edgeaccel.io\"} 1"),
+        std::string("edgeaccel_dra_prepared_devices{driver=\"edgetpu.edgeaccel.io\"} 1")}) {
+    EXPECT_NE(body.find(line + "\n"), std::string::npos) << line << "\n" << body;
+  }
+  auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  body = scrape();
+  EXPECT_NE(body.find("edgeaccel_dra_requests_total{driver=\"edgetpu.edgeaccel.io\",method=\"NodeUnprepareResources\"} 1\n"),
+            std::string::npos) << body;
+  EXPECT_NE(body.find("edgeaccel_dra_prepared_claims{driver=\"edgetpu.edgeaccel.io\"} 0\n"), std::string::npos) << body;
+}
+
+// Without the boot id (its file not mounted under --host-root) the driver still serves; it says
+// what it cannot do and how to give it the file.
+TEST_F(DraE2eTest, WithoutTheBootIdTheDriverServesAndSaysSo) {
+  host_.Remove("/proc/sys/kernel/random/boot_id");
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  EXPECT_TRUE(daemon->WaitForLog("cannot read the node's boot id")) << daemon->Log();
+  EXPECT_TRUE(daemon->WaitForLog("mount /proc/sys/kernel/random/boot_id under --host-root")) << daemon->Log();
+  const std::string uid = Prepared("pod-tpu", "tpu-0000-03-00-0");
+  json checkpoint = json::parse(Checkpoint(), nullptr, false);
+  EXPECT_FALSE(checkpoint["claims"][uid].contains("bootId")) << Checkpoint();
 }
 
 }  // namespace

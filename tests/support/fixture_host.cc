@@ -292,7 +292,11 @@ TempDir::~TempDir() {
   if (!keep_) RemoveTree(path_);
 }
 
-FixtureHost::FixtureHost() : dir_("edgeaccel-host") {}
+FixtureHost::FixtureHost() : dir_("edgeaccel-host") {
+  // Every Linux host has one (random per boot; the kernel's random driver). A test of a reboot
+  // writes another.
+  WriteFile("/proc/sys/kernel/random/boot_id", absl::StrCat(kBootId, "\n"));
+}
 
 std::string FixtureHost::Path(absl::string_view host_path) const {
   return absl::StrCat(root(), host_path);

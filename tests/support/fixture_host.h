@@ -185,6 +185,9 @@ class StaleMount {
 
 class FixtureHost {
  public:
+  // /proc/sys/kernel/random/boot_id of every fixture host, until a test writes another.
+  static constexpr char kBootId[] = "d1b3a6c4-5e2f-4a7b-9c8d-0e1f2a3b4c5d";
+
   FixtureHost();
 
   const std::string& root() const { return dir_.path(); }

@@ -2,7 +2,9 @@
 //
 //   /metrics  Prometheus text format: devices per resource and health, Edge TPU temperature and
 //             thresholds, Jetson GPU load and temperature, allocations and Allocate errors,
-//             registrations, kubelet restarts seen, ListAndWatch updates sent, build info.
+//             registrations, kubelet restarts seen, ListAndWatch updates sent, build info; with
+//             --dra, each DRA driver's kubelet calls (count, claim errors, duration, in flight),
+//             what it has prepared, and the claims it unprepared itself.
 //   /healthz  200 while every resource that has devices is registered and serving; 503 with
 //             the reason otherwise (a liveness/readiness probe for the DaemonSet).
 #ifndef EDGEACCEL_DAEMON_METRICS_H_
@@ -18,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "edgeaccel/daemon/http_endpoint.h"
+#include "edgeaccel/dra/dra_counters.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
 #include "edgeaccel/nvml/nvml_supervisor.h"
@@ -42,15 +45,24 @@ struct ResourceMetrics {
   uint64_t checkpoint_unreadable = 0;
 };
 
+// What one DRA driver contributes to /metrics.
+struct DraMetrics {
+  std::string driver;
+  const DraCounters* counters = nullptr;
+  size_t prepared_claims = 0;
+  size_t prepared_devices = 0;
+};
+
 // What NVML says about discrete GPUs, for /metrics (with --nvml, once a GPU was found).
 struct NvmlMetrics {
   NvmlStatus status;
   std::vector<NvmlTelemetry> gpus;
 };
 
-// The Prometheus text exposition for `resources` (and NVML's GPUs, when `nvml` is set).
+// The Prometheus text exposition for `resources` (and NVML's GPUs, when `nvml` is set, and the
+// DRA drivers, when there are any).
 std::string RenderMetrics(const std::vector<ResourceMetrics>& resources,
-                          const NvmlMetrics* nvml = nullptr);
+                          const NvmlMetrics* nvml = nullptr, const std::vector<DraMetrics>& dra = {});
 
 // "host:port", ":port" (all interfaces) or "[::1]:port"; port 0 picks a free one.
 absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(absl::string_view address);

@@ -1,21 +1,35 @@
-// ClaimPreparer: what NodePrepareResources and NodeUnprepareResources do, without gRPC.
+// ClaimPreparer: what NodePrepareResources and NodeUnprepareResources do, without gRPC, and the
+// driver's own unprepare of claims the kubelet will never unprepare.
 //
 // Prepare, per claim: read the ResourceClaim from the API server (UID checked, allocated), take
 // the results of our driver on our node's pool, check each device is here and Healthy and not
 // prepared for another claim, write one CDI spec for the claim (devices "<claimUID>-<device>",
 // containerEdits from discovery: device nodes with the host's mode and owner, envs), record the
-// claim (PreparedClaims) and answer the CDI ids. A claim already prepared is answered from the
-// record (idempotent: the kubelet repeats prepares after its own restart), its spec rewritten
-// if it went missing. Unprepare removes the claim's spec and record; an unknown claim is done.
+// claim (PreparedClaims) and answer the CDI ids. A claim with none of our devices is answered
+// with none and leaves nothing behind: no spec (CDI refuses one without devices) and no record.
+// A claim already prepared is answered from the record (idempotent: the kubelet repeats
+// prepares after its own restart), its spec rewritten if it went missing. Unprepare removes the
+// claim's spec and record; an unknown claim is done.
 //
-// Every error is per claim and says why; one claim's failure never fails the others. Calls are
-// serialized (the kubelet sends one call per pod and driver at a time, but two pods' calls may
-// overlap).
+// The claims of one call are read from the API server at the same time, each on a thread of its
+// own that lives only for the read, and the call waits at most `read_timeout` for them: a claim
+// not read by then fails alone, with the reason. No lock is held while reading, so an Unprepare
+// or another Prepare never waits for the API server; what is decided and written after the reads
+// (devices free, spec, record) is serialized.
+//
+// Cleanup: for each recorded claim, a GET by namespace and name; a claim that is gone, made
+// again under its name (another UID) or no longer allocated is unprepared here (spec and record
+// removed, a log line, a counter, a Node Event): a force-deleted pod or a kubelet that lost its
+// state would otherwise leave a record that refuses the device to every later claim.
+//
+// Every error is per claim and says why; one claim's failure never fails the others. Claim
+// UIDs are checked (IsClaimUid) before any path is built from one.
 #ifndef EDGEACCEL_DRA_CLAIM_PREPARER_H_
 #define EDGEACCEL_DRA_CLAIM_PREPARER_H_
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +37,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "edgeaccel/dra/claim_reader.h"
+#include "edgeaccel/dra/dra_counters.h"
 #include "edgeaccel/dra/prepared_claims.h"
+#include "edgeaccel/dra/transient_threads.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/node/api_client.h"
 
@@ -36,13 +53,24 @@ struct ClaimOutcome {
   std::string error;
 };
 
-// Gets a ResourceClaim's JSON from the API server: the body, NotFound when it is gone, another
-// error when the API server cannot be asked or refuses.
+// Gets a ResourceClaim's JSON from the API server: the body; NotFound when the claim does not
+// exist; Cancelled when the client was cancelled (the daemon is stopping); another error when
+// the API server cannot be asked or refuses.
 using ClaimFetcher = std::function<absl::StatusOr<std::string>(const ClaimRef&)>;
 
 // GET /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name> with `client`. Names that
-// are not DNS names are refused before anything is sent.
+// are not DNS names are refused before anything is sent. NotFound only when the API server says
+// that claim is not found (a 404 Status naming resourceclaims); a 404 for the path itself
+// (resource.k8s.io/v1 not served) is an error like any other.
 absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& claim);
+
+// The Node Event's reason for a claim the driver unprepared itself.
+inline constexpr char kClaimCleanedUpReason[] = "DRAClaimCleanedUp";
+// Where the node's boot id is read (under --host-root): Options::boot_id.
+inline constexpr char kDraBootIdPath[] = "/proc/sys/kernel/random/boot_id";
+// Cleanup() runs once every this many ResourceSlice resyncs (every 5 minutes with the default
+// --dra-resync of 30 s), on the slice publisher's thread.
+inline constexpr int kDraCleanupResyncs = 10;
 
 class ClaimPreparer {
  public:
@@ -52,35 +80,79 @@ class ClaimPreparer {
     std::string cdi_dir;    // where claim specs go (/var/run/cdi)
     std::string state_dir;  // <kubelet-root>/plugins/<driver>: checkpoint.json
     ClaimFetcher fetch_claim;
+    // This boot's id (/proc/sys/kernel/random/boot_id); "" when unknown, and then only a missing
+    // spec is written again at start.
+    std::string boot_id;
+    // The longest a claim's read may take (the kubelet gives the whole call 45 s).
+    absl::Duration read_timeout = absl::Seconds(20);
+    // Told of each claim Cleanup() unprepared: a Node Event's reason (kClaimCleanedUpReason) and
+    // message. May be empty.
+    std::function<void(const std::string& reason, const std::string& message)> on_event;
+    // Where cleanups are counted; may be null.
+    DraCounters* counters = nullptr;
+  };
+
+  // What one Cleanup() did.
+  struct CleanupReport {
+    int checked = 0;     // recorded claims asked about
+    int unprepared = 0;  // of them, unprepared here
+    // The first reason a claim could not be judged or unprepared (API server away, a file that
+    // cannot be removed); those claims are looked at again next time. Cancelled: stopping.
+    absl::Status error;
   };
 
   // `set` holds the driver's devices (all of them, Healthy or not); it outlives this object.
   ClaimPreparer(Options options, const DeviceSet* set);
+  ~ClaimPreparer();  // Stop()
 
-  // Reads the checkpoint and checks each prepared claim's spec file, rewriting a missing one from
-  // the devices found now. The error (an unreadable checkpoint) is for the log: it still starts.
+  // Reads the checkpoint and brings each record's spec up to date before the kubelet can ask:
+  // a claim recorded in another boot has its spec written again from the devices found now
+  // (/dev numbering may have changed; /var/run/cdi is a tmpfs), one of this boot only when its
+  // spec is missing; a record without devices goes, with any spec written for it (no claim
+  // with none of our devices is recorded). The error (an unreadable checkpoint, kept aside) is for the log: it
+  // still starts.
   absl::Status Start();
+  // Reads no more claims (Prepare and Cleanup then answer at once that the driver is stopping)
+  // and joins the threads still reading one. Call once the API client is cancelled (a read in
+  // flight then ends at once) and before the client goes.
+  void Stop();
 
   std::map<std::string, ClaimOutcome> Prepare(const std::vector<ClaimRef>& claims);
   // Claim UID -> error ("" when done).
   std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims);
+  // Asks the API server about every recorded claim (at the same time, as Prepare reads) and
+  // unprepares those it no longer needs (see above). Its error is logged when it is not the one
+  // the last pass logged.
+  CleanupReport Cleanup();
 
   // What is prepared now (for --discover, metrics and tests).
   std::vector<PreparedClaim> Prepared() const;
   const Options& options() const { return options_; }
 
  private:
-  ClaimOutcome PrepareOne(const ClaimRef& claim, const Snapshot& snapshot)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the claim's CDI spec for `devices` (physical id -> device).
+  // Reads `claims` at the same time, at most read_timeout: one result per claim, in order.
+  std::vector<absl::StatusOr<std::string>> ReadClaims(const std::vector<ClaimRef>& claims);
+  // The recorded answer of a claim prepared before whose spec is on disk.
+  std::optional<ClaimOutcome> Recorded(const std::string& uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prepares `claim` from what its read gave.
+  ClaimOutcome PrepareRead(const ClaimRef& claim, const absl::StatusOr<std::string>& body,
+                           const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the spec and record of a claim the API server no longer has for us; false when it
+  // is not recorded any more or cannot be removed (then *error says why).
+  bool UnprepareStale(const ClaimRef& claim, CleanupReason reason, absl::Status* error);
+  // Writes the claim's CDI spec for `prepared` (at least one device).
   absl::Status WriteSpec(const std::string& uid, const std::vector<PreparedDevice>& prepared,
                          const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings one record's spec up to date (Start).
+  void Restore(const PreparedClaim& claim, const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string SpecPath(const std::string& uid) const;
 
   const Options options_;
   const DeviceSet* const set_;
+  TransientThreads readers_{"ea-dra-read"};
   mutable absl::Mutex mu_;
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
+  std::string last_cleanup_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel

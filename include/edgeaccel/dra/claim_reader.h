@@ -44,6 +44,14 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
                                                     absl::string_view driver,
                                                     absl::string_view pool);
 
+// What a GET of a claim prepared here says about it, for the driver's own cleanup: still the
+// claim the kubelet named and allocated (kCurrent); made again under its name (kReplaced: another
+// UID); or the same claim with no allocation any more (kDeallocated: the resource claim
+// controller deallocates only once no pod has it reserved). A body that is not a ResourceClaim
+// is an error: nothing is concluded from it.
+enum class ClaimLiveness { kCurrent, kReplaced, kDeallocated };
+absl::StatusOr<ClaimLiveness> ReadClaimLiveness(absl::string_view body, const ClaimRef& claim);
+
 }  // namespace edgeaccel
 
 #endif  // EDGEACCEL_DRA_CLAIM_READER_H_

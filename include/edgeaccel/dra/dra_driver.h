@@ -30,6 +30,11 @@ std::optional<std::string> SemanticVersion(absl::string_view text);
 // Whether `name` is a DNS label (RFC 1123): what ResourceSlice device names must be.
 bool IsDnsLabel(absl::string_view name);
 
+// Whether `uid` is a claim UID as the API server makes them (metadata.uid: an RFC 4122 UUID in
+// its text form, 36 characters of lowercase hex and dashes, 8-4-4-4-12). Spec and checkpoint
+// names are built from claim UIDs, so nothing else is ever taken for one.
+bool IsClaimUid(absl::string_view uid);
+
 // The CDI kind of a driver's claim devices ("k8s.edgetpu.edgeaccel.io/claim"), the spec file's
 // name for a claim ("k8s.edgetpu.edgeaccel.io-claim_<uid>.json") and a device's CDI id in it
 // ("k8s.edgetpu.edgeaccel.io/claim=<uid>-<device>"). The claim UID makes every name new: a

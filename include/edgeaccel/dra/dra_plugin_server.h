@@ -1,7 +1,9 @@
 // DraPluginServer: the driver's two Unix sockets, as the kubelet's plugin manager expects them
 // (docs/dra.md; dra-facts §1):
 //  * the service socket <kubelet-root>/plugins/<driver>/dra.sock, serving DRAPlugin v1 and
-//    v1beta1 and DRAResourceHealth (DraPluginService), on its own loop thread ("ea-dra");
+//    v1beta1 and DRAResourceHealth (DraPluginService), on its own loop thread ("ea-dra"); each
+//    NodePrepareResources and NodeUnprepareResources is answered on a thread that lives only
+//    for that call ("ea-dra-call");
 //  * the registration socket <kubelet-root>/plugins_registry/<driver>-reg.sock, where the
 //    kubelet's plugin watcher calls GetInfo (within 1 s) and NotifyRegistrationStatus, on a loop
 //    of its own ("ea-dra-reg"), so a slow prepare never makes a registration miss its deadline.
@@ -46,6 +48,9 @@ class DraPluginServer {
 
   // Makes the plugin directory, replaces stale sockets, listens on both. Errors say which path.
   absl::Status Start();
+  // Deregisters, ends the health streams and waits for the calls being answered (a prepare
+  // reading a claim ends at once when the API client is cancelled first; otherwise within the
+  // preparer's read timeout).
   void Stop(absl::Duration grace = absl::Milliseconds(500));
 
   std::string service_socket() const;

@@ -7,12 +7,15 @@
 //    plugin; answering Unimplemented would make it retry and log every 5 s).
 // Every claim of a request gets an entry in the answer, with its own error: a gRPC error would
 // make the kubelet drop the whole answer.
+// NodePrepareResources and NodeUnprepareResources are answered off the loop thread: each call
+// runs on a thread of its own that lives only while the call is answered (TransientThreads),
+// and its answer is handed back to the loop to be sent. So a prepare that waits for the API
+// server never holds up an unprepare, another prepare or the health stream.
 #ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_
 #define EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +26,8 @@
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
 #include "edgeaccel/dra/claim_preparer.h"
+#include "edgeaccel/dra/dra_counters.h"
+#include "edgeaccel/dra/transient_threads.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 
@@ -31,14 +36,6 @@ namespace edgeaccel {
 namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
 namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 namespace drahealth = ::v1alpha1;
-
-struct DraCounters {
-  std::atomic<uint64_t> prepare_calls{0};
-  std::atomic<uint64_t> prepare_errors{0};  // claims answered with an error
-  std::atomic<uint64_t> unprepare_calls{0};
-  std::atomic<uint64_t> unprepare_errors{0};
-  std::atomic<uint64_t> health_streams{0};
-};
 
 class DraPluginService {
  public:
@@ -50,9 +47,13 @@ class DraPluginService {
              drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop);
   // Ends the health streams (shutdown); call before the server shuts down.
   void EndStreams();
+  // Waits for the calls still being answered off the loop; call once the loop has drained (their
+  // answers then go nowhere) and before the server goes.
+  void JoinCalls();
   int OpenHealthStreams() const;
 
-  // The two versions' calls, answered alike (tests call them directly too).
+  // The two versions' calls, answered alike, counted in DraCounters (tests call them directly
+  // too; the server calls them off the loop).
   template <typename Request, typename Response>
   grpc::Status Prepare(const Request& request, Response* response);
   template <typename Request, typename Response>
@@ -71,6 +72,7 @@ class DraPluginService {
   DeviceSet* const set_;
   const std::string pool_;
   DraCounters* const counters_;
+  TransientThreads calls_{"ea-dra-call"};
   drahealth::DRAResourceHealth::AsyncService* health_service_ = nullptr;
   CompletionLoop* loop_ = nullptr;
   mutable absl::Mutex mu_;

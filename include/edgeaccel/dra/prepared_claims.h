@@ -5,9 +5,11 @@
 // even when the ResourceClaim is already gone from the API server.
 //
 // Written atomically (dot-file, fsync, rename) after every change; read once at start. A file
-// that cannot be read or parsed is kept aside as checkpoint.json.unreadable-<time> and said in
-// the log: the daemon starts with no prepared claims rather than not at all, and the claims'
-// specs are still found by unprepare from the claim UID.
+// that cannot be read or parsed, or whose claims are keyed by anything but claim UIDs
+// (IsClaimUid: file names are built from them), is kept aside as
+// checkpoint.json.unreadable-<time> and said in the log: the daemon starts with no prepared
+// claims rather than not at all, and the claims' specs are still found by unprepare from the
+// claim UID.
 #ifndef EDGEACCEL_DRA_PREPARED_CLAIMS_H_
 #define EDGEACCEL_DRA_PREPARED_CLAIMS_H_
 
@@ -39,6 +41,10 @@ struct PreparedClaim {
   ClaimRef claim;
   std::vector<PreparedDevice> devices;
   std::string cdi_spec;  // the spec file's name in the CDI directory
+  // The node's boot (/proc/sys/kernel/random/boot_id) the spec was last written in; "" when
+  // unknown. Specs live on a tmpfs (/var/run/cdi) and /dev numbering may change, so a claim of
+  // another boot has its spec written again.
+  std::string boot_id;
 };
 
 // The checkpoint's JSON, and back. Parse errors say what is wrong.

@@ -12,13 +12,19 @@
 // replace its devices if they differ, with the pool's generation one higher and the
 // resourceVersion it was read with (409 Conflict: read again and retry); delete any other slice
 // of ours on this node (preconditions: UID and resourceVersion). Errors are retried with
-// backoff and said once per distinct message. It never deletes the slice when it stops: a
+// backoff and said once per distinct message; a request cancelled (ApiClient::Cancel: the daemon
+// is stopping) is neither said nor retried. It never deletes the slice when it stops: a
 // restarting daemon must not make the devices vanish from the scheduler; RemoveAll() is for
 // uninstalling.
+//
+// The driver's other periodic work (ClaimPreparer::Cleanup) runs on this thread too, as the
+// `chore`: after the first reconcile, then after the first reconcile that comes at least
+// `chore_interval` after its last run, so it costs no thread and no wake-up of its own.
 #ifndef EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 #define EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -42,6 +48,9 @@ class SlicePublisher {
     absl::Duration resync = absl::Seconds(30);
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration max_backoff = absl::Seconds(30);
+    // Run after reconciles (see above); empty: none.
+    std::function<void()> chore;
+    absl::Duration chore_interval = absl::Minutes(5);
   };
 
   // What the publisher last did, for --discover, /metrics and tests.

@@ -1,0 +1,62 @@
+#include "edgeaccel/dra/transient_threads.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+namespace edgeaccel {
+
+TransientThreads::TransientThreads(std::string thread_name) : thread_name_(std::move(thread_name)) {}
+
+TransientThreads::~TransientThreads() { Join(); }
+
+bool TransientThreads::Run(std::function<void()> work) {
+  JoinFinished();
+  absl::MutexLock lock(&mu_);
+  if (closed_) return false;
+  const uint64_t id = next_id_++;
+  // The thread hands its own handle over to finished_ under mu_, which this call holds until the
+  // handle is stored.
+  running_[id] = std::thread([this, id, work = std::move(work)] {
+    pthread_setname_np(pthread_self(), thread_name_.c_str());
+    work();
+    absl::MutexLock done(&mu_);
+    auto it = running_.find(id);
+    finished_.push_back(std::move(it->second));
+    running_.erase(it);
+  });
+  return true;
+}
+
+void TransientThreads::JoinFinished() {
+  std::vector<std::thread> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    finished.swap(finished_);
+  }
+  for (std::thread& thread : finished) thread.join();
+}
+
+void TransientThreads::Join() {
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::map<uint64_t, std::thread>* running) { return running->empty(); }, &running_));
+  }
+  JoinFinished();
+}
+
+void TransientThreads::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  Join();
+}
+
+int TransientThreads::running() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(running_.size());
+}
+
+}  // namespace edgeaccel

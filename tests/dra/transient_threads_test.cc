@@ -1,0 +1,52 @@
+#include "edgeaccel/dra/transient_threads.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "fixture_host.h"
+
+namespace edgeaccel {
+namespace {
+
+TEST(TransientThreadsTest, AThreadLivesOnlyWhileItsWorkRuns) {
+  TransientThreads threads("ea-test-work");
+  const size_t before = testing::ThreadNames().size();
+  absl::Notification started, release;
+  ASSERT_TRUE(threads.Run([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  EXPECT_EQ(threads.running(), 1);
+  const std::vector<std::string> names = testing::ThreadNames();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "ea-test-work"), 1) << "named as asked";
+  release.Notify();
+  threads.Join();
+  EXPECT_EQ(threads.running(), 0);
+  EXPECT_EQ(testing::ThreadNames().size(), before) << "no thread is left once the work is done";
+}
+
+TEST(TransientThreadsTest, JoinWaitsForEveryPieceOfWorkAndCloseRefusesMore) {
+  TransientThreads threads("ea-test-work");
+  std::atomic<int> done{0};
+  absl::Notification go;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(threads.Run([&] {
+      go.WaitForNotification();
+      ++done;
+    }));
+  }
+  EXPECT_EQ(threads.running(), 8);
+  go.Notify();
+  threads.Join();
+  EXPECT_EQ(done.load(), 8);
+  threads.Close();
+  EXPECT_FALSE(threads.Run([&] { ++done; }));
+  EXPECT_EQ(done.load(), 8);
+}
+
+}  // namespace
+}  // namespace edgeaccel
