@@ -8,6 +8,7 @@
 #include <string>
 
 #include "edgeaccel/dra/claim_reader.h"
+#include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/dra/prepared_claims.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -23,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto claims = edgeaccel::ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
   if (claims.ok()) {
     for (const auto& [uid, prepared] : *claims) {
+      if (!edgeaccel::IsClaimUid(uid)) abort();  // keys become paths: claim UIDs only
       if (prepared.cdi_spec.empty() || prepared.cdi_spec.find('/') != std::string::npos ||
           prepared.cdi_spec[0] == '.') {
         abort();
