@@ -90,6 +90,58 @@ void PluginServer::Stop(absl::Duration grace) {
   inode_ = 0;
 }
 
+WatcherProbe::WatcherProbe(std::string socket_path, std::function<void()> on_asked)
+    : socket_path_(std::move(socket_path)), on_asked_(std::move(on_asked)) {}
+
+WatcherProbe::~WatcherProbe() { Stop(); }
+
+absl::Status WatcherProbe::Start() {
+  if (server_ != nullptr) return absl::OkStatus();
+  absl::Status free = FreeSocketPath(socket_path_, "remove it, or point --kubelet-root elsewhere");
+  if (!free.ok()) return free;
+  service_ = std::make_unique<pluginregistration::Registration::AsyncService>();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket_path_), grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    service_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_));
+  }
+  loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-probe");
+  auto* service = service_.get();
+  grpc::ServerCompletionQueue* loop_cq = loop_->cq();
+  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
+      loop_.get(),
+      [service, loop_cq](auto* context, auto* request, auto* responder, void* tag) {
+        service->RequestGetInfo(context, request, responder, loop_cq, loop_cq, tag);
+      },
+      [this](const auto&, auto*) {
+        if (on_asked_) on_asked_();
+        // What the kubelet logs ("failed to get plugin info using RPC GetInfo").
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "not a plugin: edgeaccel registers through kubelet.sock and only "
+                            "waited here for the plugin watcher to let go of this path");
+      });
+  loop_->Start();
+  chmod(socket_path_.c_str(), 0600);
+  inode_ = SocketInode(socket_path_);
+  return absl::OkStatus();
+}
+
+void WatcherProbe::Stop() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  loop_->Drain();
+  server_->Wait();
+  loop_.reset();
+  server_.reset();
+  service_.reset();
+  RemoveSocketIfOurs(socket_path_, inode_);
+  inode_ = 0;
+}
+
 bool PluginServer::SocketPresent() const {
   if (server_ == nullptr) return false;
   struct stat st;

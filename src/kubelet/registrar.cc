@@ -36,7 +36,7 @@ RegistrationMachine::Options MachineOptions(const ResourceRegistrar::Options& op
   machine.take_over = options.take_over;
   machine.neighbour_grace = options.neighbour_grace;
   machine.look_budget = options.look_budget;
-  machine.watcher_pass = options.watcher_pass;
+  machine.watcher_probe_timeout = options.watcher_probe_timeout;
   machine.lost_endpoint_settle = options.lost_endpoint_settle;
   return machine;
 }
@@ -85,7 +85,7 @@ std::string ResourceRegistrar::KubeletSocketPath() const {
 }
 
 absl::Status ResourceRegistrar::Start() {
-  // What registering needs (an inotify instance, three eventfds) can be missing for a while: the
+  // What registering needs (an inotify instance, four eventfds) can be missing for a while: the
   // node's fs.inotify.max_user_instances used up by other pods, or this process at its fd limit.
   // The thread then keeps trying, with backoff, instead of the resource never registering.
   thread_ = std::thread([this] {
@@ -98,7 +98,7 @@ absl::Status ResourceRegistrar::Start() {
 bool ResourceRegistrar::SetUp() {
   Backoff backoff(absl::Seconds(1), options_.max_backoff, /*jitter=*/0.2);
   std::string last_error;
-  int fds[3] = {-1, -1, -1};  // stop, call done, stream event
+  int fds[4] = {-1, -1, -1, -1};  // stop, call done, stream event, probe asked
   while (!stopping_.load()) {
     std::string error;
     if (!inotify_.Open()) {
@@ -117,6 +117,7 @@ bool ResourceRegistrar::SetUp() {
       stop_fd_ = fds[0];
       call_done_fd_ = fds[1];
       stream_event_fd_ = fds[2];
+      probe_asked_fd_ = fds[3];
       return !stop_requested_;
     }
     const absl::Duration wait = backoff.Next();
@@ -149,12 +150,15 @@ void ResourceRegistrar::Stop() {
     thread_.join();
   }
   std::unique_ptr<PluginServer> server;
+  std::unique_ptr<WatcherProbe> probe;
   {
     absl::MutexLock lock(&mu_);
     server = std::move(server_);
+    probe = std::move(probe_);
   }
   if (server != nullptr) server->Stop();
-  for (int* fd : {&stop_fd_, &call_done_fd_, &stream_event_fd_}) {
+  if (probe != nullptr) probe->Stop();
+  for (int* fd : {&stop_fd_, &call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -306,9 +310,38 @@ bool ResourceRegistrar::RecordSaysOurs() {
   return record_.RegisteredLast();
 }
 
-absl::Status ResourceRegistrar::Record(bool ours) {
+bool ResourceRegistrar::RecordSaysWatcher() {
   absl::MutexLock lock(&record_mu_);
-  return record_.Set(ours);
+  return record_.RegisteredVia() != RegistrationModeName(RegistrationMode::kKubelet);
+}
+
+absl::Status ResourceRegistrar::Record(bool ours, RegistrationMode via) {
+  absl::MutexLock lock(&record_mu_);
+  return record_.Set(ours, std::string(RegistrationModeName(via)));
+}
+
+absl::Status ResourceRegistrar::StartWatcherProbe() {
+  const std::string directory = DirectoryFor(RegistrationMode::kPluginWatcher);
+  if (!IsDirectory(directory)) return absl::NotFoundError(absl::StrCat(directory, " is not there"));
+  const int probe_asked_fd = probe_asked_fd_;
+  auto probe = std::make_unique<WatcherProbe>(
+      absl::StrCat(directory, "/", SocketFileName(set_->resource_name())), [probe_asked_fd] {
+        uint64_t one = 1;
+        (void)!write(probe_asked_fd, &one, sizeof(one));
+      });
+  if (absl::Status status = probe->Start(); !status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  probe_ = std::move(probe);
+  return absl::OkStatus();
+}
+
+void ResourceRegistrar::StopWatcherProbe() {
+  std::unique_ptr<WatcherProbe> probe;
+  {
+    absl::MutexLock lock(&mu_);
+    probe = std::move(probe_);
+  }
+  if (probe != nullptr) probe->Stop();
 }
 
 void ResourceRegistrar::Warn(const std::string& reason, const std::string& message) {
@@ -318,10 +351,11 @@ void ResourceRegistrar::Warn(const std::string& reason, const std::string& messa
 // ---- The registration thread ----
 
 void ResourceRegistrar::Wait(absl::Time wake) {
-  struct pollfd fds[4] = {{inotify_.fd(), POLLIN, 0},
+  struct pollfd fds[5] = {{inotify_.fd(), POLLIN, 0},
                           {stop_fd_, POLLIN, 0},
                           {call_done_fd_, POLLIN, 0},
-                          {stream_event_fd_, POLLIN, 0}};
+                          {stream_event_fd_, POLLIN, 0},
+                          {probe_asked_fd_, POLLIN, 0}};
   int timeout_ms = -1;
   if (wake != absl::InfiniteFuture()) {
     // A time computed from an earlier clock reading may already have passed: poll, do not sleep
@@ -333,7 +367,7 @@ void ResourceRegistrar::Wait(absl::Time wake) {
     // Some directory cannot be watched: look again every second rather than miss a kubelet.
     timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
   }
-  if (poll(fds, 4, timeout_ms) <= 0) return;
+  if (poll(fds, 5, timeout_ms) <= 0) return;
   if (fds[2].revents & POLLIN) {
     uint64_t count;
     (void)!read(call_done_fd_, &count, sizeof(count));
@@ -348,6 +382,11 @@ void ResourceRegistrar::Wait(absl::Time wake) {
     uint64_t count;
     (void)!read(stream_event_fd_, &count, sizeof(count));
     machine_.StreamEnded();
+  }
+  if (fds[4].revents & POLLIN) {
+    uint64_t count;
+    (void)!read(probe_asked_fd_, &count, sizeof(count));
+    machine_.WatcherProbeAsked();
   }
   bool rearm = false;
   std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);

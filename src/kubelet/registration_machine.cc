@@ -147,6 +147,16 @@ void RegistrationMachine::RegisterDone(const RegisterOutcome& outcome) {
   Complain(absl::StrCat(complaint, "; retrying with backoff"));
 }
 
+void RegistrationMachine::WatcherProbeAsked() {
+  if (!probing_) return;
+  EndWatcherProbe();
+  watcher_may_hold_ = false;
+  LOG(INFO) << options_.resource << ": the kubelet's plugin watcher has let go of our earlier "
+            << "registration in " << options_.plugins_registry_dir
+            << "; registering through kubelet.sock";
+  RecordOurs(RegistrationMode::kKubelet);
+}
+
 // ---- Actions ----
 
 void RegistrationMachine::CancelRegister() {
@@ -155,22 +165,60 @@ void RegistrationMachine::CancelRegister() {
 
 void RegistrationMachine::StopServing() {
   CancelRegister();
+  EndWatcherProbe();
   const EndpointState endpoint = ports_->Endpoint();
   if (endpoint.serving) {
-    NoteWatcherSocketGoing(endpoint);
+    NoteServerGoing(endpoint);
     ports_->StopServing();
   }
   registered_kubelet_.store(false);
   ports_->WatcherEndpointLost();
 }
 
-void RegistrationMachine::NoteWatcherSocketGoing(const EndpointState& endpoint) {
-  // The plugin watcher deregisters a removed socket by resource name on its next pass, and
-  // would disconnect a kubelet.sock registration made before it (Options::watcher_pass).
-  if (active_mode_ == RegistrationMode::kPluginWatcher &&
-      (ports_->WatcherRegistered() || endpoint.open_streams > 0)) {
-    watcher_socket_gone_at_ = Now();
+void RegistrationMachine::NoteServerGoing(const EndpointState& endpoint) {
+  // The plugin watcher may have registered the socket, even if it has not told us yet (it
+  // records a registration before it connects and notifies).
+  if (endpoint.mode == RegistrationMode::kPluginWatcher) watcher_may_hold_ = true;
+}
+
+absl::Time RegistrationMachine::WaitForTheWatcherToLetGo() {
+  const std::string& resource = options_.resource;
+  if (!probing_) {
+    const absl::Status status = ports_->StartWatcherProbe();
+    if (absl::IsNotFound(status)) {  // no plugins_registry/: nothing registered from it
+      watcher_may_hold_ = false;
+      return absl::InfinitePast();
+    }
+    if (!status.ok()) {
+      Complain(absl::StrCat(status.message(), "; registering through kubelet.sock without "
+                                              "waiting for the kubelet's plugin watcher"));
+      watcher_may_hold_ = false;
+      return absl::InfinitePast();
+    }
+    probing_ = true;
+    probe_deadline_ = Now() + options_.watcher_probe_timeout;
+    LOG(INFO) << resource << ": our socket in " << options_.plugins_registry_dir
+              << " may still be registered with the kubelet's plugin watcher, which drops any "
+                 "endpoint of " << resource << " when it unregisters that socket; registering "
+                 "through kubelet.sock once the watcher has let go of it";
+    return probe_deadline_;
   }
+  if (Now() < probe_deadline_) return probe_deadline_;
+  EndWatcherProbe();
+  watcher_may_hold_ = false;
+  LOG(WARNING) << resource << ": the kubelet's plugin watcher did not look at "
+               << options_.plugins_registry_dir << " within "
+               << absl::FormatDuration(options_.watcher_probe_timeout)
+               << " (is the kubelet running? is --kubelet-root its --root-dir?); registering "
+                  "through kubelet.sock anyway";
+  return absl::InfinitePast();
+}
+
+void RegistrationMachine::EndWatcherProbe() {
+  if (!probing_) return;
+  ports_->StopWatcherProbe();
+  probing_ = false;
+  probe_deadline_ = absl::InfiniteFuture();
 }
 
 bool RegistrationMachine::RegisteredNow() {
@@ -187,16 +235,17 @@ ArbiterInput RegistrationMachine::InputFor(const NeighbourView& view) {
   return input;
 }
 
-void RegistrationMachine::RecordOurs() {
-  if (ports_->RecordSaysOurs()) return;
-  if (absl::Status status = ports_->Record(true); !status.ok()) {
+void RegistrationMachine::RecordOurs(RegistrationMode via) {
+  const bool watcher = via == RegistrationMode::kPluginWatcher;
+  if (ports_->RecordSaysOurs() && ports_->RecordSaysWatcher() == watcher) return;
+  if (absl::Status status = ports_->Record(true, via); !status.ok()) {
     Complain(absl::StrCat(status.message(), " (the registration record: after a reboot we may "
                                             "wait --neighbour-grace for our own resource)"));
   }
 }
 
 void RegistrationMachine::RecordNotOurs() {
-  if (absl::Status status = ports_->Record(false); !status.ok()) {
+  if (absl::Status status = ports_->Record(false, RegistrationMode::kAuto); !status.ok()) {
     Complain(std::string(status.message()));
   }
 }
@@ -255,10 +304,9 @@ bool RegistrationMachine::Arbitrate() {
     }
     ports_->WatcherSteppedBack(false);
     if (predecessor_was_watcher_) {
-      // Our predecessor registered through the plugin watcher: its deregistration by name, on
-      // the watcher's next pass, would disconnect us if we registered first.
+      // Our predecessor registered through the plugin watcher, from the path we would probe.
       predecessor_was_watcher_ = false;
-      watcher_socket_gone_at_ = Now();
+      watcher_may_hold_ = true;
     }
     return false;
   }
@@ -372,7 +420,13 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
   const auto again = [] { return Pass{true, absl::InfiniteFuture()}; };
   const auto wait_until = [](absl::Time at) { return Pass{false, at}; };
 
+  if (!record_read_) {
+    record_read_ = true;
+    // An earlier edgeaccel that registered through the plugin watcher (or did not say how).
+    watcher_may_hold_ = ports_->RecordSaysOurs() && ports_->RecordSaysWatcher();
+  }
   const RegistrationMode mode = ports_->EffectiveMode();
+  if (mode != RegistrationMode::kKubelet) EndWatcherProbe();  // the path may be ours to serve
   if (mode == RegistrationMode::kAuto) {
     Complain(absl::StrCat("waiting for the kubelet: neither ", options_.device_plugin_dir,
                           " nor ", options_.plugins_registry_dir,
@@ -434,9 +488,10 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
                 << endpoint.path;
     }
     CancelRegister();  // a Register naming the vanished socket cannot succeed
-    NoteWatcherSocketGoing(endpoint);
+    NoteServerGoing(endpoint);
     ports_->StopServing();
     registered_kubelet_.store(false);
+    ports_->WatcherEndpointLost();
     endpoint = ports_->Endpoint();
   }
   if (!endpoint.serving) {
@@ -449,10 +504,10 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
                             absl::FormatDuration(options_.max_backoff), " between tries)"));
       return wait_until(retry_at_);
     }
-    active_mode_ = mode;
     // From here the kubelet may register us at any moment (the plugin watcher) or is about to
-    // (kubelet.sock): the resource is ours from now on, should we restart before it answers.
-    RecordOurs();
+    // (kubelet.sock): the resource is ours from now on, should we restart before it answers. The
+    // record keeps saying "plugin watcher" until the watcher has let go of our path.
+    RecordOurs(watcher_may_hold_ ? RegistrationMode::kPluginWatcher : mode);
     last_complaint_.clear();
     if (!endpoint_lost_.load()) backoff_.Reset();  // a lost endpoint keeps backing off
     retry_at_ = absl::InfinitePast();
@@ -473,11 +528,10 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
                             " is not there yet; will register as soon as it appears"));
     } else if (Now() < retry_at_) {
       wake = retry_at_;
-    } else if (Now() < watcher_socket_gone_at_ + options_.watcher_pass) {
-      // Our plugin-watcher registration (or our predecessor's) has just gone: let the watcher's
-      // deregistration by name pass before we register, or it disconnects us.
-      retry_at_ = watcher_socket_gone_at_ + options_.watcher_pass;
-      wake = retry_at_;
+    } else if (watcher_may_hold_) {
+      // The plugin watcher's late deregistration by name would drop a registration made now.
+      wake = WaitForTheWatcherToLetGo();
+      if (!watcher_may_hold_) return again();
     } else if (!Arbitrate()) {
       if (registered_kubelet_id_.inode != 0 && *kubelet != registered_kubelet_id_ &&
           *kubelet != restart_counted_for_) {

@@ -23,8 +23,19 @@ bool RegistrationRecord::RegisteredLast() const {
   return access(path_.c_str(), F_OK) == 0;
 }
 
-absl::Status RegistrationRecord::Set(bool ours) {
+std::string RegistrationRecord::RegisteredVia() const {
+  if (known_ || path_.empty()) return in_memory_ ? via_in_memory_ : "";
+  const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  char text[32];
+  const ssize_t n = read(fd, text, sizeof(text));
+  close(fd);
+  return n > 0 ? std::string(text, static_cast<size_t>(n)) : "";
+}
+
+absl::Status RegistrationRecord::Set(bool ours, const std::string& via) {
   in_memory_ = ours;
+  via_in_memory_ = ours ? via : "";
   known_ = true;
   if (path_.empty()) return absl::OkStatus();
   if (ours) {
@@ -32,11 +43,16 @@ absl::Status RegistrationRecord::Set(bool ours) {
       return absl::InternalError(
           absl::StrCat("cannot create ", directory_, ": ", strerror(errno)));
     }
-    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const int fd =
+        open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", strerror(errno)));
     }
+    const bool written = write(fd, via.data(), via.size()) == static_cast<ssize_t>(via.size());
     close(fd);
+    if (!written) {
+      return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", strerror(errno)));
+    }
   } else if (unlink(path_.c_str()) != 0 && errno != ENOENT) {
     return absl::InternalError(absl::StrCat("cannot remove ", path_, ": ", strerror(errno)));
   }

@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -34,6 +35,7 @@ using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::FullDisk;
+using ::edgeaccel::testing::KubeletProfileName;
 using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
@@ -601,20 +603,22 @@ TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
       << daemon->Log();
 }
 
-// Switching from a plugin that registered through plugins_registry/ (here: the daemon itself with
-// --registration=plugin-watcher) to one that uses kubelet.sock. The kubelet's late
-// deregistration of the old socket drops the new endpoint; while the daemon cannot register again
-// (the kubelet refuses, here) /healthz fails, so a liveness probe would act; then it recovers.
+// The kubelet can drop our endpoint without restarting: here a kubelet 1.25-1.36, where the end
+// of a replaced client's stream disconnects the client that holds the name now (the plugin the
+// daemon took the resource from, with --take-over, exits). While the daemon cannot register
+// again (the kubelet refuses, here) /healthz fails, so a liveness probe would act; then it
+// recovers.
 TEST_F(E2eTest, ALostEndpointFailsHealthzUntilRegisteredAgain) {
   kubelet_.Start();
-  auto old = StartDaemon({"--registration=plugin-watcher", "--metrics-address="});
-  ASSERT_TRUE(Advertised(2, 2)) << old->Log();
-  old->Signal(SIGTERM);
-  ASSERT_EQ(old->Wait(absl::Seconds(5)), 0);
-  auto daemon = StartDaemon({"--registration=kubelet"});
-  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet"; }))
-      << daemon->Log();
+  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
+                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
+                                              kTpu, {"vendor-tpu-0"});
+  ASSERT_TRUE(other.Start().ok());
+  ASSERT_TRUE(Advertised(1, 1));
+  auto daemon = StartDaemon({"--take-over=coral.ai/edgetpu"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
   kubelet_.RefuseRegistrations("registrations paused for this test");
+  other.Stop();
   ASSERT_TRUE(daemon->WaitForLog("it dropped our endpoint")) << daemon->Log();
   httplib::Client client("127.0.0.1", MetricsPort(*daemon));
   EXPECT_TRUE(Eventually([&] {
@@ -630,6 +634,84 @@ TEST_F(E2eTest, ALostEndpointFailsHealthzUntilRegisteredAgain) {
     auto health = client.Get("/healthz");
     return health && health->status == 200;
   }));
+}
+
+// One daemon replacing another, from the plugin watcher to kubelet.sock, on every kubelet
+// generation: measured on real kubelets 1.20.2 and 1.36, the plugin watcher's late deregistration
+// of the old socket (by resource name) dropped the new registration, and a pod admitted then
+// failed. Once the new daemon is registered every pod must be admitted, and the kubelet must
+// never drop it.
+class HandoverE2eTest : public E2eTest,
+                        public ::testing::WithParamInterface<::edgeaccel::testing::KubeletProfile> {
+ protected:
+  std::unique_ptr<DaemonProcess> StartDaemonRegisteringVia(const std::string& registration) {
+    return StartDaemon({"--kubelet-root=" + kubelet_of_profile_.root(),
+                        "--device-plugin-dir=" + kubelet_of_profile_.DevicePluginsDir(),
+                        "--metrics-address=", "--registration=" + registration});
+  }
+  bool Served(const std::string& via) {
+    return kubelet_of_profile_.WaitFor([&] {
+      return kubelet_of_profile_.RegisteredVia(kTpu) == via &&
+             kubelet_of_profile_.StreamOpen(kTpu) && kubelet_of_profile_.Allocatable(kTpu) == 2;
+    });
+  }
+  // The old daemon (plugin watcher) ends with `signal` just after a pass of the watcher's
+  // reconciler (its next pass, the late deregistration, is a whole period away); the next one
+  // (kubelet.sock) starts at once.
+  void Handover(int signal) {
+    kubelet_of_profile_.Start();
+    auto old = StartDaemonRegisteringVia("plugin-watcher");
+    ASSERT_TRUE(Served("plugin-watcher")) << old->Log();
+    const uint64_t passes = kubelet_of_profile_.ReconcilerPasses();
+    ASSERT_TRUE(kubelet_of_profile_.WaitFor(
+        [&] { return kubelet_of_profile_.ReconcilerPasses() > passes; }));
+    old->Signal(signal);
+    ASSERT_TRUE(old->Wait(absl::Seconds(5)).has_value());
+    auto next = StartDaemonRegisteringVia("kubelet");
+    ASSERT_TRUE(Served("kubelet")) << next->Log();
+    // Pods keep arriving until the watcher has passed twice more.
+    const int drops = kubelet_of_profile_.Disconnections(kTpu);
+    const uint64_t until = kubelet_of_profile_.ReconcilerPasses() + 2;
+    int admitted = 0;
+    while (kubelet_of_profile_.ReconcilerPasses() < until) {
+      absl::StatusOr<std::string> pod = kubelet_of_profile_.Admit(kTpu, 1);
+      ASSERT_TRUE(pod.ok()) << "pod " << admitted + 1 << ": " << pod.status() << "\n"
+                            << next->Log();
+      kubelet_of_profile_.DeletePod(*pod);
+      ++admitted;
+      absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
+    }
+    EXPECT_EQ(kubelet_of_profile_.Disconnections(kTpu), drops) << next->Log();
+    EXPECT_THAT(next->Log(), Not(HasSubstr("it dropped our endpoint")));
+    EXPECT_THAT(next->Log(), HasSubstr("the kubelet's plugin watcher has let go of our earlier "
+                                       "registration"));
+    RecordProperty("pods_admitted", std::to_string(admitted));
+  }
+
+  // A kubelet of the generation under test (E2eTest's kubelet_, of the default one, stays unused).
+  TestKubelet kubelet_of_profile_{dir_.path() + "/kubelet-" + KubeletProfileName(GetParam()),
+                                  GetParam()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Kubelets, HandoverE2eTest,
+                         ::testing::ValuesIn(::edgeaccel::testing::kAllKubeletProfiles),
+                         [](const auto& info) {
+                           std::string name = KubeletProfileName(info.param);
+                           name.erase(std::remove_if(name.begin(), name.end(),
+                                                     [](char c) { return !isalnum(c); }),
+                                      name.end());
+                           return name;
+                         });
+
+TEST_P(HandoverE2eTest, FromAStoppedPluginWatcherDaemonToKubeletSockNoPodFails) {
+  Handover(SIGTERM);  // at the kubelet's own pace: a reconciler pass a second
+}
+
+// SIGKILL leaves the old socket on disk, dead (the kubelet's stream to it ended); the next daemon
+// replaces it, and so the watcher unregisters the old registration before the new one is made.
+TEST_P(HandoverE2eTest, FromAKilledPluginWatcherDaemonToKubeletSockNoPodFails) {
+  kubelet_of_profile_.SetReconcilePeriod(absl::Milliseconds(250));
+  Handover(SIGKILL);
 }
 
 // NFD's worker runs as uid 65534 with every capability dropped (its Helm chart: runAsNonRoot),

@@ -269,8 +269,8 @@ TEST_P(NeighbourhoodTest, ARolloutWithMaxSurgeHandsOverWithoutAFailedAdmission) 
 }
 
 // The same rollout switching registration mode (plugin watcher -> kubelet.sock): the new daemon
-// registers only after the watcher's pass has deregistered the old socket by name, so that
-// deregistration never disconnects it.
+// registers only once the watcher has unregistered the old socket (it asks the new daemon's probe
+// on that path only after), so the deregistration by name never disconnects it.
 TEST_P(NeighbourhoodTest, ARolloutThatSwitchesRegistrationModeIsNeverDisconnected) {
   CapturedLog log;
   kubelet_.Start();

@@ -52,11 +52,18 @@ class ScriptedNode : public RegistrationPorts {
   void WatcherEndpointLost() override { watcher_registered = false; }
   void WatcherSteppedBack(bool stepped_back) override { watcher_stepped_back = stepped_back; }
   bool RecordSaysOurs() override { return record_ours; }
-  absl::Status Record(bool ours) override {
-    Did(absl::StrCat("Record(", ours ? "ours" : "not ours", ")"));
+  bool RecordSaysWatcher() override { return record_via != "kubelet"; }
+  absl::Status Record(bool ours, RegistrationMode via) override {
+    Did(ours ? absl::StrCat("Record(ours, ", RegistrationModeName(via), ")") : "Record(not ours)");
     record_ours = ours;
+    record_via = ours ? std::string(RegistrationModeName(via)) : "";
     return absl::OkStatus();
   }
+  absl::Status StartWatcherProbe() override {
+    Did("StartWatcherProbe");
+    return probe_status;
+  }
+  void StopWatcherProbe() override { Did("StopWatcherProbe"); }
   void Warn(const std::string& reason, const std::string&) override {
     Did(absl::StrCat("Warn(", reason, ")"));
   }
@@ -81,6 +88,8 @@ class ScriptedNode : public RegistrationPorts {
   bool watcher_registered = false;
   bool watcher_stepped_back = false;
   bool record_ours = false;
+  std::string record_via;
+  absl::Status probe_status;
   std::vector<std::string> actions;
 
  private:
@@ -143,7 +152,7 @@ TEST_F(RegistrationMachineTest, NoKubeletYetMeansNothingDoneUntilAnEvent) {
 TEST_F(RegistrationMachineTest, ServesThenRegistersOnceKubeletSockAppears) {
   // device-plugins/ is there, kubelet.sock is not yet: serve, and wait for it.
   EXPECT_EQ(Step(), absl::InfiniteFuture());
-  EXPECT_EQ(node.Done(true), "Look; Serve(kubelet); Record(ours)");
+  EXPECT_EQ(node.Done(true), "Look; Serve(kubelet); Record(ours, kubelet)");
   node.kubelet = kKubeletA;
   Machine().KubeletSocketCreated();
   Step();
@@ -329,7 +338,7 @@ TEST_F(RegistrationMachineTest, ANeighbourGoneForGoodIsReplacedOnceTheGraceRunsO
   node.Done();
   now += absl::Minutes(5);
   Step();
-  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours); Register(101)");
+  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours, kubelet); Register(101)");
   EXPECT_EQ(Machine().left_to(), "");
 }
 
@@ -339,26 +348,99 @@ TEST_F(RegistrationMachineTest, TakeOverRegistersWhereAnotherPluginServes) {
   node.view.holdings.healthy[kTpu] = {"GPU-neighbour-0"};
   node.view.live_foreign_sockets = 1;
   Step();
-  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours); Register(101)");
+  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours, kubelet); Register(101)");
 }
 
-TEST_F(RegistrationMachineTest, FromThePluginWatcherToKubeletSockWaitsForTheWatchersPass) {
+TEST_F(RegistrationMachineTest, FromThePluginWatcherToKubeletSockWaitsForTheWatcherToLetGo) {
   // Registered through the plugin watcher; then device-plugins/ appears (a switch of mode).
   node.mode = RegistrationMode::kPluginWatcher;
   Step();
-  EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours)");
+  EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher)");
   node.watcher_registered = true;
   node.endpoint.open_streams = 1;
   node.mode = RegistrationMode::kKubelet;
   node.kubelet = kKubeletA;
-  const absl::Time wake = Step();
-  // The watcher deregisters the old socket by name on its next pass (1 s loop): a registration
-  // made before it would be disconnected.
-  EXPECT_EQ(node.Done(), "StopServing; Serve(kubelet)");
-  EXPECT_EQ(wake, kT0 + absl::Milliseconds(1500));
-  now = wake;
+  // The watcher deregisters the old socket by name when it unregisters it (up to a 1 s loop
+  // later): a registration made before would be dropped. A probe on the path tells when.
+  EXPECT_EQ(Step(), kT0 + absl::Seconds(5));
+  EXPECT_EQ(node.Done(), "StopServing; Serve(kubelet); StartWatcherProbe");
+  EXPECT_FALSE(node.watcher_registered);
+  now += absl::Milliseconds(1700);
+  EXPECT_EQ(Step(), kT0 + absl::Seconds(5));
+  EXPECT_EQ(node.Done(true), "");
+  Machine().WatcherProbeAsked();
+  EXPECT_EQ(node.Done(), "StopWatcherProbe; Record(ours, kubelet)");
   Step();
   EXPECT_EQ(node.Done(), "Register(101)");
+}
+
+TEST_F(RegistrationMachineTest, AfterAnEdgeaccelThatUsedThePluginWatcherTheWatcherIsWaitedFor) {
+  // The record an earlier edgeaccel left: ours, through the plugin watcher.
+  node.record_ours = true;
+  node.record_via = "plugin-watcher";
+  node.kubelet = kKubeletA;
+  Step();
+  // The record keeps saying "plugin watcher" until the watcher has let go (a restart meanwhile
+  // must wait too).
+  EXPECT_EQ(node.Done(), "Serve(kubelet); StartWatcherProbe");
+  Machine().WatcherProbeAsked();
+  Step();
+  EXPECT_EQ(node.Done(), "StopWatcherProbe; Record(ours, kubelet); Register(101)");
+  KubeletAnswers(kKubeletA, true);
+  EXPECT_TRUE(Machine().registered_kubelet());
+}
+
+TEST_F(RegistrationMachineTest, ARecordThatDoesNotSayHowIsTakenForThePluginWatcher) {
+  node.record_ours = true;  // written by an edgeaccel that did not say how it registered
+  node.kubelet = kKubeletA;
+  Step();
+  EXPECT_EQ(node.Done(), "Serve(kubelet); StartWatcherProbe");
+}
+
+TEST_F(RegistrationMachineTest, AfterAnEdgeaccelThatUsedKubeletSockRegistersAtOnce) {
+  node.record_ours = true;
+  node.record_via = "kubelet";
+  node.kubelet = kKubeletA;
+  Step();
+  EXPECT_EQ(node.Done(), "Serve(kubelet); Register(101)");
+}
+
+TEST_F(RegistrationMachineTest, AWatcherThatNeverLooksIsWaitedForAtMostTheProbeTimeout) {
+  node.record_ours = true;
+  node.record_via = "plugin-watcher";
+  node.kubelet = kKubeletA;
+  EXPECT_EQ(Step(), kT0 + absl::Seconds(5));
+  node.Done();
+  now = kT0 + absl::Seconds(5);
+  Step();
+  EXPECT_EQ(node.Done(), "StopWatcherProbe; Register(101)");
+}
+
+TEST_F(RegistrationMachineTest, NoPluginsRegistryMeansNothingToWaitFor) {
+  node.record_ours = true;
+  node.record_via = "plugin-watcher";
+  node.probe_status = absl::NotFoundError("/kubelet/plugins_registry is not there");
+  node.kubelet = kKubeletA;
+  Step();
+  EXPECT_EQ(node.Done(), "Serve(kubelet); StartWatcherProbe; Register(101)");
+}
+
+// A rollout: the earlier edgeaccel still serves on our plugins_registry/ path; once it goes, the
+// watcher is waited for before kubelet.sock.
+TEST_F(RegistrationMachineTest, AnEarlierEdgeaccelOnThePluginWatcherIsWaitedForThenItsWatcher) {
+  node.kubelet = kKubeletA;
+  node.view.predecessor = "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  EXPECT_EQ(node.Done(), "");
+  EXPECT_EQ(Machine().left_to(), node.view.predecessor);
+  node.view.predecessor.clear();  // it exits
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kLookInterval;
+  Step();
+  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours, plugin-watcher); StartWatcherProbe");
+  Machine().WatcherProbeAsked();
+  Step();
+  EXPECT_EQ(node.Done(), "StopWatcherProbe; Record(ours, kubelet); Register(101)");
 }
 
 TEST_F(RegistrationMachineTest, ASocketPathThatCannotBeServedIsRetriedWithBackoff) {
@@ -368,7 +450,7 @@ TEST_F(RegistrationMachineTest, ASocketPathThatCannotBeServedIsRetriedWithBackof
   now += absl::Milliseconds(100);
   node.serve_status = absl::OkStatus();
   Step();
-  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours)");
+  EXPECT_EQ(node.Done(), "Serve(kubelet); Record(ours, kubelet)");
 }
 
 TEST_F(RegistrationMachineTest, MissedEventsAreMadeUpByComparingKubeletSock) {

@@ -219,6 +219,13 @@ void TestKubelet::Start() {
     CHECK(pod_resources_server_ != nullptr) << "test kubelet cannot listen in " << dir;
   }
 
+  {
+    // A new process: the plugin manager's state starts empty.
+    absl::MutexLock lock(&mu_);
+    desired_.clear();
+    actual_.clear();
+    operations_.clear();
+  }
   watcher_stop_fd_ = eventfd(0, EFD_CLOEXEC);
   watcher_ = std::thread([this] { WatchPluginsRegistry(); });
 }
@@ -264,13 +271,15 @@ void TestKubelet::Stop() {
   for (auto& endpoint : endpoints) {
     if (endpoint->reader.joinable()) endpoint->reader.join();
   }
-  std::vector<std::thread> connecting;
+  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
-    connecting = std::move(connecting_);
+    threads = std::move(connecting_);
     connecting_.clear();
+    for (std::thread& thread : operation_threads_) threads.push_back(std::move(thread));
+    operation_threads_.clear();
   }
-  for (std::thread& thread : connecting) thread.join();
+  for (std::thread& thread : threads) thread.join();
 }
 
 void TestKubelet::Note(const std::string& entry) {
@@ -428,6 +437,8 @@ void TestKubelet::StreamEndedLocked(Endpoint* endpoint) {
     case KubeletProfile::kV1_20:
       // runEndpoint: markResourceUnhealthy only if the ended endpoint is still the current one.
       if (current) {
+        auto held = endpoints_.find(endpoint->resource);
+        if (held != endpoints_.end() && held->second.get() == endpoint) state.disconnections++;
         state.stream_open = false;
         for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
       }
@@ -455,16 +466,26 @@ void TestKubelet::DisconnectLocked(const std::string& resource) {
   retired_.push_back(std::move(it->second));
   endpoints_.erase(it);
   ResourceState& state = resources_[resource];
+  state.disconnections++;
   state.stream_open = false;
   for (v1beta1::Device& device : state.devices) device.set_health("Unhealthy");
   Changed();
 }
 
-absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& socket) {
+// operation_generator.go GenerateRegisterPluginFunc: dial (blocking, 10 s), GetInfo (1 s), the
+// handler for the type, validate, the actual state of the world updated, RegisterPlugin (the
+// device manager connects the endpoint), NotifyRegistrationStatus (5 s). An error anywhere fails
+// the operation (backed off by the reconciler).
+absl::Status TestKubelet::RegisterFromWatcher(const std::string& socket, uint64_t incarnation) {
   std::shared_ptr<grpc::Channel> channel = DialUnixSocket(socket);
-  if (!channel->WaitForConnected(In(absl::Seconds(10)))) {
-    return absl::UnavailableError(absl::StrCat("cannot dial ", socket));
+  const absl::Time dial_deadline = absl::Now() + absl::Seconds(10);
+  bool connected = false;
+  while (!connected && absl::Now() < dial_deadline) {
+    connected = channel->WaitForConnected(In(absl::Milliseconds(100)));
+    absl::MutexLock lock(&mu_);
+    if (!running_) break;
   }
+  if (!connected) return absl::UnavailableError(absl::StrCat("cannot dial ", socket));
   auto stub = pluginregistration::Registration::NewStub(channel);
   pluginregistration::PluginInfo info;
   {
@@ -472,12 +493,21 @@ absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& 
     context.set_deadline(In(absl::Seconds(1)));
     grpc::Status status = stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
     Note(absl::StrCat("GetInfo ", Basename(socket)));
-    if (!status.ok()) return FromGrpc(status);
+    if (!status.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at "
+                       "socket ", socket, ", err: ", status.error_message()));
+    }
   }
+  const std::string endpoint = info.endpoint().empty() ? socket : info.endpoint();
   // The plugin manager hands each type to its handler (reconciler.go: a map from type to
-  // handler); DRA drivers and CSI plugins have their own (DraKubelet models the DRA one). Only a
-  // type with no handler is refused.
-  if (info.type() == "DRAPlugin" || info.type() == "CSIPlugin") return std::string();
+  // handler); DRA drivers and CSI plugins have their own (DraKubelet models the DRA one): here
+  // they are registered under no device plugin name.
+  if (info.type() == "DRAPlugin" || info.type() == "CSIPlugin") {
+    absl::MutexLock lock(&mu_);
+    actual_[socket] = {incarnation, "", endpoint};
+    return absl::OkStatus();
+  }
   std::string error;
   bool version_ok = false;
   for (const std::string& v : info.supported_versions()) version_ok |= v == kVersion;
@@ -495,7 +525,11 @@ absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& 
   } else if (!IsExtendedResourceName(info.name())) {
     error = absl::StrCat("invalid resource name ", info.name());
   } else {
-    const std::string endpoint = info.endpoint().empty() ? socket : info.endpoint();
+    // Added before RegisterPlugin, so a removal during it is handled as a deregistration.
+    {
+      absl::MutexLock lock(&mu_);
+      actual_[socket] = {incarnation, info.name(), endpoint};
+    }
     absl::Status status = Connect(info.name(), endpoint, "plugin-watcher");
     if (!status.ok()) error = std::string(status.message());
   }
@@ -509,79 +543,111 @@ absl::StatusOr<std::string> TestKubelet::RegisterFromWatcher(const std::string& 
   Note(absl::StrCat("NotifyRegistrationStatus ", info.name(), error.empty() ? " ok" : " failed"));
   if (!error.empty()) {
     absl::MutexLock lock(&mu_);
-    errors_.push_back(error);
+    errors_.push_back(error);  // a failed RegisterPlugin stays in the actual state, as upstream
     Changed();
     return absl::FailedPreconditionError(error);
   }
-  return info.name();
+  return absl::OkStatus();
 }
 
-void TestKubelet::Deregister(const std::string& resource, const std::string& socket) {
+void TestKubelet::Deregister(const std::string& resource, const std::string& endpoint) {
   Note(absl::StrCat("DeRegisterPlugin ", resource));
   absl::MutexLock lock(&mu_);
-  // Up to 1.36 DeRegisterPlugin(name, endpoint) acts on the name alone: the client holding it
-  // now goes, whatever its socket. 1.37+ checks the endpoint.
+  // Up to 1.36 DeRegisterPlugin(name[, endpoint]) acts on the name alone: the endpoint holding it
+  // now is stopped, whatever its socket (1.20 manager.go: eI.e.stop(); 1.25-1.36 handler.go:
+  // s.getClient(pluginName)). 1.37+ checks the endpoint.
   auto it = endpoints_.find(resource);
   if (profile_ == KubeletProfile::kV1_37 && it != endpoints_.end() &&
-      it->second->socket != socket) {
+      it->second->socket != endpoint) {
     return;
   }
   DisconnectLocked(resource);
 }
 
+bool TestKubelet::StartOperationLocked(const std::string& socket,
+                                       std::function<absl::Status()> operation) {
+  PathOperation& op = operations_[socket];
+  if (op.pending || absl::Now() < op.retry_after) return false;  // AlreadyExists / backoff
+  op.pending = true;
+  operation_threads_.emplace_back([this, socket, operation = std::move(operation)] {
+    const absl::Status status = operation();
+    absl::MutexLock lock(&mu_);
+    PathOperation& done = operations_[socket];
+    if (status.ok()) {
+      operations_.erase(socket);  // goroutinemap: a success forgets the backoff
+    } else {
+      // exponentialbackoff: 500 ms, doubling, at most 2 m 2 s.
+      done.pending = false;
+      done.backoff = done.backoff == absl::ZeroDuration()
+                         ? absl::Milliseconds(500)
+                         : std::min(2 * done.backoff, absl::Seconds(122));
+      done.retry_after = absl::Now() + done.backoff;
+    }
+    Changed();
+  });
+  return true;
+}
+
+void TestKubelet::ReconcileLocked() {
+  // reconciler.go reconcile(): unregistrations first. A registered socket whose path left the
+  // desired state, or came back as a new socket (another timestamp), is unregistered.
+  for (const auto& [socket, registered] : actual_) {
+    auto desired = desired_.find(socket);
+    if (desired != desired_.end() && desired->second == registered.incarnation) continue;
+    const std::string name = registered.name;
+    const std::string endpoint = registered.endpoint;
+    StartOperationLocked(socket, [this, socket, name, endpoint] {
+      // GenerateUnregisterPluginFunc: the actual state first, then the handler.
+      {
+        absl::MutexLock lock(&mu_);
+        actual_.erase(socket);
+      }
+      if (!name.empty()) Deregister(name, endpoint);
+      return absl::OkStatus();
+    });
+  }
+  // Then registrations: every desired socket not registered under its current timestamp. The
+  // operations are keyed by socket path, so one still unregistering the path's old socket keeps
+  // this one from starting until a later pass.
+  for (const auto& [socket, incarnation] : desired_) {
+    auto registered = actual_.find(socket);
+    if (registered != actual_.end() && registered->second.incarnation == incarnation) continue;
+    const uint64_t wanted = incarnation;
+    StartOperationLocked(socket, [this, socket, wanted] {
+      if (!IsSocket(socket)) return absl::NotFoundError(absl::StrCat(socket, " is gone"));
+      return RegisterFromWatcher(socket, wanted);
+    });
+  }
+  ++reconciler_passes_;
+  Changed();
+}
+
 void TestKubelet::WatchPluginsRegistry() {
   int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   inotify_add_watch(fd, PluginsRegistryDir().c_str(), IN_CREATE | IN_DELETE);
-  // socket -> next attempt; backoff doubles from 500 ms (the reconciler's retry).
-  std::map<std::string, std::pair<absl::Time, absl::Duration>> pending;
-  std::map<std::string, std::string> registered;  // socket -> resource it registered
-  std::vector<std::pair<absl::Time, std::string>> deregister;  // when, resource
+  // plugin_watcher.go Start: the watch first, then every socket already there is a Create.
   if (DIR* dir = opendir(PluginsRegistryDir().c_str())) {
+    absl::MutexLock lock(&mu_);
     while (struct dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
       if (name[0] == '.') continue;
       const std::string path = PluginsRegistryDir() + "/" + name;
-      if (IsSocket(path)) pending[path] = {absl::Now(), absl::Milliseconds(500)};
+      if (IsSocket(path)) desired_[path] = next_incarnation_++;
     }
     closedir(dir);
   }
+  // reconciler.go Run: wait.Until(reconcile, loopSleepDuration): a pass at once, then one every
+  // period.
+  absl::Time next_pass = absl::Now();
   while (true) {
-    // Attempt everything due.
-    absl::Time next = absl::InfiniteFuture();
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.first <= absl::Now()) {
-        if (!IsSocket(it->first)) {
-          it = pending.erase(it);
-          continue;
-        }
-        absl::StatusOr<std::string> resource = RegisterFromWatcher(it->first);
-        if (resource.ok()) {
-          if (!resource->empty()) registered[it->first] = *resource;  // empty: another handler's
-          it = pending.erase(it);
-          continue;
-        }
-        it->second.first = absl::Now() + it->second.second;
-        it->second.second = std::min(it->second.second * 2, absl::Seconds(8));
-      }
-      next = std::min(next, it->second.first);
-      ++it;
-    }
-    for (auto it = deregister.begin(); it != deregister.end();) {
-      if (it->first <= absl::Now()) {
-        std::pair<std::string, std::string> what =
-            absl::StrSplit(it->second, absl::MaxSplits('\n', 1));
-        Deregister(what.first, what.second);
-        it = deregister.erase(it);
-      } else {
-        next = std::min(next, it->first);
-        ++it;
-      }
+    if (absl::Now() >= next_pass) {
+      absl::MutexLock lock(&mu_);
+      ReconcileLocked();
+      next_pass = absl::Now() + reconcile_period_;
     }
     struct pollfd fds[2] = {{fd, POLLIN, 0}, {watcher_stop_fd_, POLLIN, 0}};
-    int timeout_ms = next == absl::InfiniteFuture()
-                         ? -1
-                         : static_cast<int>(std::max<int64_t>(
-                               0, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
+    const int timeout_ms = static_cast<int>(
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(next_pass - absl::Now()) + 1));
     if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) break;
     if (fds[1].revents & POLLIN) break;
     alignas(struct inotify_event) char buffer[4096];
@@ -592,21 +658,13 @@ void TestKubelet::WatchPluginsRegistry() {
         p += sizeof(struct inotify_event) + event->len;
         if (event->len == 0 || event->name[0] == '.') continue;
         const std::string path = PluginsRegistryDir() + "/" + event->name;
-        if (event->mask & IN_CREATE) {
-          pending[path] = {absl::Now(), absl::Milliseconds(500)};
+        // plugin_watcher.go: a created socket is AddOrUpdatePlugin (a new timestamp), a removed
+        // path RemovePlugin, both at once; the reconciler acts on them on its next pass.
+        absl::MutexLock lock(&mu_);
+        if ((event->mask & IN_CREATE) && IsSocket(path)) {
+          desired_[path] = next_incarnation_++;
         } else if (event->mask & IN_DELETE) {
-          pending.erase(path);
-          // The plugin went away: the reconciler deregisters its resource on its next pass.
-          auto gone = registered.find(path);
-          if (gone != registered.end()) {
-            absl::Duration delay;
-            {
-              absl::MutexLock lock(&mu_);
-              delay = deregistration_delay_;
-            }
-            deregister.emplace_back(absl::Now() + delay, gone->second + "\n" + path);
-            registered.erase(gone);
-          }
+          desired_.erase(path);
         }
       }
     }
@@ -850,9 +908,19 @@ void TestKubelet::SetHostRoot(const std::string& root) {
   host_root_ = root;
 }
 
-void TestKubelet::SetDeregistrationDelay(absl::Duration delay) {
+void TestKubelet::SetReconcilePeriod(absl::Duration period) {
   absl::MutexLock lock(&mu_);
-  deregistration_delay_ = delay;
+  reconcile_period_ = period;
+}
+
+uint64_t TestKubelet::ReconcilerPasses() {
+  absl::MutexLock lock(&mu_);
+  return reconciler_passes_;
+}
+
+int TestKubelet::Disconnections(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  return resources_[resource].disconnections;
 }
 
 void TestKubelet::WriteCheckpointLocked() {

@@ -17,9 +17,16 @@
 //    v1.25-v1.36 disconnects the *current* client of the name, whichever stream ended
 //    (runClient; kubernetes#121994); v1.37+ keys clients by socket path: only the stream's own
 //    client is disconnected. Disconnected: every device unhealthy, the client gone.
-//  * Plugin watcher: dials a new socket, GetInfo (1 s), validates, connects the endpoint,
-//    NotifyRegistrationStatus (5 s). A socket removed is deregistered on the reconciler's next
-//    pass (1 s loop), by resource name: the client that holds the name then is disconnected.
+//  * Plugin watcher and plugin manager: inotify on plugins_registry/ updates the desired state at
+//    once (a created socket gets a new timestamp, a removed one leaves); a reconciler passes
+//    every second (wait.Until), unregistering first every registered socket whose path left the
+//    desired state or came back as a new socket, then registering every desired socket not
+//    registered under its timestamp. One operation at a time per socket path (goroutinemap), a
+//    failed one backed off 500 ms doubling: a path's old registration is always unregistered
+//    before its new socket is asked GetInfo. Register: dial (10 s), GetInfo (1 s), validate,
+//    connect the endpoint, NotifyRegistrationStatus (5 s). Unregister: DeRegisterPlugin, by
+//    resource name up to 1.36: the endpoint that holds the name then is stopped, whatever its
+//    socket (v1.37+: only the one registered from that socket).
 //  * device-plugins/kubelet_internal_checkpoint is written as the kubelet writes it (a temporary
 //    file renamed over it) after every device list (RegisteredDevices: the healthy ids) and every
 //    allocation (PodDeviceEntries).
@@ -130,9 +137,13 @@ class TestKubelet {
   absl::Status StartContainer(const std::string& pod_uid);
   // Where the runtime finds host paths (a fixture host's root); "/" by default.
   void SetHostRoot(const std::string& root);
-  // How late a plugins_registry/ socket's removal deregisters its resource (default 1 s, the
-  // reconciler's loop period: the worst case).
-  void SetDeregistrationDelay(absl::Duration delay);
+  // The plugin manager's reconciler loop period (loopSleepDuration, 1 s), and its passes so far
+  // (a test that waits for one knows the next is a whole period away).
+  void SetReconcilePeriod(absl::Duration period);
+  uint64_t ReconcilerPasses();
+  // Times the kubelet lost the endpoint that held the resource and marked every device of it
+  // Unhealthy ("Mark all resources Unhealthy"): a stream's end, a deregistration by name.
+  int Disconnections(const std::string& resource);
   absl::StatusOr<std::vector<std::string>> GetPreferredAllocation(
       const std::string& resource, const std::vector<std::string>& available,
       const std::vector<std::string>& must_include, int size);
@@ -166,6 +177,7 @@ class TestKubelet {
     bool stream_open = false;
     int registrations = 0;
     int updates = 0;
+    int disconnections = 0;
     std::string via;
     absl::Time last_register_received;
     uint64_t generation = 0;  // of the endpoint that owns the state now
@@ -185,16 +197,22 @@ class TestKubelet {
                        const std::string& via,
                        const v1beta1::DevicePluginOptions* request_options = nullptr);
   void ReadStream(Endpoint* endpoint);
+  // The plugin watcher (inotify into the desired state) and the reconciler, on one thread.
   void WatchPluginsRegistry();
-  // The resource it registered.
-  absl::StatusOr<std::string> RegisterFromWatcher(const std::string& socket);
+  void ReconcileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `operation` on a thread of its own unless one is pending on `socket` or its backoff
+  // has not run out (false then).
+  bool StartOperationLocked(const std::string& socket, std::function<absl::Status()> operation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The register operation for the socket created as `incarnation`.
+  absl::Status RegisterFromWatcher(const std::string& socket, uint64_t incarnation);
   ListAndWatchHook list_and_watch_hook_ ABSL_GUARDED_BY(mu_);
   void Note(const std::string& entry);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++version_; }
   void WriteCheckpointLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // DeRegisterPlugin(resource, socket): disconnects the client that holds the name now (v1.37+:
-  // only if it is the one on `socket`).
-  void Deregister(const std::string& resource, const std::string& socket);
+  // DeRegisterPlugin(resource, endpoint): disconnects the client that holds the name now
+  // (v1.37+: only if it is the one on `endpoint`).
+  void Deregister(const std::string& resource, const std::string& endpoint);
   std::unique_ptr<v1beta1::DevicePlugin::Stub> StubFor(const std::string& resource);
 
   const std::string root_;
@@ -223,7 +241,25 @@ class TestKubelet {
   std::map<std::string, CachedContainer> containers_ ABSL_GUARDED_BY(mu_);  // by pod uid
   int next_pod_ ABSL_GUARDED_BY(mu_) = 1;
   std::string host_root_ ABSL_GUARDED_BY(mu_) = "/";
-  absl::Duration deregistration_delay_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  // The plugin manager: desired state (socket path -> the timestamp it was created with, here a
+  // counter), actual state (what each path registered), the operation per path.
+  struct RegisteredSocket {
+    uint64_t incarnation = 0;
+    std::string name;  // "" for a plugin type other than DevicePlugin
+    std::string endpoint;
+  };
+  struct PathOperation {
+    bool pending = false;
+    absl::Duration backoff;
+    absl::Time retry_after = absl::InfinitePast();
+  };
+  std::map<std::string, uint64_t> desired_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, RegisteredSocket> actual_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PathOperation> operations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> operation_threads_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t reconciler_passes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration reconcile_period_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
 };
 
 }  // namespace edgeaccel::testing

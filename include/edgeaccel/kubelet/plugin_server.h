@@ -1,5 +1,6 @@
 // PluginServer: the gRPC server that carries a DevicePlugin service on one Unix socket, and
 // owns that socket file (stale ones replaced, ours removed on Stop, never someone else's).
+// WatcherProbe: a socket the kubelet's plugin watcher is to find and ask, nothing more.
 #ifndef EDGEACCEL_KUBELET_PLUGIN_SERVER_H_
 #define EDGEACCEL_KUBELET_PLUGIN_SERVER_H_
 
@@ -68,6 +69,36 @@ class PluginServer {
   // Per server: gRPC binds an async service to the one server it was registered with.
   std::unique_ptr<v1beta1::DevicePlugin::AsyncService> device_plugin_grpc_;
   std::unique_ptr<pluginregistration::Registration::AsyncService> registration_grpc_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CompletionLoop> loop_;
+  ino_t inode_ = 0;
+};
+
+// A socket on a plugins_registry/ path that serves only the plugin watcher's GetInfo, and refuses
+// it: nothing registers from it. It tells when the plugin watcher has let go of an earlier
+// registration from the same path. The watcher runs one operation at a time per socket path
+// (operationexecutor: goroutinemap keyed by the path), and its reconciler unregisters a path's
+// registered socket when that socket is gone or re-created before it registers the path's new one
+// (reconciler.go). So the first GetInfo here comes after the earlier registration's
+// DeRegisterPlugin has returned (docs/kubelet-behaviour.md §2.1).
+class WatcherProbe {
+ public:
+  // `on_asked` runs on the probe's loop thread at each GetInfo; it must not block.
+  WatcherProbe(std::string socket_path, std::function<void()> on_asked);
+  ~WatcherProbe();
+  WatcherProbe(const WatcherProbe&) = delete;
+  WatcherProbe& operator=(const WatcherProbe&) = delete;
+
+  // Binds and serves, replacing a stale socket at the path (a live one, or anything else there,
+  // is an error that names it).
+  absl::Status Start();
+  // Stops serving and removes the socket (if still ours).
+  void Stop();
+
+ private:
+  const std::string socket_path_;
+  const std::function<void()> on_asked_;
+  std::unique_ptr<pluginregistration::Registration::AsyncService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CompletionLoop> loop_;
   ino_t inode_ = 0;

@@ -18,16 +18,23 @@
 // stays open but silent (ending it would make a kubelet 1.25-1.36 disconnect that plugin). Who
 // serves what is learnt from the kubelet (pod-resources API, checkpoint) and unary GetInfo calls,
 // never from another plugin's streams (neighbours.h). An earlier edgeaccel still serving the
-// resource (a rollout with maxSurge) is waited for, and replaced the moment its socket goes.
+// resource (a rollout with maxSurge) is waited for, and replaced the moment its socket goes (or,
+// for kubelet.sock after one on the plugin watcher, once the watcher has let go of it).
 //
 // What to do on each event is decided by a RegistrationMachine (registration_machine.h), which
 // this class steps from its one thread and serves as the machine's ports: inotify on the two
 // kubelet directories, eventfds for Stop, a finished Register call (register_call.h) and a
 // stream's end, and poll() until the machine's wake time.
 //
+// From the plugin watcher to kubelet.sock (a restart with another --registration, auto mode
+// seeing device-plugins/ appear, a rollout): the watcher's deregistration of the old socket,
+// by name up to kubelet 1.36, comes up to a second late and would drop a newer registration, so
+// the machine waits for the watcher to let go of the path first (registration_machine.h).
+//
 // A lost endpoint: the kubelet can stop our endpoint without restarting (a plugin-watcher
-// deregistration of an older plugin for the same resource arrives late and stops whatever
-// endpoint holds the name; another plugin registers the resource). Our ListAndWatch stream then
+// deregistration of another plugin's socket for the same resource arrives late and stops
+// whatever endpoint holds the name; on 1.25-1.36 the end of a replaced plugin's stream
+// disconnects the client that replaced it). Our ListAndWatch stream then
 // ends while kubelet.sock is unchanged. That is noticed, logged, reported by registered() and
 // endpoint_lost(), and we register again with backoff, or leave the resource to the plugin that
 // took it.
@@ -83,10 +90,9 @@ class ResourceRegistrar : private RegistrationPorts {
     // A resource the kubelet knows from another plugin that has not registered it again (after a
     // kubelet restart or a reboot) is left to that plugin for this long (--neighbour-grace).
     absl::Duration neighbour_grace = absl::Minutes(5);
-    // After our plugin-watcher socket goes, how long before we register through kubelet.sock:
-    // the watcher's reconciler (1 s loop) deregisters the old socket by resource name, and would
-    // disconnect a registration made before its pass.
-    absl::Duration watcher_pass = absl::Milliseconds(1500);
+    // Before registering through kubelet.sock where the plugin watcher may hold our
+    // plugins_registry/ path: how long to wait for it to let go (RegistrationMachine::Options).
+    absl::Duration watcher_probe_timeout = absl::Seconds(5);
     // Keep the registration record (registration_record.h) under device_plugin_dir.
     bool keep_record = true;
     // After a ListAndWatch stream ends, how long to wait for the kubelet's next move (a new
@@ -159,7 +165,10 @@ class ResourceRegistrar : private RegistrationPorts {
     watcher_service_.SetSteppedBack(stepped_back);
   }
   bool RecordSaysOurs() override;
-  absl::Status Record(bool ours) override;
+  bool RecordSaysWatcher() override;
+  absl::Status Record(bool ours, RegistrationMode via) override;
+  absl::Status StartWatcherProbe() override;
+  void StopWatcherProbe() override;
   void Warn(const std::string& reason, const std::string& message) override;
 
   // Gets what Run needs, retrying with backoff until it has it; false when stopped first.
@@ -184,6 +193,8 @@ class ResourceRegistrar : private RegistrationPorts {
   int call_done_fd_ = -1;
   // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet.
   int stream_event_fd_ = -1;
+  // Written by the probe's loop thread: the plugin watcher asked our WatcherProbe.
+  int probe_asked_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> start_failures_{0};
@@ -206,6 +217,7 @@ class ResourceRegistrar : private RegistrationPorts {
   std::unique_ptr<PluginServer> server_ ABSL_GUARDED_BY(mu_);
   RegistrationMode server_mode_ ABSL_GUARDED_BY(mu_) = RegistrationMode::kAuto;
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<WatcherProbe> probe_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel

@@ -13,6 +13,18 @@
 // its client.go), our socket's lifecycle (PluginServer, like server.go) and the decisions
 // (this, and neighbour_arbiter.h for who serves a resource) are separate.
 //
+// From the plugin watcher to kubelet.sock: up to 1.36 the plugin watcher unregisters a removed
+// plugins_registry/ socket on its reconciler's next pass (1 s loop) by resource name, stopping
+// whichever endpoint holds the name then: a registration through kubelet.sock made before that
+// pass would be dropped. So when our plugins_registry/ path may still be registered (we served
+// there earlier in this process, an earlier edgeaccel did: the registration record says so, or
+// one still serving there has just gone), we first put a WatcherProbe on that path and register
+// through kubelet.sock once the watcher asks it GetInfo: it runs one operation at a time per
+// path and unregisters the path's old registration before asking its new socket, so by then the
+// deregistration by name has happened (docs/kubelet-behaviour.md §2.1). If the watcher does not
+// ask within Options::watcher_probe_timeout we register anyway, and a dropped endpoint is
+// repaired.
+//
 // Not thread-safe, but for the accessors marked as readable from any thread: one thread calls
 // the events and Step().
 #ifndef EDGEACCEL_KUBELET_REGISTRATION_MACHINE_H_
@@ -109,9 +121,18 @@ class RegistrationPorts {
   virtual void WatcherEndpointLost() = 0;
   virtual void WatcherSteppedBack(bool stepped_back) = 0;
 
-  // The registration record (registration_record.h).
+  // The registration record (registration_record.h): ours or not, and whether our registration
+  // may have gone through the plugin watcher (the record says so, or predates saying how).
   virtual bool RecordSaysOurs() = 0;
-  virtual absl::Status Record(bool ours) = 0;
+  virtual bool RecordSaysWatcher() = 0;
+  virtual absl::Status Record(bool ours, RegistrationMode via) = 0;
+
+  // Puts a WatcherProbe (plugin_server.h) on our plugins_registry/ path; the plugin watcher's
+  // first GetInfo on it comes back as RegistrationMachine::WatcherProbeAsked. NotFound when
+  // plugins_registry/ does not exist (no plugin watcher can hold a registration there).
+  virtual absl::Status StartWatcherProbe() = 0;
+  // The probe's socket goes.
+  virtual void StopWatcherProbe() = 0;
 
   // A Warning Event for the operator (reason CamelCase).
   virtual void Warn(const std::string& reason, const std::string& message) = 0;
@@ -132,7 +153,11 @@ class RegistrationMachine {
     bool take_over = false;
     absl::Duration neighbour_grace = absl::Minutes(5);
     absl::Duration look_budget = absl::Seconds(1);
-    absl::Duration watcher_pass = absl::Milliseconds(1500);
+    // How long to wait for the plugin watcher to ask our probe before registering through
+    // kubelet.sock anyway. It asks within two reconciler passes (1 s loop: the old socket is
+    // unregistered on one pass, the probe registered on that pass or the next), unless it backs
+    // off after failures on the path (500 ms, doubling) or the kubelet is down.
+    absl::Duration watcher_probe_timeout = absl::Seconds(5);
     absl::Duration lost_endpoint_settle = absl::Milliseconds(300);
     double backoff_jitter = 0.2;
   };
@@ -157,6 +182,8 @@ class RegistrationMachine {
   // One of our ListAndWatch streams ended.
   void StreamEnded();
   void RegisterDone(const RegisterOutcome& outcome);
+  // The plugin watcher asked our probe for its info: it has let go of the path's old registration.
+  void WatcherProbeAsked();
 
   // Acts on what the events and the clock call for, until there is nothing to do but wait.
   // Returns when to be stepped again at the latest (InfiniteFuture: at the next event).
@@ -195,9 +222,13 @@ class RegistrationMachine {
   bool Arbitrate();
   bool RegisteredNow();
   void StopServing();
-  // Our plugin-watcher socket is about to go: if the watcher registered it, remember when.
-  void NoteWatcherSocketGoing(const EndpointState& endpoint);
-  void RecordOurs();
+  // Our server is about to stop: if it served in plugins_registry/, the watcher may hold it.
+  void NoteServerGoing(const EndpointState& endpoint);
+  // Before registering through kubelet.sock while the plugin watcher may hold our path: probes
+  // the path. Returns when to look again; watcher_may_hold_ is false once it is done.
+  absl::Time WaitForTheWatcherToLetGo();
+  void EndWatcherProbe();
+  void RecordOurs(RegistrationMode via);
   // The resource is left to another plugin: the record says so (a failed write is complained of).
   void RecordNotOurs();
   void CheckEndpoint(RegistrationMode mode);
@@ -213,7 +244,6 @@ class RegistrationMachine {
   Backoff backoff_;
 
   std::optional<KubeletSocketId> call_kubelet_;  // the Register call in flight
-  RegistrationMode active_mode_ = RegistrationMode::kAuto;
   bool need_register_ = false;
   KubeletSocketId registered_kubelet_id_;
   KubeletSocketId restart_counted_for_;
@@ -227,8 +257,13 @@ class RegistrationMachine {
   // While registered: look again at this time (set by events that may mean another plugin
   // registered the resource: a new socket, the kubelet's checkpoint written).
   absl::Time look_at_ = absl::InfiniteFuture();
-  // When our plugin-watcher socket last went while registered (see Options::watcher_pass).
-  absl::Time watcher_socket_gone_at_ = absl::InfinitePast();
+  // The plugin watcher may still hold a registration of our plugins_registry/ path (see the
+  // top of this file); read from the registration record on the first pass.
+  bool watcher_may_hold_ = false;
+  bool record_read_ = false;
+  // A WatcherProbe is up, waiting for the watcher until probe_deadline_.
+  bool probing_ = false;
+  absl::Time probe_deadline_ = absl::InfiniteFuture();
   // We left the resource to an earlier edgeaccel registered through the plugin watcher.
   bool predecessor_was_watcher_ = false;
 

@@ -7,6 +7,10 @@
 // comes back". One marker file per resource in <device-plugin-dir>/.edgeaccel/: the kubelet
 // clears sockets (1.25+) or files (1.20-1.24) from device-plugins/ when it starts, but never
 // directories, and the DaemonSet already mounts that directory.
+//
+// The marker also says how the registration was made ("kubelet" or "plugin-watcher"): an
+// edgeaccel that registers through kubelet.sock after one that used the plugin watcher must first
+// let the watcher unregister the old socket (registration_machine.h).
 #ifndef EDGEACCEL_KUBELET_REGISTRATION_RECORD_H_
 #define EDGEACCEL_KUBELET_REGISTRATION_RECORD_H_
 
@@ -25,14 +29,19 @@ class RegistrationRecord {
 
   // This node's last registration of the resource was ours.
   bool RegisteredLast() const;
-  // Records whether it is ours now. A failed write is returned (the record in memory holds).
-  absl::Status Set(bool ours);
+  // How that registration was made, as Set() was told: "kubelet" or "plugin-watcher"; "" when
+  // the record does not say (it is not ours, or an older edgeaccel wrote it without saying how).
+  std::string RegisteredVia() const;
+  // Records whether it is ours now, and how it is made. A failed write is returned (the record in
+  // memory holds).
+  absl::Status Set(bool ours, const std::string& via);
 
  private:
   const std::string directory_;
   const std::string path_;
   bool in_memory_ = false;
-  bool known_ = false;  // in_memory_ is what we last set
+  std::string via_in_memory_;
+  bool known_ = false;  // in_memory_ and via_in_memory_ are what we last set
 };
 
 }  // namespace edgeaccel

@@ -1,0 +1,201 @@
+// One edgeaccel replacing another, any registration mode to any mode, across a restart, in one
+// process and in a rollout with maxSurge, under every kubelet generation's rules
+// (docs/kubelet-behaviour.md §2.1): once the new one is registered, every pod that arrives is
+// admitted, and the kubelet never drops its endpoint. Up to 1.36 the plugin watcher unregisters a
+// removed plugins_registry/ socket up to a reconciler period late, by resource name: a
+// registration through kubelet.sock made before that pass would be stopped by it.
+#include <gtest/gtest.h>
+#include <stdio.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "captured_log.h"
+#include "edgeaccel/discovery/resource_names.h"
+#include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/registrar.h"
+#include "eventually.h"
+#include "fixture_host.h"
+#include "test_kubelet.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::CapturedLog;
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::KubeletProfile;
+using ::edgeaccel::testing::KubeletProfileName;
+using ::edgeaccel::testing::TempDir;
+using ::edgeaccel::testing::TestKubelet;
+
+const std::string kTpu(kResourceEdgeTpu);
+
+Device Tpu(const std::string& id) {
+  Device d;
+  d.id = id;
+  d.nodes.push_back({"/dev/null", "/dev/null", "rw"});
+  return d;
+}
+
+class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
+ protected:
+  void SetUp() override {
+    old_tpus_.Update({Tpu("apex_0"), Tpu("apex_1")});
+    new_tpus_.Update({Tpu("apex_0"), Tpu("apex_1")});
+    // Four times the kubelet's pace: what is asserted follows from the order of the watcher's
+    // operations, not from its period (the issue's own sequence runs at the real 1 s).
+    kubelet_.SetReconcilePeriod(absl::Milliseconds(250));
+  }
+  std::unique_ptr<ResourceRegistrar> StartRegistrar(DeviceSet* set, RegistrationMode mode) {
+    ResourceRegistrar::Options options;
+    options.kubelet_root = kubelet_.root();
+    options.device_plugin_dir = kubelet_.DevicePluginsDir();
+    options.mode = mode;
+    options.max_backoff = absl::Milliseconds(400);
+    auto registrar = std::make_unique<ResourceRegistrar>(options, set);
+    EXPECT_TRUE(registrar->Start().ok());
+    return registrar;
+  }
+  // Both devices healthy at the kubelet, on an open stream, registered `via`.
+  bool Served(const std::string& via) {
+    return kubelet_.WaitFor([&] {
+      return kubelet_.RegisteredVia(kTpu) == via && kubelet_.StreamOpen(kTpu) &&
+             kubelet_.Allocatable(kTpu) == 2;
+    });
+  }
+  // Returns just after a pass of the plugin watcher's reconciler: its next one is a whole period
+  // away, the longest a late deregistration can be.
+  void JustAfterAWatcherPass() {
+    const uint64_t passes = kubelet_.ReconcilerPasses();
+    ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.ReconcilerPasses() > passes; }));
+  }
+  // Pods keep arriving, one every few milliseconds, until the plugin watcher's reconciler has
+  // passed twice more (whatever it still had to do about the old socket is done by then): each
+  // must be admitted, and the kubelet must not have lost the endpoint meanwhile.
+  void EveryPodIsAdmittedUntilTheWatcherHasPassedTwice() {
+    const int drops = kubelet_.Disconnections(kTpu);
+    const int registrations = kubelet_.Registrations(kTpu);
+    const uint64_t until = kubelet_.ReconcilerPasses() + 2;
+    int admitted = 0;
+    while (kubelet_.ReconcilerPasses() < until) {
+      absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
+      ASSERT_TRUE(pod.ok()) << "pod " << admitted + 1 << " after the new registration: "
+                            << pod.status();
+      kubelet_.DeletePod(*pod);
+      ++admitted;
+      absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
+    }
+    EXPECT_EQ(kubelet_.Disconnections(kTpu), drops) << "the kubelet dropped the new endpoint";
+    EXPECT_EQ(kubelet_.Registrations(kTpu), registrations) << "registered again: it was dropped";
+    RecordProperty("pods_admitted", std::to_string(admitted));
+  }
+
+  TempDir dir_;
+  TestKubelet kubelet_{dir_.path() + "/kubelet", GetParam()};
+  DeviceSet old_tpus_{kTpu};
+  DeviceSet new_tpus_{kTpu};
+};
+
+INSTANTIATE_TEST_SUITE_P(Kubelets, HandoverTest,
+                         ::testing::ValuesIn(::edgeaccel::testing::kAllKubeletProfiles),
+                         [](const auto& info) {
+                           std::string name = KubeletProfileName(info.param);
+                           name.erase(std::remove_if(name.begin(), name.end(),
+                                                     [](char c) { return !isalnum(c); }),
+                                      name.end());
+                           return name;
+                         });
+
+// The sequence measured on real kubelets 1.20.2 and 1.36: a daemon that registered through
+// plugins_registry/ exits, and the next one registers through kubelet.sock well within a second.
+TEST_P(HandoverTest, FromThePluginWatcherToKubeletSockAcrossARestart) {
+  CapturedLog log;
+  kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  JustAfterAWatcherPass();
+  old.reset();  // exits: its socket goes
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
+  ASSERT_TRUE(Served("kubelet"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_TRUE(next->registered());
+  EXPECT_EQ(next->registrations(), 1u);
+  EXPECT_FALSE(log.Contains("it dropped our endpoint"));
+}
+
+// --registration=auto in one process: plugins_registry/ alone at first (the plugin watcher),
+// then device-plugins/ appears (kubelet.sock).
+TEST_P(HandoverTest, FromThePluginWatcherToKubeletSockInOneProcess) {
+  kubelet_.Start();
+  const std::string device_plugins = kubelet_.DevicePluginsDir();
+  const std::string hidden = kubelet_.root() + "/device-plugins-later";
+  ASSERT_EQ(rename(device_plugins.c_str(), hidden.c_str()), 0);
+  auto registrar = StartRegistrar(&new_tpus_, RegistrationMode::kAuto);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  JustAfterAWatcherPass();
+  ASSERT_EQ(rename(hidden.c_str(), device_plugins.c_str()), 0);
+  ASSERT_TRUE(Served("kubelet"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(registrar->registrations(), 2u);  // once each way
+}
+
+TEST_P(HandoverTest, FromKubeletSockToThePluginWatcher) {
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kKubelet);
+  ASSERT_TRUE(Served("kubelet"));
+  old.reset();
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(next->registrations(), 1u);
+}
+
+// Both through plugins_registry/, on the same socket path: the plugin watcher unregisters the
+// path's old socket before it asks the new one.
+TEST_P(HandoverTest, FromThePluginWatcherToThePluginWatcher) {
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  const int registrations = kubelet_.Registrations(kTpu);
+  JustAfterAWatcherPass();
+  old.reset();
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) > registrations; }));
+  ASSERT_TRUE(Served("plugin-watcher"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(next->registrations(), 1u);
+}
+
+// A rollout with maxSurge: 1 that also changes the mode: the new daemon starts while the old one
+// serves through plugins_registry/, and takes over when the old one goes.
+TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
+  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  JustAfterAWatcherPass();
+  old.reset();
+  ASSERT_TRUE(Served("kubelet"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(next->registrations(), 1u);
+}
+
+TEST_P(HandoverTest, ARolloutWithMaxSurgeFromKubeletSockToThePluginWatcher) {
+  CapturedLog log;
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kKubelet);
+  ASSERT_TRUE(Served("kubelet"));
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  old.reset();
+  ASSERT_TRUE(Served("plugin-watcher"));
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(next->registrations(), 1u);
+}
+
+}  // namespace
+}  // namespace edgeaccel
