@@ -34,14 +34,7 @@ constexpr char kDriver[] = "gpu.edgeaccel.io";
 class ApiResourcesTest : public ::testing::Test {
  protected:
   ApiServerConfig Config() {
-    ApiServerConfig config;
-    config.host = "127.0.0.1";
-    config.port = api_.port();
-    config.ca_file = api_.ca_file();
-    config.token_file = api_.token_file();
-    config.node_name = "node-1";
-    config.timeout = absl::Seconds(5);
-    return config;
+    return api_.ClientConfig(absl::Seconds(5));
   }
   // The answer's status and, for an error, its Status reason; the body in last_.
   Answer Call(const std::string& method, const std::string& path, const std::string& type = "",

@@ -491,13 +491,7 @@ TEST_F(ClaimPreparerTest, ACheckpointThatCannotBeWrittenKeepsEveryRecordAndSaysW
 // FetchClaim against the API server stand-in.
 TEST(FetchClaimTest, TellsAClaimNotFoundFromAPathNotServedAndKeepsCancelled) {
   TestApiServer api("node-1");
-  ApiServerConfig config;
-  config.host = "127.0.0.1";
-  config.port = api.port();
-  config.ca_file = api.ca_file();
-  config.token_file = api.token_file();
-  config.node_name = "node-1";
-  ApiClient client(config);
+  ApiClient client(api.ClientConfig());
   json claim = api.AddResourceClaim(
       TestApiServer::MakeAllocatedClaim("default", "pod-tpu", kDriver, "node-1", {{"tpu", "tpu-0000-03-00-0"}}));
   const ClaimRef ref{"default", "pod-tpu", claim["metadata"]["uid"]};

@@ -36,6 +36,7 @@ using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::FullDisk;
 using ::edgeaccel::testing::KubeletProfileName;
+using ::edgeaccel::testing::KubeletProfileTestName;
 using ::edgeaccel::testing::MetricsPort;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
@@ -695,13 +696,7 @@ class HandoverE2eTest : public E2eTest,
 
 INSTANTIATE_TEST_SUITE_P(Kubelets, HandoverE2eTest,
                          ::testing::ValuesIn(::edgeaccel::testing::kAllKubeletProfiles),
-                         [](const auto& info) {
-                           std::string name = KubeletProfileName(info.param);
-                           name.erase(std::remove_if(name.begin(), name.end(),
-                                                     [](char c) { return !isalnum(c); }),
-                                      name.end());
-                           return name;
-                         });
+                         [](const auto& info) { return KubeletProfileTestName(info.param); });
 
 TEST_P(HandoverE2eTest, FromAStoppedPluginWatcherDaemonToKubeletSockNoPodFails) {
   Handover(SIGTERM);  // at the kubelet's own pace: a reconciler pass a second

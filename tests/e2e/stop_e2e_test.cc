@@ -83,6 +83,17 @@ class StopTest : public ::edgeaccel::testing::DaemonTest {
     return {"--node-name=node-1", absl::StrCat("--api-server=https://127.0.0.1:", port),
             "--api-ca-file=" + ca_file, "--api-token-file=" + token_file};
   }
+
+  // The flags for `silent`, with a CA and a token of their own (the daemon gets as far as its
+  // TLS handshake, where the server says nothing).
+  std::vector<std::string> SilentApiFlags(const SilentTcpServer& silent) {
+    EXPECT_TRUE(MakeSelfSignedCertificate(api_files_.path(), "ca"));
+    const std::string token = api_files_.path() + "/token";
+    std::ofstream(token) << "token\n";
+    return ApiFlags(silent.port(), api_files_.path() + "/ca.crt", token);
+  }
+
+  TempDir api_files_;
 };
 
 // The signal lands while the daemon is still starting: before its first scan, while it starts
@@ -158,14 +169,8 @@ TEST_F(StopTest, TwoSigtermsDuringTheStopAreOneCleanStop) {
 // Event recorder in a request (their timeout is 10 s): the stop does not wait for them.
 TEST_F(StopTest, TheStopTakesUnderASecondWhenTheApiServerNeverAnswers) {
   SilentTcpServer silent;
-  TempDir certificates;
-  ASSERT_TRUE(MakeSelfSignedCertificate(certificates.path(), "ca"));
-  const std::string token = certificates.path() + "/token";
-  FILE* f = fopen(token.c_str(), "w");
-  fputs("token\n", f);
-  fclose(f);
+  std::vector<std::string> flags = SilentApiFlags(silent);
   kubelet_.Start();
-  std::vector<std::string> flags = ApiFlags(silent.port(), certificates.path() + "/ca.crt", token);
   flags.push_back("--label-node");
   auto daemon = StartDaemon(flags);
   ASSERT_TRUE(Advertised(kTpu, 2, 2)) << daemon->Log();
@@ -181,14 +186,8 @@ TEST_F(StopTest, TheStopTakesUnderASecondWhenTheApiServerNeverAnswers) {
 // The same with the DRA driver: its slice publisher is in a request to the silent server.
 TEST_F(StopTest, TheDraDriverStopsUnderASecondWhenTheApiServerNeverAnswers) {
   SilentTcpServer silent;
-  TempDir certificates;
-  ASSERT_TRUE(MakeSelfSignedCertificate(certificates.path(), "ca"));
-  const std::string token = certificates.path() + "/token";
-  FILE* f = fopen(token.c_str(), "w");
-  fputs("token\n", f);
-  fclose(f);
+  std::vector<std::string> flags = SilentApiFlags(silent);
   kubelet_.Start();
-  std::vector<std::string> flags = ApiFlags(silent.port(), certificates.path() + "/ca.crt", token);
   flags.push_back("--dra=coral-pcie");
   flags.push_back("--families=coral-pcie");
   flags.push_back("--cdi-dir=" + dir_.path() + "/cdi");

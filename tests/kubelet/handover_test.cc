@@ -25,7 +25,7 @@ namespace {
 using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::KubeletProfile;
-using ::edgeaccel::testing::KubeletProfileName;
+using ::edgeaccel::testing::KubeletProfileTestName;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
 
@@ -99,13 +99,7 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
 
 INSTANTIATE_TEST_SUITE_P(Kubelets, HandoverTest,
                          ::testing::ValuesIn(::edgeaccel::testing::kAllKubeletProfiles),
-                         [](const auto& info) {
-                           std::string name = KubeletProfileName(info.param);
-                           name.erase(std::remove_if(name.begin(), name.end(),
-                                                     [](char c) { return !isalnum(c); }),
-                                      name.end());
-                           return name;
-                         });
+                         [](const auto& info) { return KubeletProfileTestName(info.param); });
 
 // The sequence measured on real kubelets 1.20.2 and 1.36: a daemon that registered through
 // plugins_registry/ exits, and the next one registers through kubelet.sock well within a second.

@@ -26,7 +26,7 @@ namespace {
 using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::KubeletProfile;
-using ::edgeaccel::testing::KubeletProfileName;
+using ::edgeaccel::testing::KubeletProfileTestName;
 using ::edgeaccel::testing::NeighbourKind;
 using ::edgeaccel::testing::NeighbourPlugin;
 using ::edgeaccel::testing::TempDir;
@@ -94,13 +94,7 @@ class NeighbourhoodTest : public ::testing::TestWithParam<KubeletProfile> {
 
 INSTANTIATE_TEST_SUITE_P(Kubelets, NeighbourhoodTest,
                          ::testing::ValuesIn(::edgeaccel::testing::kAllKubeletProfiles),
-                         [](const auto& info) {
-                           std::string name = KubeletProfileName(info.param);
-                           name.erase(std::remove_if(name.begin(), name.end(),
-                                                     [](char c) { return !isalnum(c); }),
-                                      name.end());
-                           return name;
-                         });
+                         [](const auto& info) { return KubeletProfileTestName(info.param); });
 
 // Every health event a neighbour sends reaches the kubelet, single or in bursts, while we look
 // at the neighbours as often as the directories change; and the neighbour keeps serving.

@@ -30,16 +30,7 @@ using ::testing::StartsWith;
 
 class EventsApiTest : public ::testing::Test {
  protected:
-  ApiServerConfig Config() {
-    ApiServerConfig config;
-    config.host = "127.0.0.1";
-    config.port = api_.port();
-    config.ca_file = api_.ca_file();
-    config.token_file = api_.token_file();
-    config.node_name = "node-1";
-    config.timeout = absl::Seconds(2);
-    return config;
-  }
+  ApiServerConfig Config() { return api_.ClientConfig(absl::Seconds(2)); }
   nlohmann::json Only() {
     std::vector<nlohmann::json> events = api_.Events();
     EXPECT_EQ(events.size(), 1u);

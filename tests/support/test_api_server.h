@@ -54,6 +54,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/node/api_server_config.h"
 #include "fixture_host.h"
 
 namespace httplib {
@@ -78,6 +79,17 @@ class TestApiServer {
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   std::string ca_file() const { return dir_.path() + "/server.crt"; }
   std::string token_file() const { return dir_.path() + "/token"; }
+  // What the daemon's API client is given to talk to this server as node `node_name`'s daemon.
+  ApiServerConfig ClientConfig(absl::Duration timeout = absl::Seconds(5)) const {
+    ApiServerConfig config;
+    config.host = "127.0.0.1";
+    config.port = port_;
+    config.ca_file = ca_file();
+    config.token_file = token_file();
+    config.node_name = node_name_;
+    config.timeout = timeout;
+    return config;
+  }
 
   // Every Event stored now (as the API server holds them).
   std::vector<nlohmann::json> Events();

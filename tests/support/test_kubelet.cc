@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -78,6 +79,13 @@ std::string KubeletProfileName(KubeletProfile profile) {
       return "v1.37+";
   }
   return "?";
+}
+
+std::string KubeletProfileTestName(KubeletProfile profile) {
+  std::string name = KubeletProfileName(profile);
+  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return !isalnum(c); }),
+             name.end());
+  return name;
 }
 
 class TestKubelet::PodResourcesService final : public v1::PodResourcesLister::Service {

@@ -62,6 +62,8 @@ bool IsExtendedResourceName(const std::string& name);
 // Kubelet generations whose device manager behaves differently (docs/kubelet-behaviour.md).
 enum class KubeletProfile { kV1_20, kV1_25ToV1_36, kV1_37 };
 std::string KubeletProfileName(KubeletProfile profile);
+// The profile's name as a GoogleTest parameter name ("v1.20" -> "v120"): letters and digits only.
+std::string KubeletProfileTestName(KubeletProfile profile);
 inline constexpr KubeletProfile kAllKubeletProfiles[] = {
     KubeletProfile::kV1_20, KubeletProfile::kV1_25ToV1_36, KubeletProfile::kV1_37};
 
