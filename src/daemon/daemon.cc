@@ -286,10 +286,13 @@ absl::Status Daemon::Start() {
   // daemon restart the node would briefly lose the labels of the families not yet scanned.
   // RefreshLabels after subscribing covers any change that came between the scan and here.
   // Refreshes run one at a time on the sink thread, each from the sets as they are when it runs,
-  // so the last one applied is always the newest.
+  // so the last one applied is always the newest. Labels are made of facts too (NVML's memory,
+  // compute capability, CUDA version), so a change of facts alone refreshes them: NVML answering
+  // after the first scan reaches every label sink at once.
   for (auto& resource : resources_) {
     resource->labels_listener = resource->set->Subscribe(
-        [this](std::shared_ptr<const Snapshot>) { sinks_.Post("labels", [this] { RefreshLabels(); }); });
+        [this](std::shared_ptr<const Snapshot>) { sinks_.Post("labels", [this] { RefreshLabels(); }); },
+        DeviceSet::Changes::kAdvertisedOrFacts);
   }
   sinks_.Post("labels", [this] { RefreshLabels(); });
   if (!config_.metrics_address.empty()) {

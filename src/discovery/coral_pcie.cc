@@ -213,7 +213,8 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
     if (value.ok()) device.telemetry[absl::StrCat(attr, "_celsius")] = *value / 1000.0;
   }
   if (!temp.ok()) {
-    device.facts["temperature"] = absl::StrCat("unknown (", temp.status().message(), ")");
+    device.facts[std::string(kTemperatureFact)] =
+        absl::StrCat("unknown (", temp.status().message(), ")");
     // Keep what we knew: a device that was too hot stays Unhealthy until a reading says
     // otherwise.
     if (overheated_.contains(device.id)) {
@@ -222,7 +223,7 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
     }
   } else {
     device.telemetry["temperature_celsius"] = static_cast<double>(*temp) / 1000.0;
-    device.facts["temperature"] = Celsius(*temp);
+    device.facts[std::string(kTemperatureFact)] = Celsius(*temp);
     const bool was_hot = overheated_.contains(device.id);
     const bool hot = was_hot ? *temp > threshold - policy_.temperature_hysteresis_mc
                              : *temp >= threshold;

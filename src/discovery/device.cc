@@ -14,6 +14,15 @@ bool AdvertisementDiffers(const Device& a, const Device& b) {
          a.nodes != b.nodes || a.envs != b.envs;
 }
 
+bool FactsDiffer(const Device& a, const Device& b) {
+  auto describing = [](const std::map<std::string, std::string>& facts) {
+    std::map<std::string, std::string> out = facts;
+    out.erase(std::string(kTemperatureFact));
+    return out;
+  };
+  return describing(a.facts) != describing(b.facts);
+}
+
 void LookUpHostModes(const Host& host, std::vector<Device>* devices) {
   for (Device& device : *devices) {
     for (DeviceNode& node : device.nodes) {

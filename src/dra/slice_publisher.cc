@@ -57,7 +57,9 @@ SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceS
 SlicePublisher::~SlicePublisher() { Stop(); }
 
 void SlicePublisher::Start() {
-  listener_ = set_->Subscribe([this](std::shared_ptr<const Snapshot>) { Resync(); });
+  // A slice carries facts (compute capability, memory): a change of facts alone publishes too.
+  listener_ = set_->Subscribe([this](std::shared_ptr<const Snapshot>) { Resync(); },
+                              DeviceSet::Changes::kAdvertisedOrFacts);
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -34,7 +34,8 @@ bool DeviceSet::Update(std::vector<Device> devices) {
 
   std::vector<std::shared_ptr<Listener>> to_notify;
   std::shared_ptr<const Snapshot> published;
-  bool changed;
+  bool changed;                // what the kubelet sees: a new version, every listener
+  bool facts_changed = false;  // facts alone: the kAdvertisedOrFacts listeners
   {
     absl::MutexLock lock(&mu_);
     const Snapshot& old = *current_;
@@ -66,6 +67,7 @@ bool DeviceSet::Update(std::vector<Device> devices) {
       const Device& was = *it->second;
       before.erase(it);
       if (AdvertisementDiffers(was, d)) changed = true;
+      if (FactsDiffer(was, d)) facts_changed = true;
       if (was.health != d.health && loggable(d)) {
         if (d.health == Health::kUnhealthy) {
           LOG(WARNING) << resource_name_ << ": device " << name(d)
@@ -85,8 +87,12 @@ bool DeviceSet::Update(std::vector<Device> devices) {
     next->devices = std::move(devices);
     current_ = next;
     published = next;
-    if (changed) {
-      for (const auto& [id, listener] : listeners_) to_notify.push_back(listener);
+    if (changed || facts_changed) {
+      for (const auto& [id, subscription] : listeners_) {
+        if (changed || subscription.changes == Changes::kAdvertisedOrFacts) {
+          to_notify.push_back(subscription.listener);
+        }
+      }
     }
   }
   for (const auto& listener : to_notify) (*listener)(published);
@@ -108,10 +114,10 @@ std::shared_ptr<const Snapshot> DeviceSet::WaitNewerThan(uint64_t version,
   return current_;
 }
 
-uint64_t DeviceSet::Subscribe(Listener listener) {
+uint64_t DeviceSet::Subscribe(Listener listener, Changes changes) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_listener_id_++;
-  listeners_[id] = std::make_shared<Listener>(std::move(listener));
+  listeners_[id] = Subscription{changes, std::make_shared<Listener>(std::move(listener))};
   return id;
 }
 

@@ -73,6 +73,52 @@ TEST(InventoryTest, ListenersHearChangesUntilUnsubscribed) {
   EXPECT_EQ(heard.load(), 2);
 }
 
+// NVML answering after the first scan changes a GPU's facts alone: the labels and the DRA slice
+// (kAdvertisedOrFacts) hear of it at once, under the same version; ListAndWatch (kAdvertised)
+// does not, so the kubelet gets no new list for it.
+TEST(InventoryTest, AChangeOfFactsAloneReachesOnlyTheListenersOfFacts) {
+  DeviceSet set("nvidia.com/gpu");
+  std::vector<std::shared_ptr<const Snapshot>> advertised, described;
+  set.Subscribe([&](std::shared_ptr<const Snapshot> s) { advertised.push_back(s); });
+  set.Subscribe([&](std::shared_ptr<const Snapshot> s) { described.push_back(s); },
+                DeviceSet::Changes::kAdvertisedOrFacts);
+  Device gpu = MakeDevice("GPU-a");
+  gpu.facts["model"] = "NVIDIA H100 80GB HBM3";
+  EXPECT_TRUE(set.Update({gpu}));
+  ASSERT_EQ(advertised.size(), 1u);
+  ASSERT_EQ(described.size(), 1u);
+
+  gpu.facts["memory_mib"] = "81559";
+  gpu.facts["compute_capability"] = "9.0";
+  EXPECT_FALSE(set.Update({gpu})) << "the kubelet sees nothing new";
+  EXPECT_EQ(set.Current()->version, 1u);
+  EXPECT_EQ(advertised.size(), 1u);
+  ASSERT_EQ(described.size(), 2u);
+  EXPECT_EQ(described.back()->version, 1u);
+  EXPECT_EQ(described.back()->Find("GPU-a")->facts.at("memory_mib"), "81559");
+  EXPECT_EQ(set.Current(), described.back());
+
+  // The same facts again, new telemetry, a new reading of the temperature fact: nobody is told,
+  // and the snapshot carries them.
+  gpu.telemetry["temperature_celsius"] = 34;
+  gpu.facts[std::string(kTemperatureFact)] = "34.00 °C";
+  EXPECT_FALSE(set.Update({gpu}));
+  gpu.facts[std::string(kTemperatureFact)] = "35.00 °C";
+  EXPECT_FALSE(set.Update({gpu}));
+  EXPECT_EQ(advertised.size(), 1u);
+  EXPECT_EQ(described.size(), 2u);
+  EXPECT_EQ(set.Current()->Find("GPU-a")->facts.at(std::string(kTemperatureFact)), "35.00 °C");
+
+  // What the kubelet sees (here with new facts too): everyone, once, under a new version.
+  gpu.health = Health::kUnhealthy;
+  gpu.facts["xid_events"] = "registered";
+  EXPECT_TRUE(set.Update({gpu}));
+  ASSERT_EQ(advertised.size(), 2u);
+  ASSERT_EQ(described.size(), 3u);
+  EXPECT_EQ(advertised.back()->version, 2u);
+  EXPECT_EQ(described.back(), advertised.back());
+}
+
 TEST(InventoryTest, ListenerMayCallBackIntoTheSet) {
   DeviceSet set("x/y");
   uint64_t seen = 0;

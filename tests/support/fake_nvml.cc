@@ -5,8 +5,10 @@
 // holds the library holds its script beside it, and nothing needs an environment variable. It is
 // read again at nvmlInit_v2 and at every sample (nvmlDeviceGetTemperature), so a test changes
 // what NVML says by rewriting it. Lines:
-//   init=ok | fail:<nvmlReturn_t> | hang | crash
-//   sample=ok | hang | crash
+//   init=ok | fail:<nvmlReturn_t> | hang | crash | delay:<ms>
+//   sample=ok | hang | crash | delay:<ms>
+//     (delay: answers as for ok, <ms> milliseconds later, as a slow driver does: an NVML that
+//     answers only after the daemon's first scan)
 //   driver=580.159.04
 //   cuda=13000
 //   events=ok | unsupported
@@ -96,6 +98,9 @@ void Act(const std::string& what) {
     while (true) pause();
   }
   if (what == "crash") abort();
+  if (what.rfind("delay:", 0) == 0) {
+    usleep(static_cast<useconds_t>(std::atoi(what.c_str() + 6)) * 1000);
+  }
 }
 
 FakeGpu* Gpu(nvmlDevice_t device) {

@@ -277,6 +277,11 @@ TestApiServer::~TestApiServer() {
   thread_.join();
 }
 
+nlohmann::json TestApiServer::Node() {
+  absl::MutexLock lock(&mu_);
+  return node_;
+}
+
 std::vector<nlohmann::json> TestApiServer::Events() {
   absl::MutexLock lock(&mu_);
   std::vector<nlohmann::json> out;

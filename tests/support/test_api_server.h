@@ -110,6 +110,8 @@ class TestApiServer {
 
   // The Node's metadata.uid (a slice's ownerReference to the Node must carry it).
   const std::string& node_uid() const { return node_uid_; }
+  // The Node as stored now (its labels as the daemon's patches left them).
+  nlohmann::json Node();
 
   // resource.k8s.io/v1 ResourceClaims (test_api_resources.cc).
   // A claim in namespace `ns` named `name`, allocated: one request per distinct request name of

@@ -71,7 +71,9 @@ struct Device {
   std::map<std::string, std::string> envs;
   // For a time-sliced replica ("<id>::<n>"): the physical device's id. Empty for a physical one.
   std::string replica_of;
-  // Facts for humans and labels (pci_address, driver_version, ...). Ordered for stable output.
+  // Facts for humans, labels and DRA slices (pci_address, driver_version, memory_mib, ...): what
+  // describes the device, stable from scan to scan unless the device or its driver changed (the
+  // one exception, kTemperatureFact, is a reading). Ordered for stable output.
   std::map<std::string, std::string> facts;
   // Readings that change all the time (temperature); never part of what the kubelet sees.
   std::map<std::string, double> telemetry;
@@ -90,9 +92,18 @@ inline const std::string& PhysicalId(const Device& device) {
 // followed), or its host_stat_error when that fails.
 void LookUpHostModes(const Host& host, std::vector<Device>* devices);
 
+// The one fact that is a reading, not a description: coral-pcie's temperature as --discover
+// shows it ("45.05 °C", or why it is unknown). It changes on its own between scans, so
+// FactsDiffer passes over it; its number is also in telemetry, for /metrics.
+inline constexpr absl::string_view kTemperatureFact = "temperature";
+
+// True when the facts that describe the devices differ (every fact but kTemperatureFact): what
+// labels and DRA slices are made of changed (NVML's answer arriving, a driver upgrade).
+bool FactsDiffer(const Device& a, const Device& b);
+
 // True when the kubelet-visible parts differ: id, health, topology or device nodes (including
 // the host node's mode and owner, which the CDI spec carries: a change must rewrite it). Facts
-// and telemetry changes are not worth a ListAndWatch message.
+// and telemetry changes are not worth a ListAndWatch message (FactsDiffer tells facts apart).
 bool AdvertisementDiffers(const Device& a, const Device& b);
 
 }  // namespace edgeaccel

@@ -1,11 +1,11 @@
 // SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's Healthy
 // devices, on a thread of its own ("ea-dra-slices").
 //
-// A change of the device set (hot-plug, health) wakes it at once; so does Resync() (the kubelet
-// registered us: a kubelet that starts deletes every slice of its node). Otherwise it lists the
-// slice every `resync` (30 s by default, as the Go helper re-syncs) to put back a slice that
-// someone deleted (the kubelet's 30 s wipe after it lost our connection) and to carry facts that
-// change without a health change (NVML's, which arrive after the first scan).
+// A change of the device set (hot-plug, health, or the devices' facts alone: NVML's, which
+// arrive after the first scan) wakes it at once; so does Resync() (the kubelet registered us: a
+// kubelet that starts deletes every slice of its node). Otherwise it lists the slice every
+// `resync` (30 s by default, as the Go helper re-syncs) to put back a slice that someone deleted
+// (the kubelet's 30 s wipe after it lost our connection).
 //
 // One reconcile: list the driver's slices of this node (fieldSelector spec.driver and
 // spec.nodeName); create the slice if there is none (generateName, ownerReference to the Node);

@@ -1,8 +1,9 @@
 // DeviceSet: the current devices of one resource, as an immutable versioned snapshot.
 //
-// Discovery writes it; the plugin service, labels and metrics read it. Readers never block
-// writers for longer than a pointer swap, and listeners are told about every change to what the
-// kubelet sees (ids, health, topology, nodes).
+// Discovery writes it; the plugin service, labels, DRA slices and metrics read it. Readers never
+// block writers for longer than a pointer swap. Listeners are told about every change to what the
+// kubelet sees (ids, health, topology, nodes) and, where they ask for it, about a change of the
+// devices' facts alone (NVML answering after the first scan), which the kubelet never sees.
 #ifndef EDGEACCEL_INVENTORY_DEVICE_SET_H_
 #define EDGEACCEL_INVENTORY_DEVICE_SET_H_
 
@@ -21,7 +22,8 @@
 namespace edgeaccel {
 
 struct Snapshot {
-  // Increases whenever the kubelet-visible device list changes; starts at 1.
+  // Increases whenever the kubelet-visible device list changes; starts at 1. A change of facts
+  // or telemetry alone publishes a new snapshot under the same version.
   uint64_t version = 0;
   std::vector<Device> devices;  // sorted by id
 
@@ -33,13 +35,25 @@ class DeviceSet {
  public:
   using Listener = std::function<void(std::shared_ptr<const Snapshot>)>;
 
+  // Which changes a listener is told of.
+  enum class Changes {
+    // What the kubelet sees (AdvertisementDiffers, devices coming or going): each such change
+    // raises the version. For ListAndWatch, the DRA health stream, CDI specs, registration and
+    // health Events: a change of facts alone must not send the kubelet a new list.
+    kAdvertised,
+    // Those, and a change of the devices' facts alone (FactsDiffer), under the same version. For
+    // what describes the devices: node labels (NFD file, Node, --seed-labels), DRA slices.
+    kAdvertisedOrFacts,
+  };
+
   explicit DeviceSet(std::string resource_name);
 
   const std::string& resource_name() const { return resource_name_; }
 
-  // Replaces the device list. Returns true (and tells the listeners) when what the kubelet sees
-  // changed; facts and telemetry are updated silently. Logs every device that appears,
-  // disappears or changes health, with the reason.
+  // Replaces the device list. Returns true when what the kubelet sees changed (the version went
+  // up), and tells every listener; when only facts changed, tells only the kAdvertisedOrFacts
+  // listeners; telemetry alone is updated silently. Logs every device that appears, disappears
+  // or changes health, with the reason.
   bool Update(std::vector<Device> devices);
 
   std::shared_ptr<const Snapshot> Current() const;
@@ -52,7 +66,7 @@ class DeviceSet {
   // returns: what it reaches must stay valid until the owner has closed that way in (a weak_ptr
   // is not enough where locking it keeps an object whose owner is being destroyed; see the
   // ListAndWatch stream's gate in device_plugin_service.cc).
-  uint64_t Subscribe(Listener listener);
+  uint64_t Subscribe(Listener listener, Changes changes = Changes::kAdvertised);
   void Unsubscribe(uint64_t id);
 
  private:
@@ -60,7 +74,11 @@ class DeviceSet {
   mutable absl::Mutex mu_;
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
   uint64_t next_listener_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Listener>> listeners_ ABSL_GUARDED_BY(mu_);
+  struct Subscription {
+    Changes changes;
+    std::shared_ptr<Listener> listener;
+  };
+  absl::flat_hash_map<uint64_t, Subscription> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace edgeaccel
