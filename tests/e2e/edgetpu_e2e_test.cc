@@ -13,6 +13,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -341,11 +342,14 @@ TEST_F(RestartTest, PcieTpuReplugged) {
   // Back at another index (/dev/apex_1): the cached /dev/apex_0 is gone. Refused, saying so.
   host_.UnplugCoralPcie(0, "0000:03:00.0");
   host_.AddCoralPcie({.index = 1, .pci_address = "0000:03:00.0"});
+  // Until the daemon has seen the unplug, the kubelet still counts the old device and a restart
+  // fails in the runtime (no /dev/apex_0), not in PreStartContainer: wait for the daemon's word.
   ASSERT_TRUE(kubelet_.WaitFor([&] {
-    return kubelet_.Allocatable(kTpu) == 1 && kubelet_.StartContainer(*pod).code() ==
-                                                 absl::StatusCode::kFailedPrecondition;
-  })) << daemon->Log();
-  restart = kubelet_.StartContainer(*pod);
+    if (kubelet_.Allocatable(kTpu) != 1) return false;
+    restart = kubelet_.StartContainer(*pod);
+    return absl::StrContains(restart.message(), "PreStartContainer");
+  })) << restart << "\n" << daemon->Log();
+  EXPECT_EQ(restart.code(), absl::StatusCode::kFailedPrecondition) << restart;
   EXPECT_THAT(std::string(restart.message()), HasSubstr("PreStartContainer for coral.ai/edgetpu"));
   EXPECT_THAT(std::string(restart.message()), HasSubstr("gives /dev/apex_0"));
   EXPECT_THAT(std::string(restart.message()), HasSubstr("it has /dev/apex_1 now"));
