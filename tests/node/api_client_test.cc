@@ -26,6 +26,7 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::ListenInBackground;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
@@ -74,7 +75,7 @@ class ApiClientTest : public ::testing::Test {
       res.set_content(req.get_header_value("Content-Type") + " " + req.body, "text/plain");
     });
     port_ = server_->bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    thread_ = ListenInBackground(*server_);
   }
   void TearDown() override {
     server_->stop();
@@ -160,7 +161,7 @@ TEST(ApiClientAddressTest, AnAddressMustBeAnIpSubjectAltName) {
   httplib::SSLServer server((dir.path() + "/s.crt").c_str(), (dir.path() + "/s.key").c_str());
   server.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "a/b"); });
   const int port = server.bind_to_any_port("127.0.0.1");
-  std::thread thread([&] { server.listen_after_bind(); });
+  std::thread thread = ListenInBackground(server);
   ApiServerConfig config;
   config.host = "127.0.0.1";
   config.port = port;

@@ -22,6 +22,7 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::ListenInBackground;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
@@ -59,7 +60,7 @@ class NodeLabelerTest : public ::testing::Test {
       res.set_content("{}", "application/json");
     });
     port_ = server_->bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    thread_ = ListenInBackground(*server_);
   }
   void TearDown() override {
     server_->stop();
@@ -296,7 +297,7 @@ TEST(KubeconfigTest, ClientCertificateAgainstAServerThatRequiresOne) {
     res.set_content("{}", "application/json");
   });
   const int port = server.bind_to_any_port("127.0.0.1");
-  std::thread thread([&] { server.listen_after_bind(); });
+  std::thread thread = ListenInBackground(server);
   // Paths relative to the kubeconfig's directory, as kubectl reads them.
   std::ofstream(dir.path() + "/kubeconfig")
       << "current-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:" << port

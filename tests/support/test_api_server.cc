@@ -1,5 +1,10 @@
 #include "test_api_server.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
 #include <httplib.h>
 
 #include <cctype>
@@ -16,6 +21,16 @@ bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
                           "-addext subjectAltName=" + subject_alt_name + " -keyout " + dir + "/" +
                           name + ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
   return system(cmd.c_str()) == 0;
+}
+
+std::thread ListenInBackground(httplib::Server& server) {
+  auto ended = std::make_shared<std::atomic<bool>>(false);  // a loop that could not start
+  std::thread thread([&server, ended] {
+    server.listen_after_bind();
+    *ended = true;
+  });
+  while (!server.is_running() && !*ended) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return thread;
 }
 
 namespace {
@@ -269,7 +284,7 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
   });
   ServeResources();  // resource.k8s.io/v1: test_api_resources.cc
   port_ = server_->bind_to_any_port("127.0.0.1");
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = ListenInBackground(*server_);
 }
 
 TestApiServer::~TestApiServer() {

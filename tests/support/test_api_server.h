@@ -58,6 +58,7 @@
 #include "fixture_host.h"
 
 namespace httplib {
+class Server;
 class SSLServer;
 struct Response;
 }
@@ -68,6 +69,11 @@ namespace edgeaccel::testing {
 // `subject_alt_name`, made with the openssl command. False if openssl failed.
 bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
                                const std::string& subject_alt_name = "IP:127.0.0.1");
+
+// Runs the accept loop of `server` (bound already) on a new thread, and returns that thread once
+// the loop runs. Before that, httplib's stop() does nothing, and a server stopped that early
+// (a test that never sent it a request) would never end its thread.
+std::thread ListenInBackground(httplib::Server& server);
 
 class TestApiServer {
  public:
