@@ -210,7 +210,9 @@ TEST_F(ClaimPreparerTest, TheClaimsOfOneCallAreReadFromTheApiServerAtTheSameTime
   auto read = options.fetch_claim;
   options.fetch_claim = [&, read](const ClaimRef& claim) -> absl::StatusOr<std::string> {
     const int now = ++in_flight;
-    most = std::max(most.load(), now);
+    int seen = most.load();
+    while (seen < now && !most.compare_exchange_weak(seen, now)) {
+    }
     const absl::Time deadline = absl::Now() + absl::Seconds(3);
     while (most.load() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
     --in_flight;
