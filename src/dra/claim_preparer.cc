@@ -108,17 +108,16 @@ absl::Status ClaimPreparer::Start() {
   if (!loaded.ok()) LOG(ERROR) << options_.driver << ": " << loaded.message();
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
   const std::map<std::string, PreparedClaim> recorded = prepared_.claims();
-  for (const auto& [uid, claim] : recorded) Restore(claim, *snapshot);
+  int with_spec = 0;
+  for (const auto& [uid, claim] : recorded) with_spec += Restore(claim, *snapshot) ? 1 : 0;
   if (!prepared_.claims().empty()) {
-    int with_spec = 0;
-    for (const auto& [uid, claim] : prepared_.claims()) with_spec += FileExists(SpecPath(uid)) ? 1 : 0;
     LOG(INFO) << options_.driver << ": " << prepared_.claims().size() << " prepared claim(s) from "
               << prepared_.path() << ", " << with_spec << " with their CDI spec";
   }
   return loaded;
 }
 
-void ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot) {
+bool ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot) {
   const std::string uid = claim.claim.uid;  // a key of the checkpoint: IsClaimUid holds
   const std::string spec = SpecPath(uid);
   if (claim.devices.empty()) {
@@ -128,11 +127,11 @@ void ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot
     LOG(WARNING) << options_.driver << ": prepared claim " << Describe(claim.claim)
                  << " holds none of our devices: its record" << (removed ? " and empty CDI spec" : "")
                  << (forgotten.ok() ? " removed" : absl::StrCat(" cannot be removed: ", forgotten.message()));
-    return;
+    return false;
   }
   const bool other_boot = !options_.boot_id.empty() && claim.boot_id != options_.boot_id;
   const bool present = FileExists(spec);
-  if (present && !other_boot) return;
+  if (present && !other_boot) return true;
   absl::Status written = WriteSpec(uid, claim.devices, snapshot);
   if (!written.ok()) {
     // A spec of another boot may name device nodes that are another device's now: none is
@@ -142,7 +141,7 @@ void ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot
                << (other_boot ? " (of another boot, or of none recorded)" : " is missing and")
                << " cannot be written again: " << written.message()
                << " (a container of it that starts now will not get its devices)";
-    return;
+    return false;
   }
   PreparedClaim updated = claim;
   updated.boot_id = options_.boot_id;
@@ -156,6 +155,7 @@ void ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot
     LOG(WARNING) << options_.driver << ": the CDI spec of prepared claim " << Describe(claim.claim)
                  << " was missing; written again" << note;
   }
+  return true;
 }
 
 absl::Status ClaimPreparer::WriteSpec(const std::string& uid,

@@ -143,8 +143,9 @@ class ClaimPreparer {
   // Writes the claim's CDI spec for `prepared` (at least one device).
   absl::Status WriteSpec(const std::string& uid, const std::vector<PreparedDevice>& prepared,
                          const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Brings one record's spec up to date (Start).
-  void Restore(const PreparedClaim& claim, const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings one record's spec up to date (Start). True when the claim stays recorded with its spec
+  // on disk.
+  bool Restore(const PreparedClaim& claim, const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string SpecPath(const std::string& uid) const;
 
   const Options options_;
