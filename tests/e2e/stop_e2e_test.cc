@@ -19,6 +19,7 @@
 #include "daemon_process.h"
 #include "daemon_test.h"
 #include "edgeaccel/discovery/resource_names.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_api_server.h"
 #include "test_kubelet.h"
@@ -27,6 +28,7 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::DaemonProcess;
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
@@ -210,9 +212,10 @@ TEST_F(StopTest, TheStopTakesUnderASecondWhenTheApiServerIsSlow) {
   auto daemon = StartDaemon(flags);
   ASSERT_TRUE(Advertised(kTpu, 2, 2)) << daemon->Log();
   api.AnswerSlowly(absl::Seconds(3));
-  host_.Remove("/dev/apex_1");  // a label change and an Event, each in a slow request
+  const int before = api.requests_received();
+  host_.Remove("/dev/apex_1");  // an Event, in a slow request
   ASSERT_TRUE(Advertised(kTpu, 2, 1)) << daemon->Log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both requests under way
+  ASSERT_TRUE(Eventually([&] { return api.requests_received() > before; })) << daemon->Log();
   const absl::Time start = absl::Now();
   daemon->Signal(SIGTERM);
   ExpectCleanStop(*daemon);

@@ -166,6 +166,7 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
     absl::Duration delay;
     {
       absl::MutexLock lock(&mu_);
+      ++requests_received_;
       delay = answer_delay_;
     }
     absl::SleepFor(delay);
@@ -332,6 +333,11 @@ int TestApiServer::event_posts() {
 int TestApiServer::event_patches() {
   absl::MutexLock lock(&mu_);
   return patches_;
+}
+
+int TestApiServer::requests_received() {
+  absl::MutexLock lock(&mu_);
+  return requests_received_;
 }
 
 void TestApiServer::AnswerSlowly(absl::Duration delay) {

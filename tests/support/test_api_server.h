@@ -113,6 +113,8 @@ class TestApiServer {
   // Every request from now on is answered only after `delay`, as by an overloaded API server
   // (0: at once).
   void AnswerSlowly(absl::Duration delay);
+  // Requests received so far (counted on arrival, before any delay).
+  int requests_received();
 
   // The Node's metadata.uid (a slice's ownerReference to the Node must carry it).
   const std::string& node_uid() const { return node_uid_; }
@@ -186,6 +188,7 @@ class TestApiServer {
   int patches_ ABSL_GUARDED_BY(mu_) = 0;
   int refuse_with_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration answer_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  int requests_received_ ABSL_GUARDED_BY(mu_) = 0;
 
   // test_api_resources.cc: the resource.k8s.io/v1 routes, registered by the constructor before
   // it binds, and what they keep.
