@@ -13,3 +13,10 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # Programs (protoc, grpc_cpp_plugin) from the build machine; everything else for the target.
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
+# The configure-time probe of gRPC's internals (cmake/grpc_internals.cmake) runs its program under
+# qemu-aarch64 where there is one (Debian's qemu-user). The arm64 loader and libraries come from the
+# multiarch packages in /usr/lib/aarch64-linux-gnu, where qemu's ld.so finds them.
+find_program(EDGEACCEL_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
+if(EDGEACCEL_QEMU_AARCH64)
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${EDGEACCEL_QEMU_AARCH64}")
+endif()

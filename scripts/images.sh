@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds both container images for real and smoke-tests them, with nothing but Debian's mirror:
 #   1. installs podman, buildah, debootstrap and qemu-user-static (arm64 emulation);
-#   2. makes a debian:bookworm-slim-like build image (make-base-image.sh; amd64, where both
-#      Dockerfiles compile: the arm64 one cross-compiles);
+#   2. makes a debian:<suite>-slim-like build image (make-base-image.sh; amd64, where both
+#      Dockerfiles compile: the arm64 one cross-compiles); IMAGES_DEBIAN picks the release the
+#      images are built from: bookworm (Debian 12, the default) or trixie (Debian 13);
 #   3. builds Dockerfile.amd64 and Dockerfile.arm64: one static binary on `scratch` each, with
 #      the NVML helper and the glibc it needs, and checks that each image holds exactly those
 #      files and is at most 20 MB;
@@ -50,9 +51,10 @@ if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
 fi
 
 step() { echo "--- $*"; }
-step "build image amd64"
+suite=${IMAGES_DEBIAN:-bookworm}
+step "build image amd64, Debian $suite"
 start=$SECONDS
-scripts/make-base-image.sh amd64
+scripts/make-base-image.sh amd64 "$suite"
 echo "    $((SECONDS - start)) s"
 
 version=$(sed -n 's/^project(edgeaccel VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
@@ -61,7 +63,7 @@ for arch in amd64 arm64; do
   start=$SECONDS
   podman build --pull=never --network=host --platform "linux/$arch" \
     --build-arg BUILDPLATFORM="linux/$(dpkg --print-architecture)" \
-    --build-arg BUILD_IMAGE=localhost/debian-bookworm-slim:amd64 \
+    --build-arg BUILD_IMAGE="localhost/debian-$suite-slim:amd64" \
     -f "Dockerfile.$arch" -t "localhost/edgeaccel-device-plugin:$version-$arch" . \
     > "$conf_dir/build-$arch.log" 2>&1 || { tail -60 "$conf_dir/build-$arch.log"; exit 1; }
   image="localhost/edgeaccel-device-plugin:$version-$arch"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Makes a local debian:bookworm-slim-like base image for one architecture from Debian's mirror,
+# Makes a local debian:<suite>-slim-like base image for one architecture from Debian's mirror,
 # with debootstrap (no container registry needed), and imports it into podman's storage as
-# localhost/debian-bookworm-slim:<arch>. Slimmed the way Debian's official slim images are:
+# localhost/debian-<suite>-slim:<arch> (suite: bookworm, Debian 12, the default; or trixie,
+# Debian 13). Slimmed the way Debian's official slim images are:
 # no docs, man pages, locales or apt lists. Foreign architectures need qemu-user-static.
-#   usage: scripts/make-base-image.sh amd64|arm64 [mirror]
+#   usage: scripts/make-base-image.sh amd64|arm64 [bookworm|trixie] [mirror]
 set -euo pipefail
-arch=${1:?usage: make-base-image.sh amd64|arm64 [mirror]}
-mirror=${2:-http://deb.debian.org/debian}
-image="localhost/debian-bookworm-slim:${arch}"
+arch=${1:?usage: make-base-image.sh amd64|arm64 [bookworm|trixie] [mirror]}
+suite=${2:-bookworm}
+mirror=${3:-http://deb.debian.org/debian}
+image="localhost/debian-${suite}-slim:${arch}"
 if podman image exists "$image"; then
   echo "$image: already made"
   exit 0
@@ -27,7 +29,7 @@ path-exclude /usr/share/linda/*
 path-exclude /usr/share/locale/*
 CFG
 start=$SECONDS
-debootstrap --variant=minbase --arch="$arch" bookworm "$root" "$mirror" \
+debootstrap --variant=minbase --arch="$arch" "$suite" "$root" "$mirror" \
   > "$root.log" 2>&1 || { tail -30 "$root.log"; rm -f "$root.log"; exit 1; }
 rm -f "$root.log"
 cat > "$root/etc/apt/apt.conf.d/docker-clean" <<'CFG'

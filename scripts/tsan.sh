@@ -84,8 +84,13 @@ if [ ! -e "$grpc_dir/lib/.built-unsecure-$grpc_version" ]; then
   touch "$grpc_dir/lib/.built-unsecure-$grpc_version"
 fi
 
+# Inherited by the daemons the e2e tests start, so a report in a daemon fails its test too; and
+# by the configure-time probe of gRPC's internals (cmake/grpc_internals.cmake), which then runs on
+# the instrumented gRPC as the tests will.
+export LD_LIBRARY_PATH="$grpc_dir/lib:$absl_dir/lib"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGEACCEL_BUILD_BENCH=ON -DEDGEACCEL_STATIC=OFF \
-  -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" > /dev/null
+  -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" | { grep "gRPC .* internals" || true; }
 # Every test binary CTest knows ("<layer>/<module>/<Suite>.<Test>" runs in <module>_test). The
 # cases are listed by running the binaries, so they are built first (all of them: the build
 # tree's test targets are what CTest would list).
@@ -97,9 +102,6 @@ targets=(--target edgeaccel-device-plugin --target edgeaccel-soak)
 for t in "${tests[@]}"; do targets+=(--target "${t}_test"); done
 cmake --build build-tsan -j"$jobs" "${targets[@]}"
 
-# Inherited by the daemons the e2e tests start, so a report in a daemon fails its test too.
-export LD_LIBRARY_PATH="$grpc_dir/lib:$absl_dir/lib"
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
 # The instrumented libraries must be the ones loaded, or TSan sees none of their locks.
 for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc_unsecure.so" "$grpc_dir/lib/libgrpc++_unsecure.so" \
            "$grpc_dir/lib/libgpr.so"; do

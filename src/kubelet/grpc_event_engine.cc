@@ -13,7 +13,14 @@
 
 #include "absl/status/status.h"
 
+// 1 where cmake/grpc_internals.cmake found that this compiles against the installed gRPC's
+// EventEngine interface (experimental: it changed after 1.51). Otherwise gRPC keeps its own engine.
+#ifndef EDGEACCEL_GRPC_EVENT_ENGINE
+#define EDGEACCEL_GRPC_EVENT_ENGINE 0
+#endif
+
 namespace edgeaccel {
+#if EDGEACCEL_GRPC_EVENT_ENGINE
 namespace {
 
 using grpc_event_engine::experimental::EndpointConfig;
@@ -200,5 +207,15 @@ EventEngine* UseOneThreadGrpcEventEngine() {
   }();
   return engine;
 }
+
+#else  // !EDGEACCEL_GRPC_EVENT_ENGINE
+
+std::unique_ptr<grpc_event_engine::experimental::EventEngine> MakeOneThreadEventEngine(std::string) {
+  return nullptr;
+}
+
+grpc_event_engine::experimental::EventEngine* UseOneThreadGrpcEventEngine() { return nullptr; }
+
+#endif  // EDGEACCEL_GRPC_EVENT_ENGINE
 
 }  // namespace edgeaccel

@@ -17,19 +17,20 @@
 #include "absl/base/options.h"
 #include "absl/status/status.h"
 
-// gRPC 1.51's internal timer interface, as src/core/lib/iomgr/timer.h and closure.h declare it,
-// with absl in Debian 12's inline namespace (`debian3`, part of ExecCtx::Run's symbol name). Only
-// that pairing is known here; any other gets gRPC's own timers (below).
-#define EDGEACCEL_ABSL_NAMESPACE_IS_debian3 1
-#define EDGEACCEL_ABSL_NAMESPACE_IS(name) EDGEACCEL_ABSL_NAMESPACE_IS_EXPANDED(name)
-#define EDGEACCEL_ABSL_NAMESPACE_IS_EXPANDED(name) EDGEACCEL_ABSL_NAMESPACE_IS_##name
-#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51 && \
-    ABSL_OPTION_USE_INLINE_NAMESPACE == 1 &&                          \
-    EDGEACCEL_ABSL_NAMESPACE_IS(ABSL_OPTION_INLINE_NAMESPACE_NAME)
-#define EDGEACCEL_GRPC_TIMERS_KNOWN 1
-#else
-#define EDGEACCEL_GRPC_TIMERS_KNOWN 0
+// gRPC 1.51's internal timer interface, as src/core/lib/iomgr/timer.h and closure.h declare it.
+// EDGEACCEL_GRPC_TIMERS is 1 only where CMake's configure-time probe (cmake/grpc_internals.cmake)
+// built this file against the installed gRPC and ran it: the symbols below link, and timers
+// made, fired and cancelled through gRPC's public API behave as they must with the layouts
+// below. EDGEACCEL_ABSL_MANGLED_NAMESPACE is absl's inline namespace as the Itanium ABI spells
+// it in a symbol name ("7debian3" on Debian 12, "7debian7" on Debian 13): it is part of
+// ExecCtx::Run's name.
+#ifndef EDGEACCEL_GRPC_TIMERS
+#define EDGEACCEL_GRPC_TIMERS 0
 #endif
+#define EDGEACCEL_GRPC_TIMERS_KNOWN EDGEACCEL_GRPC_TIMERS
+#define EDGEACCEL_STRINGIZE(x) EDGEACCEL_STRINGIZE_EXPANDED(x)
+#define EDGEACCEL_STRINGIZE_EXPANDED(x) #x
+#define EDGEACCEL_MANGLED_NAMESPACE EDGEACCEL_STRINGIZE(EDGEACCEL_ABSL_MANGLED_NAMESPACE)
 
 #if EDGEACCEL_GRPC_TIMERS_KNOWN
 // The types by the layout gRPC gives them (named, not anonymous: the functions below that take
@@ -50,7 +51,10 @@ struct GrpcClosure {
   void* cb_arg;
 };
 
-// grpc_timer up to `closure`: the implementation owns the struct while the timer is pending.
+// grpc_timer up to `closure`: the implementation owns the struct while the timer is pending, and
+// gRPC itself never reads a field of it, so these are our own storage inside gRPC's struct (which
+// in 1.51 is larger: an EventEngine task handle follows). What gRPC does read, the vtable's order
+// and signatures, the Timestamp's ABI and ExecCtx::Run's, is what the configure-time probe tries.
 struct GrpcTimer {
   int64_t deadline;
   uint32_t heap_index;
@@ -92,7 +96,7 @@ void GrpcExecutorSetThreadingDefault(bool enable)
     __asm__("_ZN9grpc_core8Executor19SetThreadingDefaultEb");
 void GrpcExecCtxRun(const GrpcDebugLocation& location, edgeaccel::grpc_abi::GrpcClosure* closure,
                     absl::Status error)
-    __asm__("_ZN9grpc_core7ExecCtx3RunERKNS_13DebugLocationEP12grpc_closureN4absl7debian36StatusE");
+    __asm__("_ZN9grpc_core7ExecCtx3RunERKNS_13DebugLocationEP12grpc_closureN4absl" EDGEACCEL_MANGLED_NAMESPACE "6StatusE");
 edgeaccel::grpc_abi::GrpcTimestamp GrpcTimestampFromTimespecRoundDown(gpr_timespec time)
     __asm__("_ZN9grpc_core9Timestamp21FromTimespecRoundDownE12gpr_timespec");
 
@@ -252,6 +256,9 @@ bool installed = false;
 
 std::string RunGrpcTimersOn(EventEngine* engine) {
 #if EDGEACCEL_GRPC_TIMERS_KNOWN
+  if (engine == nullptr) {
+    return "gRPC " GRPC_CPP_VERSION_STRING ": no event engine of ours: gRPC's own timer threads kept";
+  }
   if (installed) return "gRPC's timers already run on the event engine";
   installed = true;
   TheTimers().set_engine(engine);
@@ -277,7 +284,8 @@ std::string RunGrpcTimersOn(EventEngine* engine) {
 #else
   (void)engine;
   return "gRPC " GRPC_CPP_VERSION_STRING
-         " is not 1.51: its own timer threads (which wake once a second) and resolver thread are kept";
+         ": gRPC's own timer threads (which wake once a second) and resolver thread are kept (the "
+         "configure-time probe of its internals did not pass, or was not run)";
 #endif
 }
 

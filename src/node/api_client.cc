@@ -10,7 +10,11 @@
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/version.h>
 #include <mbedtls/x509_crt.h>
+#if MBEDTLS_VERSION_MAJOR >= 3
+#include <psa/crypto.h>
+#endif
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -144,6 +148,14 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_vie
 // The TLS settings: TLS 1.2 or later, the server verified against the configured CA, our client
 // certificate if there is one.
 absl::Status Configure(const ApiServerConfig& config, Tls& tls) {
+#if MBEDTLS_VERSION_MAJOR >= 3
+  // mbedTLS 3 does its TLS 1.3 key exchange through PSA Crypto, which must be set up once per
+  // process before any handshake (a TLS 1.3 server otherwise fails it).
+  static const psa_status_t psa = psa_crypto_init();
+  if (psa != PSA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("TLS: PSA crypto did not start (", psa, ")"));
+  }
+#endif
   static constexpr char kPersonalization[] = "edgeaccel-api-client";
   int rc = mbedtls_ctr_drbg_seed(&tls.drbg, mbedtls_entropy_func, &tls.entropy,
                                  reinterpret_cast<const unsigned char*>(kPersonalization),
@@ -175,10 +187,22 @@ absl::Status Configure(const ApiServerConfig& config, Tls& tls) {
     rc = mbedtls_x509_crt_parse(&tls.client_cert, PemBytes(config.client_cert_pem),
                                 config.client_cert_pem.size() + 1);
     if (rc == 0) {
+#if MBEDTLS_VERSION_MAJOR >= 3
+      // mbedTLS 3 wants a random generator for its blinding of the private-key operations.
+      rc = mbedtls_pk_parse_key(&tls.client_key, PemBytes(config.client_key_pem),
+                                config.client_key_pem.size() + 1, nullptr, 0,
+                                mbedtls_ctr_drbg_random, &tls.drbg);
+    }
+    if (rc == 0) {
+      rc = mbedtls_pk_check_pair(&tls.client_cert.pk, &tls.client_key, mbedtls_ctr_drbg_random,
+                                 &tls.drbg);
+    }
+#else
       rc = mbedtls_pk_parse_key(&tls.client_key, PemBytes(config.client_key_pem),
                                 config.client_key_pem.size() + 1, nullptr, 0);
     }
     if (rc == 0) rc = mbedtls_pk_check_pair(&tls.client_cert.pk, &tls.client_key);
+#endif
     if (rc != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the client certificate or key is not PEM, or they do not match: ", MbedError(rc)));
@@ -187,8 +211,12 @@ absl::Status Configure(const ApiServerConfig& config, Tls& tls) {
   rc = mbedtls_ssl_config_defaults(&tls.conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
                                    MBEDTLS_SSL_PRESET_DEFAULT);
   if (rc != 0) return absl::InternalError(absl::StrCat("TLS settings: ", MbedError(rc)));
+#if MBEDTLS_VERSION_NUMBER >= 0x03020000
+  mbedtls_ssl_conf_min_tls_version(&tls.conf, MBEDTLS_SSL_VERSION_TLS1_2);
+#else
   mbedtls_ssl_conf_min_version(&tls.conf, MBEDTLS_SSL_MAJOR_VERSION_3,
                                MBEDTLS_SSL_MINOR_VERSION_3);  // TLS 1.2
+#endif
   mbedtls_ssl_conf_authmode(&tls.conf, MBEDTLS_SSL_VERIFY_REQUIRED);
   mbedtls_ssl_conf_ca_chain(&tls.conf, &tls.ca, nullptr);
   mbedtls_ssl_conf_rng(&tls.conf, mbedtls_ctr_drbg_random, &tls.drbg);
@@ -366,6 +394,11 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, i
     }
     const int n = step();
     if (n >= 0) return n;
+#ifdef MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET
+    // A TLS 1.3 server's session ticket, reported by mbedTLS 3.6 between records: we keep no
+    // sessions, so the read just goes on.
+    if (n == MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET) continue;
+#endif
     if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
       absl::Status waited =
           WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd);
@@ -635,8 +668,11 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   int rc = mbedtls_ssl_setup(&tls.ssl, &tls.conf);
   const bool by_address = IsIpAddress(config_.host);
   // A DNS name goes in SNI and is checked against the certificate by mbedTLS; an address is
-  // checked below, once the chain is verified.
-  if (rc == 0 && !by_address) rc = mbedtls_ssl_set_hostname(&tls.ssl, config_.host.c_str());
+  // checked below, once the chain is verified. For an address the name is set to none on
+  // purpose: mbedTLS >= 3.6.3 refuses to verify a server when no name was ever set.
+  if (rc == 0) {
+    rc = mbedtls_ssl_set_hostname(&tls.ssl, by_address ? nullptr : config_.host.c_str());
+  }
   if (rc != 0) return absl::InternalError(absl::StrCat("TLS session: ", MbedError(rc)));
   int socket_fd = fd.get();
   mbedtls_ssl_set_bio(&tls.ssl, &socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>

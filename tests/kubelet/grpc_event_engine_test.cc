@@ -28,6 +28,9 @@ using std::chrono::milliseconds;
 
 using ::edgeaccel::testing::ThreadNames;
 
+// Which way the build went (cmake/grpc_internals.cmake): our engine where it compiles against
+// the installed gRPC's EventEngine interface, gRPC's own otherwise.
+#if EDGEACCEL_GRPC_EVENT_ENGINE
 TEST(OneThreadEventEngineTest, EverythingRunsOnItsOneThreadTimersInDeadlineOrder) {
   std::unique_ptr<EventEngine> engine = MakeOneThreadEventEngine("test-engine");
   absl::Mutex mu;
@@ -147,6 +150,12 @@ TEST(OneThreadEventEngineTest, InstalledGrpcServesAndCallsWithDeadlines) {
   EXPECT_THAT(names, ::testing::Not(::testing::Contains("timer_manager")));
   server.Stop();
 }
+#else
+TEST(OneThreadEventEngineTest, WhereItDoesNotFitThisGrpcThereIsNone) {
+  EXPECT_EQ(MakeOneThreadEventEngine("test-engine"), nullptr);
+  EXPECT_EQ(UseOneThreadGrpcEventEngine(), nullptr);
+}
+#endif
 
 }  // namespace
 }  // namespace edgeaccel

@@ -25,6 +25,9 @@ namespace edgeaccel {
 std::unique_ptr<grpc_event_engine::experimental::EventEngine> MakeOneThreadEventEngine(
     std::string thread_name);
 
+// Both return nullptr, and gRPC keeps its own engine, where the build found that this engine does
+// not fit the installed gRPC's EventEngine interface (cmake/grpc_internals.cmake).
+//
 // Makes gRPC use one process-wide engine of that kind ("ea-grpc-timer"), and returns it (the
 // same one on every call; it lives as long as the process). Call before the first gRPC channel or
 // server is made (and before grpc_init): an engine made earlier stays gRPC's.
