@@ -6,25 +6,33 @@
 #   2. the tests' kubelet sees them registered and gets an Allocate answer with a CDI name;
 #   3. podman starts a container with that name: the device node is inside, as a char device
 #      with the TPU's numbers and the mode and owner of the node the daemon saw;
-#   4. one TPU is unplugged: the daemon rewrites the spec, and podman refuses the stale name.
+#   4. one TPU is unplugged: the daemon rewrites the spec, and podman refuses the stale name;
+#   5. a discrete GPU whose "driver" is a shared object built here (libcuda.so.<version> with the
+#      soname libcuda.so.1, in the fixture's ld.so cache written by the real ldconfig): podman
+#      starts a container from the spec alone (no hook, no NVIDIA runtime), and the container's
+#      program dlopen()s "libcuda.so.1" by name and calls it: mount, soname, read-only and loader
+#      path, judged by a real runtime. The same for a Jetson whose container file lists (CSV)
+#      name its nodes and its libcuda by a `sym` entry.
 # The spec's hostPath is the host's own /dev/apex_N, so the nodes are made there for the run
 # (char 120:N, no driver behind them) and removed after. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh podman runc busybox-static
+scripts/deps.sh podman runc busybox-static gcc libc6-dev
 scripts/build.sh edgeaccel-device-plugin edgeaccel-fixture edgeaccel-test-kubelet > /dev/null
 
 work=$(mktemp -d /tmp/edgeaccel-cdi.XXXXXX)
 tree=$(build/edgeaccel-fixture coral-pcie)
 spec=/var/run/cdi/edgeaccel.io-edgetpu.json
 made_nodes=()
+made_dirs=()
 daemon=""
 cleanup() {
   [ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
   wait 2>/dev/null || true
   for node in "${made_nodes[@]}"; do rm -f "$node"; done
-  rm -f "$spec"
-  rm -rf "$work" "$tree"
+  for dir in "${made_dirs[@]}"; do rmdir "$dir" 2>/dev/null || true; done
+  rm -f "$spec" /var/run/cdi/edgeaccel.io-gpu.json
+  rm -rf "$work" "$tree" "${gpu_tree:-}" "${jetson_tree:-}"
 }
 trap cleanup EXIT
 fail() { echo "check-cdi-podman: $*"; [ -z "$daemon" ] || tail -20 "$work/daemon.log"; exit 1; }
@@ -84,4 +92,115 @@ grep -q "unresolvable CDI devices edgeaccel.io/edgetpu=0000:04:00.0" <<<"$out" |
   fail "podman refused the stale name, but not as unresolvable: $out"
 echo "check-cdi-podman: stale name refused: $(tail -1 <<<"$out")"
 run "$name" /bin/busybox true || fail "the TPU still plugged in no longer starts"
+kill "$daemon"; wait "$daemon" 2>/dev/null || true; daemon=""
+
+# --- The NVIDIA driver's libraries, as a CDI-only runtime gets them -------------------------------
+# The container's program: no CUDA headers, no link to libcuda; the loader must find it by name.
+mkdir -p "$work/probe"
+cat > "$work/probe/probe.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (cuda == NULL) { printf("dlopen: %s\n", dlerror()); return 1; }
+  int (*get_version)(int*) = (int (*)(int*))dlsym(cuda, "cuDriverGetVersion");
+  if (get_version == NULL) { printf("dlsym: %s\n", dlerror()); return 1; }
+  int version = 0;
+  const int rc = get_version(&version);
+  Dl_info info;
+  dladdr((void*)get_version, &info);
+  const int fd = open(info.dli_fname, O_WRONLY);
+  printf("libcuda.so.1 at %s: cuDriverGetVersion rc=%d version=%d, open for writing: %s\n",
+         info.dli_fname, rc, version, fd < 0 ? strerror(errno) : "allowed");
+  return rc;
+}
+C
+# driver VERSION SONAME FILE: a "driver" library whose cuDriverGetVersion answers VERSION.
+driver() {
+  printf 'int cuDriverGetVersion(int* v) { *v = %s; return 0; }\n' "$1" > "$work/probe/cuda$1.c"
+  mkdir -p "$(dirname "$3")"
+  cc -shared -fPIC -Wl,-soname,"$2" -o "$3" "$work/probe/cuda$1.c"
+}
+cc -o "$work/rootfs/bin/probe" "$work/probe/probe.c"
+# The probe's loader and C library, where its own machine's loader looks (no ld.so.cache inside).
+for lib in $(ldd "$work/rootfs/bin/probe" | grep -o '/[^ ]*'); do
+  mkdir -p "$work/rootfs$(dirname "$lib")"
+  cp -L "$lib" "$work/rootfs$lib"
+done
+# make_nodes TREE NODE...: the fixture's nodes on the real /dev (the spec's hostPath), same numbers.
+make_nodes() {
+  local tree=$1; shift
+  for node in "$@"; do
+    [ -e "$node" ] && continue
+    local dir=$(dirname "$node") new=()
+    while [ ! -d "$dir" ]; do new=("$dir" "${new[@]}"); dir=$(dirname "$dir"); done
+    mkdir -p "$(dirname "$node")"
+    for ((i = ${#new[@]} - 1; i >= 0; i--)); do made_dirs+=("${new[i]}"); done  # deepest first
+    mknod "$node" c "$((16#$(stat -c %t "$tree$node")))" "$((16#$(stat -c %T "$tree$node")))"
+    made_nodes+=("$node")
+  done
+}
+# gpu_container TREE KUBELET FAMILY: runs the daemon on TREE, allocates the GPU, and runs the
+# probe in a container from the CDI name; what it printed goes to $work/probe.out.
+gpu_container() {
+  local tree=$1 kubelet=$2 family=$3 out
+  rm -f /var/run/cdi/edgeaccel.io-gpu.json
+  build/edgeaccel-device-plugin --host-root="$tree" --kubelet-root="$kubelet" --families="$family" \
+    --device-plugin-dir="$kubelet/device-plugins" --metrics-address= --cdi --nvml=false \
+    --cdi-dir=/var/run/cdi > "$work/daemon.log" 2>&1 &
+  daemon=$!
+  build/edgeaccel-test-kubelet "$kubelet" 30 nvidia.com/gpu=1 > "$work/kubelet.log" 2>&1 ||
+    fail "the test kubelet did not see the GPU: $(cat "$work/kubelet.log")"
+  local cdi_name
+  cdi_name=$(grep -o 'CDI edgeaccel.io/gpu=[A-Za-z0-9.:-]*' "$work/kubelet.log" | cut -d' ' -f2)
+  [ -n "$cdi_name" ] || fail "Allocate named no CDI device: $(cat "$work/kubelet.log")"
+  echo "check-cdi-podman: $family: Allocate answered $(grep -o 'Allocate.*' "$work/kubelet.log")"
+  grep -q '"hooks"' /var/run/cdi/edgeaccel.io-gpu.json && fail "the spec has a hook"
+  out=$(run "$cdi_name" /bin/probe 2>&1) || fail "$family: the probe failed in a container from $cdi_name: $out"
+  kill "$daemon"; wait "$daemon" 2>/dev/null || true; daemon=""
+  echo "$out" > "$work/probe.out"
+}
+
+# A discrete GPU: driver 515.76 (the fixture's kernel module), its libcuda a real shared object
+# at a host path of this run, found by the daemon through the fixture's ld.so cache.
+gpu_tree=$(build/edgeaccel-fixture nvidia)
+version=515.76
+driver 13000 libcuda.so.1 "$work/driver/libcuda.so.$version"
+mkdir -p "$gpu_tree$work/driver" "$gpu_tree/etc"
+cp "$work/driver/libcuda.so.$version" "$gpu_tree$work/driver/"
+echo "$work/driver" > "$gpu_tree/etc/ld.so.conf"
+ldconfig -r "$gpu_tree"  # the soname link and the cache entry, as on a node
+make_nodes "$gpu_tree" /dev/nvidia0 /dev/nvidiactl /dev/nvidia-modeset /dev/nvidia-uvm /dev/nvidia-uvm-tools
+gpu_container "$gpu_tree" "$work/kubelet-gpu" nvidia
+out=$(cat "$work/probe.out")
+want="libcuda.so.1 at /usr/local/nvidia/lib64/libcuda.so.1: cuDriverGetVersion rc=0 version=13000, open for writing: Read-only file system"
+[ "$out" = "$want" ] || fail "the discrete GPU's container did not load the driver's libcuda.so.1: $out"
+grep -q "mount $work/driver/libcuda.so.$version -> /usr/local/nvidia/lib64/libcuda.so.1 (ro)" "$work/kubelet.log" ||
+  fail "Allocate's Mounts lack the driver's libcuda: $(cat "$work/kubelet.log")"
+echo "check-cdi-podman: discrete GPU: $out"
+
+# A Jetson (AGX Orin, R36) with container file lists: two nodes and libcuda by a `sym` entry.
+jetson_tree=$(build/edgeaccel-fixture jetson-agx-orin)
+tegra=$work/tegra/usr/lib/aarch64-linux-gnu/tegra
+driver 12060 libcuda.so.1 "$tegra/libcuda.so.1.1"
+mkdir -p "$jetson_tree$tegra"
+cp "$tegra/libcuda.so.1.1" "$jetson_tree$tegra/"
+ln -s libcuda.so.1.1 "$jetson_tree$tegra/libcuda.so.1"
+lists=$jetson_tree/etc/nvidia-container-runtime/host-files-for-container.d
+mkdir -p "$lists"
+printf 'dev, /dev/nvmap\ndev, /dev/nvgpu/igpu0/ctrl\ndev, /dev/nvhost-vic\n' > "$lists/devices.csv"
+printf 'sym, %s/libcuda.so.1\nlib, %s/libnvos.so\n' "$tegra" "$tegra" > "$lists/drivers.csv"
+make_nodes "$jetson_tree" /dev/nvmap /dev/nvgpu/igpu0/ctrl
+gpu_container "$jetson_tree" "$work/kubelet-jetson" tegra
+out=$(cat "$work/probe.out")
+want="libcuda.so.1 at $tegra/libcuda.so.1: cuDriverGetVersion rc=0 version=12060, open for writing: Read-only file system"
+[ "$out" = "$want" ] || fail "the Jetson's container did not load the lists' libcuda.so.1: $out"
+nodes=$(grep -o 'Allocate [^;]*' "$work/kubelet.log")
+[[ "$nodes" == *"-> 2 nodes: /dev/nvgpu/igpu0/ctrl /dev/nvmap" ]] ||
+  fail "the Jetson's Allocate holds other nodes than the lists name and the host has: $nodes"
+echo "check-cdi-podman: Jetson: $out"
 echo "check-cdi-podman: ok"

@@ -45,6 +45,8 @@ const HOST_PATHS = new Map([
   // Where the NVML helper finds and loads the host's libnvidia-ml.so.1 (components/nvidia-discrete).
   ["/etc/ld.so.cache", "ro"],
   ["/usr/lib", "ro"],
+  // L4T's container file lists: what a Jetson's GPU containers get (docs/driver-libraries.md).
+  ["/etc/nvidia-container-runtime/host-files-for-container.d", "ro"],
 ]);
 
 // The DRA driver that publishes each family (include/edgeaccel/dra/dra_driver.h), and where the

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -184,6 +185,24 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--temperature-hysteresis must be between 0 and 50 °C, got ",
                      config.temperature_hysteresis_celsius));
+  }
+  if (config.nvidia_driver_libraries) {
+    // The directory is a path in every GPU container: absolute, plain, and none of the
+    // directories a runtime sets up itself.
+    const std::string& dir = config.nvidia_driver_libraries_dir;
+    bool plain = !dir.empty() && dir[0] == '/' && dir.back() != '/';
+    for (absl::string_view step : absl::StrSplit(dir, '/')) {
+      if (step == "." || step == "..") plain = false;
+    }
+    for (absl::string_view runtime_dir : {"/dev", "/proc", "/sys"}) {
+      if (dir == runtime_dir || absl::StartsWith(dir, absl::StrCat(runtime_dir, "/"))) plain = false;
+    }
+    if (!plain || dir.find("//") != std::string::npos || dir.find(':') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nvidia-driver-libraries-dir must be an absolute directory path without \".\", "
+          "\"..\", \":\" or a trailing \"/\", outside /dev, /proc and /sys; got \"",
+          absl::CHexEscape(dir.substr(0, 120)), "\""));
+    }
   }
   if (config.cdi && (config.cdi_dir.empty() || config.cdi_dir[0] != '/')) {
     return absl::InvalidArgumentError(

@@ -90,6 +90,17 @@ ABSL_FLAG(bool, tegra_display_nodes, false,
           "On Jetson, also hand out the display nodes with the integrated GPU (/dev/dri/card*, "
           "/dev/fb*, /dev/tegra_dc_*, Orin's /dev/nvidia*), for containers that drive a display. "
           "Off: the GPU's compute and media nodes only.");
+ABSL_FLAG(bool, nvidia_driver_libraries, true,
+          "Hand out the NVIDIA driver's user-space libraries with nvidia.com/gpu, so that a runtime "
+          "without NVIDIA's (containerd or CRI-O, with CDI or without) runs CUDA: discrete GPUs get "
+          "libcuda.so.1, libnvidia-ml.so.1, the JIT compilers and nvidia-smi of the running driver "
+          "(found through the host's /etc/ld.so.cache) as read-only mounts under their soname in "
+          "--nvidia-driver-libraries-dir, with LD_LIBRARY_PATH; a Jetson gets what L4T's container "
+          "file lists (/etc/nvidia-container-runtime/host-files-for-container.d/*.csv) name and "
+          "the host has. Turn off on nodes that keep NVIDIA's runtime, which mounts them itself.");
+ABSL_FLAG(std::string, nvidia_driver_libraries_dir, "/usr/local/nvidia/lib64",
+          "Where a discrete GPU's driver libraries go in the container (with "
+          "--nvidia-driver-libraries); LD_LIBRARY_PATH names it.");
 ABSL_FLAG(bool, nvml, true,
           "Where discrete NVIDIA GPUs are found, ask NVML (the host's libnvidia-ml.so.1, found "
           "through its /etc/ld.so.cache and the driver directories, /run/nvidia/driver too) in "
@@ -217,6 +228,8 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.replicas = *replicas;
   config.nvidia_runtime_envs = absl::GetFlag(FLAGS_nvidia_runtime_envs);
   config.tegra_display_nodes = absl::GetFlag(FLAGS_tegra_display_nodes);
+  config.nvidia_driver_libraries = absl::GetFlag(FLAGS_nvidia_driver_libraries);
+  config.nvidia_driver_libraries_dir = absl::GetFlag(FLAGS_nvidia_driver_libraries_dir);
   config.nvml = absl::GetFlag(FLAGS_nvml);
   config.nvml_helper = absl::GetFlag(FLAGS_nvml_helper);
   config.nvml_timeout = absl::GetFlag(FLAGS_nvml_timeout);

@@ -11,7 +11,7 @@ absl::string_view HealthName(Health health) {
 
 bool AdvertisementDiffers(const Device& a, const Device& b) {
   return a.id != b.id || a.health != b.health || a.numa_node != b.numa_node ||
-         a.nodes != b.nodes || a.envs != b.envs;
+         a.nodes != b.nodes || a.mounts != b.mounts || a.envs != b.envs;
 }
 
 bool FactsDiffer(const Device& a, const Device& b) {

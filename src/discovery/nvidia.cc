@@ -60,7 +60,10 @@ absl::StatusOr<std::string> ParseNvidiaDriverVersion(absl::string_view text) {
 
 NvidiaGpuDiscoverer::NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options,
                                          GpuFactSource* facts)
-    : host_(host), options_(options), facts_(facts) {}
+    : host_(host),
+      options_(options),
+      facts_(facts),
+      libraries_(host, options_.driver_library_dir) {}
 
 std::vector<std::string> NvidiaGpuDiscoverer::Remarks() const {
   return facts_ != nullptr ? facts_->Remarks() : std::vector<std::string>{};
@@ -122,6 +125,14 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   for (const std::string& bus : *buses) {
     std::optional<Device> device = ScanOne(bus, driver_version);
     if (device.has_value()) devices.push_back(std::move(*device));
+  }
+  if (options_.driver_libraries && !devices.empty()) {
+    // One driver serves every GPU: each gets the same files.
+    DriverFiles files = libraries_.Find(driver_version);
+    for (Device& device : devices) {
+      device.mounts = files.mounts;
+      device.envs.insert(files.envs.begin(), files.envs.end());
+    }
   }
   if (facts_ != nullptr) facts_->Amend(&devices);
   return devices;

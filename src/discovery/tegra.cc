@@ -168,7 +168,7 @@ std::optional<TegraGpuModel> TegraGpuForSoc(absl::string_view soc) {
 }
 
 TegraGpuDiscoverer::TegraGpuDiscoverer(const Host* host, NvidiaOptions options)
-    : host_(host), options_(options) {}
+    : host_(host), options_(options), host_files_(host) {}
 
 std::string TegraGpuDiscoverer::ResourceName() const { return std::string(kResourceNvidiaGpu); }
 
@@ -223,19 +223,27 @@ std::optional<std::string> TegraGpuDiscoverer::FindDevfreq() const {
 
 std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
                                                      const std::optional<std::string>& devfreq,
-                                                     bool discrete_gpu) {
-  // Candidates by name: /dev, /dev/dri and /dev/nvgpu/igpu*.
+                                                     bool discrete_gpu,
+                                                     const std::vector<std::string>* listed) {
+  // Candidates by name: what the container file lists name, or else /dev, /dev/dri and
+  // /dev/nvgpu/igpu*.
   std::vector<std::string> names;
   auto list = [&](const std::string& dir, absl::string_view prefix) {
     absl::StatusOr<std::vector<std::string>> entries = host_->ListDirectory(dir);
     if (!entries.ok()) return;
     for (const std::string& entry : *entries) names.push_back(absl::StrCat(prefix, entry));
   };
-  list("/dev", "");
-  list("/dev/dri", "dri/");
-  if (absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu"); gpus.ok()) {
-    for (const std::string& gpu : *gpus) {
-      if (absl::StartsWith(gpu, "igpu")) list(absl::StrCat("/dev/nvgpu/", gpu), absl::StrCat("nvgpu/", gpu, "/"));
+  if (listed != nullptr) {
+    for (const std::string& path : *listed) {
+      if (absl::StartsWith(path, "/dev/")) names.push_back(path.substr(5));
+    }
+  } else {
+    list("/dev", "");
+    list("/dev/dri", "dri/");
+    if (absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu"); gpus.ok()) {
+      for (const std::string& gpu : *gpus) {
+        if (absl::StartsWith(gpu, "igpu")) list(absl::StrCat("/dev/nvgpu/", gpu), absl::StrCat("nvgpu/", gpu, "/"));
+      }
     }
   }
 
@@ -267,8 +275,13 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
 
   std::vector<std::string> paths;
   for (const std::string& name : names) {
-    const NodeRule rule = RuleFor(name, soc);
-    if (rule.role == NodeRole::kNone) continue;
+    NodeRule rule = RuleFor(name, soc);
+    if (rule.role == NodeRole::kNone) {
+      if (listed == nullptr) continue;
+      // Named by NVIDIA's list for this L4T (a camera or PVA node no rule here knows): the list
+      // vouches for what it is; it must still be a character device.
+      rule = Rule(NodeRole::kCompute, {}, /*kernel_named=*/false);
+    }
     if (rule.role == NodeRole::kDisplay && !options_.display_nodes) continue;
     const bool nvidia_ko = absl::StartsWith(name, "nvidia");
     if (nvidia_ko && discrete_gpu) continue;  // the discrete GPU's nodes, never the iGPU's
@@ -420,7 +433,12 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
 
   std::vector<std::string> problems;
   std::optional<std::string> devfreq = FindDevfreq();
-  device.nodes = GpuNodes(soc.value_or(""), devfreq, discrete_gpu);
+  TegraHostFiles host_files;
+  if (options_.driver_libraries) host_files = host_files_.Read();
+  device.nodes = GpuNodes(soc.value_or(""), devfreq, discrete_gpu,
+                          host_files.listed ? &host_files.device_paths : nullptr);
+  device.mounts = std::move(host_files.mounts);
+  device.envs.insert(host_files.envs.begin(), host_files.envs.end());
   auto has_node = [&](auto&& match) {
     return std::any_of(device.nodes.begin(), device.nodes.end(),
                        [&](const DeviceNode& n) { return match(n.host_path); });

@@ -9,4 +9,9 @@ void OnceLogger::Warn(const std::string& message) {
   if (seen_.insert(message).second) LOG(WARNING) << message;
 }
 
+void OnceLogger::Info(const std::string& message) {
+  if (seen_.size() > 1000) seen_.clear();
+  if (seen_.insert(message).second) LOG(INFO) << message;
+}
+
 }  // namespace edgeaccel

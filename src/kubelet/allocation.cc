@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -34,6 +35,7 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
   }
   absl::flat_hash_set<absl::string_view> seen_ids;
   absl::flat_hash_set<absl::string_view> seen_paths;
+  absl::flat_hash_set<absl::string_view> seen_mounts;  // by container path
   absl::flat_hash_set<std::string> seen_cdi;
   std::vector<std::string> cdi_names;
   absl::Status cdi_status;  // the first reason a device could not be named
@@ -61,6 +63,14 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
       spec->set_container_path(node.container_path);
       spec->set_permissions(node.permissions);
     }
+    // The driver's libraries: the kubelet hands them to any runtime, CDI or not.
+    for (const Mount& mount : device->mounts) {
+      if (!seen_mounts.insert(mount.container_path).second) continue;
+      v1beta1::Mount* out = response->add_mounts();
+      out->set_container_path(mount.container_path);
+      out->set_host_path(mount.host_path);
+      out->set_read_only(true);
+    }
     for (const auto& [key, value] : device->envs) {
       std::vector<std::string>& values = env_values[key];
       if (std::find(values.begin(), values.end(), value) == values.end()) values.push_back(value);
@@ -75,7 +85,8 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
     }
   }
   for (const auto& [key, values] : env_values) {
-    (*response->mutable_envs())[key] = absl::StrJoin(values, ",");
+    // A search path (LD_LIBRARY_PATH) joins with ":", a device list with ",".
+    (*response->mutable_envs())[key] = absl::StrJoin(values, absl::EndsWith(key, "PATH") ? ":" : ",");
   }
   if (cdi_status.ok()) {
     for (std::string& name : cdi_names) response->add_cdi_devices()->set_name(std::move(name));

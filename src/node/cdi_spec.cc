@@ -83,8 +83,22 @@ std::string CdiContainerEditsJson(const Device& device) {
     nodes.push_back(entry + "}");
   }
   for (const auto& [key, value] : device.envs) envs.push_back(Quote(absl::StrCat(key, "=", value)));
-  return absl::StrCat("{\"deviceNodes\": [", absl::StrJoin(nodes, ", "), "], \"env\": [",
-                      absl::StrJoin(envs, ", "), "]}");
+  std::string edits = absl::StrCat("{\"deviceNodes\": [", absl::StrJoin(nodes, ", "), "], \"env\": [",
+                                   absl::StrJoin(envs, ", "), "]");
+  if (!device.mounts.empty()) {
+    // CDI SPEC.md, "mounts": hostPath, containerPath, options (mount(8) options; "bind" makes
+    // it a bind mount, which runc and crun also infer from a file source). No hooks: the
+    // runtime applies these edits by itself.
+    std::vector<std::string> options, mounts;
+    for (absl::string_view option : kMountOptions) options.push_back(Quote(option));
+    for (const Mount& mount : device.mounts) {
+      mounts.push_back(absl::StrCat("{\"hostPath\": ", Quote(mount.host_path),
+                                    ", \"containerPath\": ", Quote(mount.container_path),
+                                    ", \"options\": [", absl::StrJoin(options, ", "), "]}"));
+    }
+    absl::StrAppend(&edits, ", \"mounts\": [", absl::StrJoin(mounts, ", "), "]");
+  }
+  return edits + "}";
 }
 
 std::string CdiSpecJson(absl::string_view resource_name, const Snapshot& snapshot) {

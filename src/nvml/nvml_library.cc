@@ -1,40 +1,11 @@
 #include "edgeaccel/nvml/nvml_library.h"
 
-#include <cstring>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace edgeaccel {
 namespace {
-
-// glibc's elf/cache.c and sysdeps/generic/ldconfig.h.
-constexpr absl::string_view kOldMagic = "ld.so-1.7.0";
-constexpr absl::string_view kNewMagic = "glibc-ld.so.cache1.1";
-constexpr size_t kOldEntrySize = 12;   // int32 flags, uint32 key, uint32 value
-constexpr size_t kNewHeaderSize = 48;  // magic+version 20, nlibs, len_strings, flags, pad 3,
-                                       // extension_offset, unused[3]
-constexpr size_t kNewEntrySize = 24;   // flags, key, value, osversion, uint64 hwcap
-constexpr int32_t kFlagElfLibc6 = 0x0003;
-constexpr int32_t kFlagTypeMask = 0x00ff;
-constexpr int32_t kFlagArchMask = 0xff00;
-constexpr int32_t kFlagX8664Lib64 = 0x0300;
-constexpr int32_t kFlagAarch64Lib64 = 0x0a00;
-
-uint32_t ReadU32(absl::string_view data, size_t at) {
-  uint32_t value;
-  std::memcpy(&value, data.data() + at, sizeof(value));
-  return value;  // the cache is written in the host's byte order, which is ours
-}
-
-// The NUL-terminated string at `offset` from `base`, or an error.
-absl::StatusOr<std::string> StringAt(absl::string_view strings, uint32_t offset) {
-  if (offset >= strings.size()) return absl::DataLossError("a string offset past the end");
-  const size_t end = strings.find('\0', offset);
-  if (end == absl::string_view::npos) return absl::DataLossError("an unterminated string");
-  return std::string(strings.substr(offset, end - offset));
-}
 
 // The driver's directories, for each machine, as distributions and the GPU Operator lay them out.
 std::vector<std::string> DriverDirectories() {
@@ -57,59 +28,13 @@ std::vector<std::string> DriverDirectories() {
 
 }  // namespace
 
-int32_t NativeLdCacheFlags() {
-#if defined(__aarch64__)
-  return kFlagElfLibc6 | kFlagAarch64Lib64;
-#else
-  return kFlagElfLibc6 | kFlagX8664Lib64;
-#endif
-}
-
-absl::StatusOr<std::vector<LdCacheEntry>> ParseLdSoCache(absl::string_view data) {
-  size_t start = 0;
-  if (absl::StartsWith(data, kOldMagic)) {
-    // The old table: magic (padded to 12), uint32 nlibs, entries; the new format follows,
-    // aligned to 8 (glibc's ALIGN_CACHE).
-    if (data.size() < 16) return absl::DataLossError("a truncated ld.so-1.7.0 header");
-    const uint64_t nlibs = ReadU32(data, 12);
-    const uint64_t end = 16 + nlibs * kOldEntrySize;
-    if (end > data.size()) return absl::DataLossError("a truncated ld.so-1.7.0 table");
-    start = (end + 7) & ~uint64_t{7};
-  }
-  if (start >= data.size() || !absl::StartsWith(data.substr(start), kNewMagic)) {
-    return absl::InvalidArgumentError("not an ld.so cache in the glibc-ld.so.cache1.1 format");
-  }
-  const absl::string_view cache = data.substr(start);  // string offsets count from here
-  if (cache.size() < kNewHeaderSize) return absl::DataLossError("a truncated header");
-  const uint64_t nlibs = ReadU32(cache, 20);
-  if (kNewHeaderSize + nlibs * kNewEntrySize > cache.size()) {
-    return absl::DataLossError(absl::StrCat("a table of ", nlibs, " entries in ", cache.size(),
-                                            " bytes"));
-  }
-  std::vector<LdCacheEntry> entries;
-  entries.reserve(nlibs);
-  for (uint64_t i = 0; i < nlibs; ++i) {
-    const size_t at = kNewHeaderSize + i * kNewEntrySize;
-    LdCacheEntry entry;
-    entry.flags = static_cast<int32_t>(ReadU32(cache, at));
-    absl::StatusOr<std::string> name = StringAt(cache, ReadU32(cache, at + 4));
-    absl::StatusOr<std::string> path = StringAt(cache, ReadU32(cache, at + 8));
-    if (!name.ok()) return name.status();
-    if (!path.ok()) return path.status();
-    entry.name = std::move(*name);
-    entry.path = std::move(*path);
-    entries.push_back(std::move(entry));
-  }
-  return entries;
-}
-
 absl::StatusOr<NvmlLibrary> FindNvmlLibrary(const Host& host) {
   std::vector<std::string> looked;
   auto usable = [&host](const std::string& path) {
     absl::StatusOr<FileInfo> info = host.Stat(path);
     return info.ok() && info->type == FileInfo::Type::kRegular;
   };
-  constexpr absl::string_view kCache = "/etc/ld.so.cache";
+  constexpr absl::string_view kCache = kLdSoCachePath;
   absl::StatusOr<std::string> cache = host.ReadFile(kCache, 64 << 20);
   if (!cache.ok()) {
     looked.push_back(absl::StrCat(kCache, " (", cache.status().message(), ")"));
@@ -120,10 +45,7 @@ absl::StatusOr<NvmlLibrary> FindNvmlLibrary(const Host& host) {
     bool listed = false;
     for (const LdCacheEntry& entry : *entries) {
       if (entry.name != kNvmlLibraryName) continue;
-      if ((entry.flags & kFlagTypeMask) != kFlagElfLibc6 ||
-          (entry.flags & kFlagArchMask) != (NativeLdCacheFlags() & kFlagArchMask)) {
-        continue;  // the 32-bit one, or another machine's
-      }
+      if (!IsNativeLdCacheEntry(entry)) continue;  // the 32-bit one, or another machine's
       listed = true;
       if (!absl::StartsWith(entry.path, "/")) continue;
       if (usable(entry.path)) {

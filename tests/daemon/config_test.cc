@@ -44,6 +44,14 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
       {[](DaemonConfig& c) { c.temperature_threshold_celsius = -3; }, "--temperature-threshold"},
       {[](DaemonConfig& c) { c.temperature_hysteresis_celsius = -1; }, "--temperature-hysteresis"},
       {[](DaemonConfig& c) { c.register_timeout = absl::ZeroDuration(); }, "--register-timeout"},
+      {[](DaemonConfig& c) { c.nvidia_driver_libraries_dir = "usr/local/nvidia/lib64"; },
+       "--nvidia-driver-libraries-dir must be an absolute directory path"},
+      {[](DaemonConfig& c) { c.nvidia_driver_libraries_dir = "/usr/local/nvidia/../lib"; },
+       "--nvidia-driver-libraries-dir"},
+      {[](DaemonConfig& c) { c.nvidia_driver_libraries_dir = "/opt/a:/opt/b"; },
+       "--nvidia-driver-libraries-dir"},
+      {[](DaemonConfig& c) { c.nvidia_driver_libraries_dir = "/dev/nvidia"; },
+       "outside /dev, /proc and /sys"},
   };
   for (const Case& test : cases) {
     DaemonConfig config;
@@ -55,6 +63,11 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
   DaemonConfig off;
   off.probe_interval = absl::ZeroDuration();
   EXPECT_TRUE(ValidateConfig(off).ok());
+  // Without driver libraries their directory is not used, and not judged.
+  DaemonConfig no_libraries;
+  no_libraries.nvidia_driver_libraries = false;
+  no_libraries.nvidia_driver_libraries_dir = "";
+  EXPECT_TRUE(ValidateConfig(no_libraries).ok());
 }
 
 TEST(ConfigTest, FamiliesParse) {

@@ -121,5 +121,34 @@ TEST_F(NvidiaTest, AStaleDriverMountIsCalledStale) {
   EXPECT_THAT(discoverer_.StaleHostView(), HasSubstr("stale mount"));
 }
 
+// Every GPU gets the running driver's libraries under their sonames with the loader's path, so
+// a runtime without NVIDIA's hook runs CUDA; off, the answer is the device nodes alone.
+TEST_F(NvidiaTest, EachGpuGetsTheRunningDriversLibraries) {
+  fixture_.AddNvidiaDriverFiles({});
+  for (const Device& d : Scan()) {
+    std::vector<std::string> containers;
+    for (const Mount& m : d.mounts) containers.push_back(m.container_path);
+    EXPECT_THAT(containers, ::testing::ElementsAre("/usr/local/nvidia/lib64/libcuda.so.1",
+                                                   "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
+                                                   "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1",
+                                                   "/usr/local/nvidia/lib64/libnvidia-nvvm.so.4",
+                                                   "/usr/local/nvidia/bin/nvidia-smi"));
+    EXPECT_EQ(d.mounts[0].host_path, "/usr/lib/x86_64-linux-gnu/libcuda.so.515.76");
+    EXPECT_EQ(d.envs.at("LD_LIBRARY_PATH"), "/usr/local/nvidia/lib64");
+    EXPECT_EQ(d.envs.at("NVIDIA_VISIBLE_DEVICES"), d.id);  // NVIDIA's runtime's envs stay
+  }
+  NvidiaOptions elsewhere;
+  elsewhere.driver_library_dir = "/opt/nvidia/lib";
+  NvidiaGpuDiscoverer moved(&host_, elsewhere);
+  EXPECT_EQ(moved.Scan()[0].envs.at("LD_LIBRARY_PATH"), "/opt/nvidia/lib");
+  NvidiaOptions off;
+  off.driver_libraries = false;
+  NvidiaGpuDiscoverer without(&host_, off);
+  for (const Device& d : without.Scan()) {
+    EXPECT_TRUE(d.mounts.empty());
+    EXPECT_EQ(d.envs.count("LD_LIBRARY_PATH"), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace edgeaccel

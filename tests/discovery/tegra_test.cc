@@ -220,6 +220,50 @@ TEST(TegraTest, DisplayNodesOnlyWhenAskedFor) {
   EXPECT_EQ(d.nodes.size(), 40u);
 }
 
+// With L4T's container file lists the candidates are what they name and the host has: a node
+// the lists leave out is not handed out, one no rule here knows but the lists name is; display
+// nodes still only when asked for; the lists' libraries go with the GPU.
+TEST(TegraTest, ContainerFileListsDecideTheNodesAndAddTheLibraries) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  fixture.MakeCharDevice("/dev/nvhost-ctrl-isp", 500, 0);  // a camera node, listed
+  fixture.WriteFile("/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1", "cuda");
+  fixture.Symlink("libcuda.so.1.1", "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1");
+  fixture.WriteFile("/etc/nvidia-container-runtime/host-files-for-container.d/devices.csv",
+                    "dev, /dev/nvmap\ndev, /dev/nvgpu/igpu0/ctrl\ndev, /dev/nvhost-ctrl-isp\n"
+                    "dev, /dev/fb0\ndev, /dev/nvhost-vic\n");
+  fixture.WriteFile("/etc/nvidia-container-runtime/host-files-for-container.d/drivers.csv",
+                    "sym, /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1\n");
+  Device d = ScanOne(fixture);
+  EXPECT_EQ(d.health, Health::kHealthy) << d.unhealthy_reason;
+  EXPECT_EQ(HostPaths(d), (std::vector<std::string>{"/dev/nvgpu/igpu0/ctrl", "/dev/nvhost-ctrl-isp",
+                                                     "/dev/nvmap"}));
+  EXPECT_THAT(HostPaths(ScanOne(fixture, {.display_nodes = true})), Contains("/dev/fb0"));
+  ASSERT_EQ(d.mounts.size(), 1u);
+  EXPECT_EQ(d.mounts[0].host_path, "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1");
+  EXPECT_EQ(d.mounts[0].container_path, "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1");
+  EXPECT_EQ(d.envs["LD_LIBRARY_PATH"], "/usr/lib/aarch64-linux-gnu/tegra");
+  // Turned off (NVIDIA's runtime mounts them): no libraries, the nodes this daemon knows.
+  Device off = ScanOne(fixture, {.driver_libraries = false});
+  EXPECT_TRUE(off.mounts.empty());
+  EXPECT_EQ(off.nodes.size(), 35u);
+  EXPECT_THAT(HostPaths(off), Not(Contains("/dev/nvhost-ctrl-isp")));
+}
+
+TEST(TegraTest, WithoutListsTheNodesAreServedAsBeforeAndTheLogSaysSoOnce) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  Host host(fixture.root());
+  TegraGpuDiscoverer tegra(&host, {});
+  CapturedLog log;
+  std::vector<Device> first = tegra.Scan();
+  std::vector<Device> second = tegra.Scan();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].nodes.size(), 35u);
+  EXPECT_TRUE(first[0].mounts.empty());
+  EXPECT_EQ(log.Count("no container file lists"), 1) << log.Text();
+}
+
 // An IGX Orin in dGPU mode: the Orin iGPU beside a discrete GPU (/dev/nvidia0, nvidiactl,
 // nvidia-uvm, /proc/driver/nvidia/gpus/...). Nothing of the discrete GPU goes with the iGPU.
 TEST(TegraTest, IgxBoardKeepsTheDiscreteGpuOutOfTheIgpusAnswer) {

@@ -803,7 +803,7 @@ TEST(CliTest, HelpListsEveryFlagWithDefaults) {
        {"--host_root", "--kubelet_root", "--device_plugin_dir", "--registration", "--probe_interval",
         "--metrics_address", "--nfd_features_dir", "--seed_labels",
         "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
-        "--verbosity"}) {
+        "--verbosity", "--nvidia_driver_libraries", "--nvidia_driver_libraries_dir"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   EXPECT_THAT(help, HasSubstr("default: \"/var/lib/kubelet\""));

@@ -23,6 +23,14 @@ TEST(OnceLoggerTest, EachDistinctWarningIsLoggedOnce) {
   EXPECT_EQ(log.Count("nvidia/version: unreadable"), 1);
 }
 
+TEST(OnceLoggerTest, InformationIsLoggedOnceAtInfoNotAsAWarning) {
+  testing::CapturedLog log;
+  OnceLogger once;
+  for (int i = 0; i < 3; ++i) once.Info("nvidia-smi is not visible to the daemon");
+  EXPECT_EQ(log.Count("INFO: nvidia-smi is not visible to the daemon"), 1) << log.Text();
+  EXPECT_EQ(log.Count("WARNING"), 0) << log.Text();
+}
+
 TEST(OnceLoggerTest, MemoryIsBoundedAndOldWarningsMayComeBack) {
   testing::CapturedLog log;
   OnceLogger once;

@@ -45,6 +45,39 @@ TEST(AllocationTest, ReplicasShareNodesAndEnvsOnce) {
   EXPECT_EQ(response.cdi_devices(1).name(), "edgeaccel.io/gpu=GPU-b");
 }
 
+// The kubelet hands Mounts to any runtime, CDI or not: the driver's libraries go there too,
+// read-only, each once however many GPUs share them; a search path joins with ":".
+TEST(AllocationTest, DriverLibrariesAreReadOnlyMountsEachOnce) {
+  Device gpu;
+  gpu.id = "GPU-a";
+  gpu.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}};
+  gpu.mounts = {{"/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", "/usr/local/nvidia/lib64/libcuda.so.1"},
+                {"/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi"}};
+  gpu.envs = {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"}};
+  Device other = gpu;
+  other.id = "GPU-b";
+  other.nodes[0] = {"/dev/nvidia1", "/dev/nvidia1", "rw"};
+  Device jetson;  // another device of the resource with its own library directory
+  jetson.id = "tegra234-igpu0";
+  jetson.mounts = {{"/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1",
+                    "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1"}};
+  jetson.envs = {{"LD_LIBRARY_PATH", "/usr/lib/aarch64-linux-gnu/tegra"}};
+  DeviceSet set("nvidia.com/gpu");
+  set.Update({gpu, other, jetson});
+  v1beta1::ContainerAllocateRequest request;
+  for (const char* id : {"GPU-a", "GPU-b", "tegra234-igpu0"}) request.add_devices_ids(id);
+  v1beta1::ContainerAllocateResponse response;
+  ASSERT_TRUE(BuildContainerAllocation(*set.Current(), "nvidia.com/gpu", request, nullptr, &response).ok());
+  ASSERT_EQ(response.mounts_size(), 3);
+  EXPECT_EQ(response.mounts(0).host_path(), "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04");
+  EXPECT_EQ(response.mounts(0).container_path(), "/usr/local/nvidia/lib64/libcuda.so.1");
+  EXPECT_EQ(response.mounts(1).container_path(), "/usr/local/nvidia/bin/nvidia-smi");
+  EXPECT_EQ(response.mounts(2).container_path(), "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1");
+  for (const v1beta1::Mount& mount : response.mounts()) EXPECT_TRUE(mount.read_only());
+  EXPECT_EQ(response.envs().at("LD_LIBRARY_PATH"),
+            "/usr/local/nvidia/lib64:/usr/lib/aarch64-linux-gnu/tegra");
+}
+
 TEST(AllocationTest, PreferredReplicasSpreadOverDevices) {
   Device a, b;
   a.id = "A";

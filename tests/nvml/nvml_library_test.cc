@@ -5,18 +5,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "daemon_process.h"
 #include "fixture_host.h"
+#include "ld_so_cache_builder.h"
 
 namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::LdSoCacheBuilder;
 using ::edgeaccel::testing::RunCommand;
 using ::testing::HasSubstr;
 
@@ -101,62 +100,8 @@ TEST(NvmlLibraryTest, AnUnreadableCacheIsSaidAndTheDirectoriesStillTried) {
               HasSubstr("/etc/ld.so.cache (not an ld.so cache in the glibc-ld.so.cache1.1 format)"));
 }
 
-// A cache built byte by byte, as glibc's elf/cache.c lays it out, for what ldconfig on this
-// machine cannot be made to write: another machine's entries, the old format in front, damage.
-class CacheBuilder {
- public:
-  void Add(int32_t flags, const std::string& name, const std::string& path) {
-    entries_.push_back({flags, name, path});
-  }
-  std::string New() const {
-    std::string strings;
-    std::vector<std::pair<uint32_t, uint32_t>> offsets;
-    const size_t table = 48 + entries_.size() * 24;
-    for (const Entry& e : entries_) {
-      const uint32_t key = static_cast<uint32_t>(table + strings.size());
-      strings += e.name + '\0';
-      const uint32_t value = static_cast<uint32_t>(table + strings.size());
-      strings += e.path + '\0';
-      offsets.push_back({key, value});
-    }
-    std::string out = "glibc-ld.so.cache1.1";
-    Put32(&out, static_cast<uint32_t>(entries_.size()));
-    Put32(&out, static_cast<uint32_t>(strings.size()));
-    out.append(4, '\0');   // flags, padding
-    out.append(16, '\0');  // extension offset, unused
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      Put32(&out, static_cast<uint32_t>(entries_[i].flags));
-      Put32(&out, offsets[i].first);
-      Put32(&out, offsets[i].second);
-      out.append(12, '\0');  // osversion, hwcap
-    }
-    return out + strings;
-  }
-  // The old table (one dummy entry) in front, as glibc < 2.32 wrote by default.
-  std::string OldThenNew() const {
-    std::string out = "ld.so-1.7.0";
-    out.push_back('\0');
-    Put32(&out, 1);
-    out.append(12, '\0');
-    while (out.size() % 8 != 0) out.push_back('\0');
-    return out + New();
-  }
-
- private:
-  struct Entry {
-    int32_t flags;
-    std::string name, path;
-  };
-  static void Put32(std::string* out, uint32_t v) {
-    char bytes[4];
-    std::memcpy(bytes, &v, 4);
-    out->append(bytes, 4);
-  }
-  std::vector<Entry> entries_;
-};
-
 TEST(NvmlLibraryTest, OnlyThisMachinesEntryIsTaken) {
-  CacheBuilder cache;
+  LdSoCacheBuilder cache;
   cache.Add(0x0003, "libnvidia-ml.so.1", "/usr/lib/i386-linux-gnu/libnvidia-ml.so.1");  // 32-bit
   cache.Add(0x0003 | (NativeLdCacheFlags() == 0x0303 ? 0x0a00 : 0x0300), "libnvidia-ml.so.1",
             "/usr/lib/other-machine/libnvidia-ml.so.1");
@@ -173,31 +118,6 @@ TEST(NvmlLibraryTest, OnlyThisMachinesEntryIsTaken) {
   ASSERT_TRUE(library.ok()) << library.status();
   EXPECT_EQ(library->host_path, "/opt/driver/lib/libnvidia-ml.so.1");
   EXPECT_EQ(library->found_by, "/etc/ld.so.cache");
-}
-
-TEST(NvmlLibraryTest, DamagedCachesAreErrorsNeverReadsPastTheEnd) {
-  CacheBuilder cache;
-  cache.Add(NativeLdCacheFlags(), "libnvidia-ml.so.1", "/usr/lib/libnvidia-ml.so.1");
-  const std::string good = cache.New();
-  ASSERT_TRUE(ParseLdSoCache(good).ok());
-  EXPECT_EQ(ParseLdSoCache(good)->at(0).path, "/usr/lib/libnvidia-ml.so.1");
-  // Every truncation is refused (or parses to what it still holds), never read past.
-  for (size_t size = 0; size < good.size(); ++size) {
-    absl::StatusOr<std::vector<LdCacheEntry>> entries = ParseLdSoCache(good.substr(0, size));
-    EXPECT_FALSE(entries.ok()) << size;
-  }
-  std::string huge_count = good;
-  huge_count[20] = '\xff';
-  huge_count[23] = '\x7f';
-  EXPECT_EQ(ParseLdSoCache(huge_count).status().code(), absl::StatusCode::kDataLoss);
-  std::string bad_offset = good;
-  bad_offset[48 + 4] = '\xff';
-  bad_offset[48 + 5] = '\xff';
-  EXPECT_EQ(ParseLdSoCache(bad_offset).status().code(), absl::StatusCode::kDataLoss);
-  std::string unterminated = good;
-  unterminated.back() = 'x';
-  EXPECT_EQ(ParseLdSoCache(unterminated).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ParseLdSoCache("ld.so-1.7.0").status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

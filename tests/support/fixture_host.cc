@@ -32,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
 #include "glog/logging.h"
+#include "ld_so_cache_builder.h"
 
 namespace edgeaccel::testing {
 namespace {
@@ -653,6 +654,27 @@ void FixtureHost::AddNvidiaGpu(const NvidiaGpu& gpu) const {
   MakeCharDevice("/dev/nvidia-modeset", 195, 254, 0666);
   MakeCharDevice("/dev/nvidia-uvm", 510, 0, 0666);
   MakeCharDevice("/dev/nvidia-uvm-tools", 510, 1, 0666);
+}
+
+void FixtureHost::AddNvidiaDriverFiles(const NvidiaDriverFiles& files) const {
+#if defined(__aarch64__)
+  constexpr int32_t kNativeFlags = 0x0a03;  // libc6, AArch64
+#else
+  constexpr int32_t kNativeFlags = 0x0303;  // libc6, x86-64
+#endif
+  LdSoCacheBuilder cache;
+  for (const std::string& soname : files.sonames) {
+    // libcuda.so.1 -> libcuda.so.515.76; a soname that carries the version is the file itself.
+    const std::string file = absl::StrCat(soname.substr(0, soname.find(".so.")), ".so.", files.version);
+    WriteFile(absl::StrCat(files.directory, "/", file), files.content);
+    if (file != soname) Symlink(file, absl::StrCat(files.directory, "/", soname));
+    cache.Add(kNativeFlags, soname, absl::StrCat(files.directory, "/", soname));
+  }
+  WriteFile("/etc/ld.so.cache", cache.New());
+  if (files.nvidia_smi) {
+    WriteFile("/usr/bin/nvidia-smi", files.content);
+    chmod(Path("/usr/bin/nvidia-smi").c_str(), 0755);
+  }
 }
 
 std::string FixtureHost::FakeNvmlLibrary() {

@@ -261,6 +261,21 @@ class FixtureHost {
   };
   void AddNvidiaGpu(const NvidiaGpu& gpu) const;
 
+  // The driver's user-space files as a driver package installs them: in `directory` (a host
+  // path) each library named after the driver's version (libcuda.so.515.76, the version
+  // AddNvidiaGpu's kernel module reports), its soname a symlink to it, and /etc/ld.so.cache
+  // listing every soname (laid out byte by byte as glibc's ldconfig writes it; this replaces a
+  // cache written before); and /usr/bin/nvidia-smi. `content` is each file's bytes.
+  struct NvidiaDriverFiles {
+    std::string version = "515.76";
+    std::string directory = "/usr/lib/x86_64-linux-gnu";
+    std::vector<std::string> sonames = {"libcuda.so.1", "libnvidia-ml.so.1",
+                                        "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4"};
+    std::string content = "\x7f" "ELF (a driver library)";
+    bool nvidia_smi = true;
+  };
+  void AddNvidiaDriverFiles(const NvidiaDriverFiles& files) const;
+
   // NVML: the fake libnvidia-ml.so.1 the tests build (tests/support/fake_nvml.cc) installed at
   // `library` (a host path), with `script` beside it (the fake's format), and an empty events
   // file. Then NvmlScript replaces the script whole (the fake never reads half of one), and

@@ -2,7 +2,7 @@
 // runs elsewhere (scripts/images.sh runs the image as the DaemonSet would and points it here).
 // Serves kubelet.sock under ROOT/device-plugins (and watches ROOT/plugins_registry), waits until
 // each RESOURCE is advertised with COUNT healthy devices over an open ListAndWatch, then
-// allocates one device of each and prints the device nodes (and CDI names) it was given.
+// allocates one device of each and prints the device nodes (mounts, CDI names) it was given.
 // Exit 0 on success, 1 with the reason after --timeout. With HOLD_SECONDS set in the
 // environment it then keeps serving (streams open, as a kubelet does) that long before exiting,
 // for measuring an idle daemon.
@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
         i = specs.size() - 1;
       }
       std::printf(" %s", specs[i].host_path().c_str());
+    }
+    for (const auto& mount : response->container_responses(0).mounts()) {
+      std::printf("; mount %s -> %s%s", mount.host_path().c_str(), mount.container_path().c_str(),
+                  mount.read_only() ? " (ro)" : "");
     }
     for (const auto& cdi : response->container_responses(0).cdi_devices()) {
       std::printf("; CDI %s", cdi.name().c_str());

@@ -42,6 +42,10 @@ struct DaemonConfig {
   bool nvidia_runtime_envs = true;
   // Hand out a Jetson's display nodes with its iGPU.
   bool tegra_display_nodes = false;
+  // Hand out the NVIDIA driver's libraries with nvidia.com/gpu (NvidiaOptions::driver_libraries),
+  // a discrete GPU's in this container directory.
+  bool nvidia_driver_libraries = true;
+  std::string nvidia_driver_libraries_dir = "/usr/local/nvidia/lib64";
   // Ask NVML (through edgeaccel-nvml-helper) about discrete GPUs: facts, Xid health, telemetry.
   bool nvml = true;
   std::string nvml_helper;  // empty: edgeaccel-nvml-helper beside this executable

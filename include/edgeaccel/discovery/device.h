@@ -57,6 +57,23 @@ struct DeviceNode {
   bool operator!=(const DeviceNode& other) const { return !(*this == other); }
 };
 
+// A host file or directory a container needs besides its device nodes (the driver's user-space
+// libraries), bind-mounted read-only. host_path is the path on the host (never under
+// --host-root), which is what the runtime mounts; for a file, the file itself, symlinks resolved.
+struct Mount {
+  std::string host_path;
+  std::string container_path;
+
+  bool operator==(const Mount& other) const {
+    return host_path == other.host_path && container_path == other.container_path;
+  }
+  bool operator!=(const Mount& other) const { return !(*this == other); }
+};
+
+// The CDI mount options of every Mount: read-only, and no set-uid programs or device nodes
+// through it (what a library directory never needs).
+inline constexpr absl::string_view kMountOptions[] = {"ro", "nosuid", "nodev", "bind"};
+
 struct Device {
   // Stable id: PCI address, USB port path or driver index; always built from kernel-provided
   // names, never from a user-controlled string.
@@ -66,8 +83,12 @@ struct Device {
   std::string unhealthy_reason;
   std::optional<int> numa_node;
   std::vector<DeviceNode> nodes;
-  // Environment a container using this device needs (e.g. NVIDIA_VISIBLE_DEVICES). When several
-  // devices set the same variable, Allocate joins their distinct values with ",".
+  // Read-only mounts a container using this device needs (the driver's libraries, so that a
+  // runtime without a vendor hook runs CUDA). Allocate and the CDI specs give each host path once.
+  std::vector<Mount> mounts;
+  // Environment a container using this device needs (NVIDIA_VISIBLE_DEVICES, LD_LIBRARY_PATH).
+  // When several devices set the same variable, Allocate joins their distinct values with ","
+  // (":" for a search path, a variable whose name ends in PATH).
   std::map<std::string, std::string> envs;
   // For a time-sliced replica ("<id>::<n>"): the physical device's id. Empty for a physical one.
   std::string replica_of;
@@ -101,8 +122,9 @@ inline constexpr absl::string_view kTemperatureFact = "temperature";
 // labels and DRA slices are made of changed (NVML's answer arriving, a driver upgrade).
 bool FactsDiffer(const Device& a, const Device& b);
 
-// True when the kubelet-visible parts differ: id, health, topology or device nodes (including
-// the host node's mode and owner, which the CDI spec carries: a change must rewrite it). Facts
+// True when the kubelet-visible parts differ: id, health, topology, device nodes (including
+// the host node's mode and owner, which the CDI spec carries: a change must rewrite it), mounts
+// and envs (what Allocate and the CDI spec hand a container). Facts
 // and telemetry changes are not worth a ListAndWatch message (FactsDiffer tells facts apart).
 bool AdvertisementDiffers(const Device& a, const Device& b);
 

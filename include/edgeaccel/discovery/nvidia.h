@@ -2,7 +2,8 @@
 //
 // Each /proc/driver/nvidia/gpus/<pci>/information names a GPU (Model, GPU UUID, Device Minor,
 // Bus Location). The device id is the GPU UUID; the container gets /dev/nvidia<minor> and the
-// control nodes that exist (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset).
+// control nodes that exist (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset), and the
+// driver's libraries of the running version (driver_libraries.h).
 #ifndef EDGEACCEL_DISCOVERY_NVIDIA_H_
 #define EDGEACCEL_DISCOVERY_NVIDIA_H_
 
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/discovery/driver_libraries.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -27,6 +29,13 @@ struct NvidiaOptions {
   // Hand out a Jetson's display nodes with its iGPU (/dev/dri/card*, /dev/fb*, /dev/tegra_dc_*,
   // Orin's /dev/nvidia*): for containers that drive a display. Off: compute and media only.
   bool display_nodes = false;
+  // Hand out the driver's user-space libraries with the GPU (read-only mounts and
+  // LD_LIBRARY_PATH: discrete GPUs from the host's ld.so cache, Jetson from L4T's container file
+  // lists), so that a runtime without NVIDIA's hook runs CUDA. Off for nodes whose NVIDIA
+  // runtime mounts them itself; then a Jetson is served with the nodes this daemon knows.
+  bool driver_libraries = true;
+  // Where a discrete GPU's libraries go in the container (DriverLibraryFinder).
+  std::string driver_library_dir = "/usr/local/nvidia/lib64";
 };
 
 // "key: \t value" lines of /proc/driver/nvidia/gpus/<bus>/information.
@@ -70,6 +79,7 @@ class NvidiaGpuDiscoverer : public Discoverer {
   const Host* host_;
   NvidiaOptions options_;
   GpuFactSource* facts_;
+  DriverLibraryFinder libraries_;
   OnceLogger log_;
   mutable absl::Mutex stale_mu_;
   std::string stale_ ABSL_GUARDED_BY(stale_mu_);

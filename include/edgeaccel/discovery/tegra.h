@@ -9,7 +9,10 @@
 // stand-ins. Each is lstat'ed (a symlink is never followed) and must be what the kernel says it
 // is: its major registered by the right driver in /proc/devices, and /sys/dev/char/M:m naming it.
 // Display nodes (/dev/dri/card*, /dev/fb*, /dev/tegra_dc_*, Orin's display driver /dev/nvidia*)
-// only with --tegra_display_nodes. Healthy while /dev/nvmap, the GPU control node
+// only with --tegra_display_nodes. Where L4T ships its container file lists (tegra_host_files.h),
+// the candidates are the `dev` entries the lists name instead of what /dev holds (a node the
+// lists name and no rule here knows is taken as a character device the vendor vouches for), and
+// the lists' libraries go with the GPU as read-only mounts. Healthy while /dev/nvmap, the GPU control node
 // (/dev/nvhost-ctrl-gpu or /dev/nvgpu/*/ctrl) and the GPU's devfreq device exist.
 #ifndef EDGEACCEL_DISCOVERY_TEGRA_H_
 #define EDGEACCEL_DISCOVERY_TEGRA_H_
@@ -23,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/tegra_host_files.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -62,8 +66,9 @@ class TegraGpuDiscoverer : public Discoverer {
  private:
   // The device nodes the iGPU and its engines need, each checked against what the kernel says
   // it is; display nodes only with NvidiaOptions::display_nodes; nothing of a discrete GPU.
+  // `listed` (may be null): the nodes the container file lists name, the only candidates then.
   std::vector<DeviceNode> GpuNodes(absl::string_view soc, const std::optional<std::string>& devfreq,
-                                   bool discrete_gpu);
+                                   bool discrete_gpu, const std::vector<std::string>* listed);
   // /sys/class/devfreq entry of the GPU ("57000000.gpu"), if any.
   std::optional<std::string> FindDevfreq() const;
   // A device-tree property (compatible, model) and the path it was read from.
@@ -71,6 +76,7 @@ class TegraGpuDiscoverer : public Discoverer {
 
   const Host* host_;
   NvidiaOptions options_;
+  TegraHostFilesReader host_files_;
   OnceLogger log_;
   // Nodes GpuNodes found to be what they claim, by name, major:minor, inode and what the checks
   // depended on; valid for one /proc/devices content.

@@ -1,4 +1,4 @@
-// OnceLogger: logs each distinct warning once.
+// OnceLogger: logs each distinct message once (a warning, or information that is not a problem).
 //
 // Discoverers rescan on every probe and every device-node event; a malformed host file should be
 // one clear log line, not one every few seconds.
@@ -15,6 +15,7 @@ namespace edgeaccel {
 class OnceLogger {
  public:
   void Warn(const std::string& message);
+  void Info(const std::string& message);
 
  private:
   absl::flat_hash_set<std::string> seen_;

@@ -22,7 +22,8 @@ using CdiNamer = std::function<absl::StatusOr<std::string>(absl::string_view phy
 
 // Builds the Allocate answer for one container from the current snapshot, or says which id is
 // wrong: the device nodes of every requested device (each host path once, so replicas of one
-// device give its nodes once), their envs (distinct values of one variable joined with ","),
+// device give its nodes once), their read-only mounts (each container path once), their envs
+// (distinct values of one variable joined with ",", or ":" for a variable named *PATH),
 // and, when `cdi_device_name` is set, their CDI names (each physical device once). A runtime
 // fails a container whose CDI name it cannot resolve, so the names come all or none: when one
 // cannot be named, the answer has DeviceSpecs and envs alone and `cdi_fallback` (if given) says

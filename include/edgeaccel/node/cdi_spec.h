@@ -28,7 +28,8 @@ std::string CdiKind(absl::string_view resource_name);
 // Fully qualified CDI name of a (physical) device: "edgeaccel.io/edgetpu=0000:03:00.0".
 std::string CdiDeviceName(absl::string_view resource_name, absl::string_view physical_id);
 
-// The CDI containerEdits (a JSON object: deviceNodes and env) that give a container `device`.
+// The CDI containerEdits (a JSON object: deviceNodes, env, and the read-only mounts when the
+// device has any) that give a container `device`.
 // Shared by the device plugin's spec and the DRA driver's claim specs.
 std::string CdiContainerEditsJson(const Device& device);
 

@@ -8,13 +8,13 @@
 #ifndef EDGEACCEL_NVML_NVML_LIBRARY_H_
 #define EDGEACCEL_NVML_NVML_LIBRARY_H_
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/ld_so_cache.h"
 
 namespace edgeaccel {
 
@@ -25,22 +25,6 @@ struct NvmlLibrary {
   std::string open_path;  // what this process opens: under --host-root, symlinks resolved
   std::string found_by;   // "/etc/ld.so.cache" or "the driver directories"
 };
-
-// One entry of an ld.so.cache: the library's name, its path, and ld.so's flags (the ELF class
-// and machine it is for, FLAG_* in glibc's ldconfig.h).
-struct LdCacheEntry {
-  std::string name;
-  std::string path;
-  int32_t flags = 0;
-};
-
-// The entries of an ld.so.cache file in glibc's "glibc-ld.so.cache1.1" format (glibc >= 2.32
-// writes only that; older ones put it after the "ld.so-1.7.0" table, which is skipped). An
-// error names what is wrong; nothing in `data` is trusted.
-absl::StatusOr<std::vector<LdCacheEntry>> ParseLdSoCache(absl::string_view data);
-
-// ld.so's flags for a library this machine's programs can load (x86-64 or AArch64, libc6 ELF).
-int32_t NativeLdCacheFlags();
 
 // Finds libnvidia-ml.so.1 on `host`. NotFound lists everything that was looked at.
 absl::StatusOr<NvmlLibrary> FindNvmlLibrary(const Host& host);
