@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +48,23 @@ class GrpcTimersTest : public ::testing::Test {
         grpc::CreateChannel("unix:" + dir_.path() + "/hung.sock", grpc::InsecureChannelCredentials()));
   }
 
+  // A plugin socket served, and one call to it through a new channel (which makes every thread
+  // of gRPC's that a call makes); nullptr when either failed.
+  std::unique_ptr<PluginServer> ServeAndCallOnce() {
+    auto server = std::make_unique<PluginServer>(dir_.path() + "/plugin.sock", &set_, &counters_, nullptr);
+    if (!server->Start().ok()) return nullptr;
+    auto stub = v1beta1::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix:" + dir_.path() + "/plugin.sock", grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1beta1::DevicePluginOptions options;
+    if (!stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok()) return nullptr;
+    return server;
+  }
+
   static std::string* said_;
+  DeviceSet set_{"coral.ai/edgetpu"};
+  PluginCounters counters_;
   ::edgeaccel::testing::TempDir dir_;
   std::unique_ptr<::edgeaccel::testing::HungSocket> hung_;
 };
@@ -59,16 +76,8 @@ std::string* GrpcTimersTest::said_ = nullptr;
 #if EDGEACCEL_GRPC_TIMERS
 TEST_F(GrpcTimersTest, GrpcsTimerAndResolverThreadsAreGoneAndTheEngineRunsTheTimers) {
   EXPECT_THAT(*said_, ::testing::HasSubstr("timers on the event engine's thread")) << *said_;
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(dir_.path() + "/plugin.sock", &set, &counters, nullptr);
-  ASSERT_TRUE(server.Start().ok());
-  auto stub = v1beta1::DevicePlugin::NewStub(
-      grpc::CreateChannel("unix:" + dir_.path() + "/plugin.sock", grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1beta1::DevicePluginOptions options;
-  EXPECT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  std::unique_ptr<PluginServer> server = ServeAndCallOnce();
+  ASSERT_NE(server, nullptr);
 
   // comm names are cut at 15 characters: "default-executo", "resolver-execut". The default
   // executor stays (it runs the TCP write backup poller, which blocks).
@@ -77,24 +86,16 @@ TEST_F(GrpcTimersTest, GrpcsTimerAndResolverThreadsAreGoneAndTheEngineRunsTheTim
   EXPECT_THAT(names, ::testing::Not(::testing::Contains("grpc_global_tim")));
   EXPECT_THAT(names, ::testing::Not(::testing::Contains(::testing::StartsWith("resolver-execu"))));
   EXPECT_THAT(names, ::testing::Contains(::testing::StartsWith("default-execut")));
-  server.Stop();
+  server->Stop();
 }
 #else
 TEST_F(GrpcTimersTest, WithoutTheProbeGrpcKeepsItsOwnTimerThreadsAndSaysSo) {
   EXPECT_THAT(*said_, ::testing::HasSubstr("own timer threads")) << *said_;
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(dir_.path() + "/plugin.sock", &set, &counters, nullptr);
-  ASSERT_TRUE(server.Start().ok());
-  auto stub = v1beta1::DevicePlugin::NewStub(
-      grpc::CreateChannel("unix:" + dir_.path() + "/plugin.sock", grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1beta1::DevicePluginOptions options;
-  EXPECT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  std::unique_ptr<PluginServer> server = ServeAndCallOnce();
+  ASSERT_NE(server, nullptr);
   EXPECT_THAT(ThreadNames(), ::testing::Contains("grpc_global_tim"));
   EXPECT_EQ(PendingGrpcTimers(), 0);
-  server.Stop();
+  server->Stop();
 }
 #endif
 
