@@ -133,6 +133,20 @@ template components --set monitoring.podMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
   --set networkPolicy.enabled=true --set dra.enabled=true
 compare "$out/kustomize-components.yaml" "$out/components.yaml"
+# dra.extendedResources.nvidiaGpu is components/dra-extended-nvidia-gpu.
+mkdir -p "$out/components-ext"
+sed -e 's|  - ../../../manifests/components/dra$|&\n  - ../../../manifests/components/dra-extended-nvidia-gpu|' \
+  "$out/components/kustomization.yaml" > "$out/components-ext/kustomization.yaml"
+$kubectl kustomize "$out/components-ext" > "$out/kustomize-components-ext.yaml"
+template components-ext --set monitoring.podMonitor.enabled=true \
+  --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
+  --set networkPolicy.enabled=true --set dra.enabled=true --set dra.extendedResources.nvidiaGpu=true
+compare "$out/kustomize-components-ext.yaml" "$out/components-ext.yaml"
+grep -q "extendedResourceName: nvidia.com/gpu" "$out/components-ext.yaml"
+if grep -q "extendedResourceName: nvidia.com/gpu" "$out/components.yaml"; then
+  echo "nvidia.com/gpu is mapped by default: NVIDIA's gpu.nvidia.com maps it too"; exit 1
+fi
+grep -q "extendedResourceName: coral.ai/edgetpu" "$out/components.yaml"
 # DRA without the node labels: the ServiceAccount stays, the label rights go.
 mkdir -p "$out/components-dra"
 cat > "$out/components-dra/kustomization.yaml" <<'YAML'

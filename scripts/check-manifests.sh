@@ -50,6 +50,7 @@ components:
   - ../../../manifests/components/monitoring
   - ../../../manifests/components/network-policy
   - ../../../manifests/components/dra
+  - ../../../manifests/components/dra-extended-nvidia-gpu
 YAML
 # (node-labels brings components/admission-policy; listing it too would add its objects twice.)
 # DRA without the node labels (so with the ServiceAccount component), and before cdi: the two
@@ -105,6 +106,23 @@ node scripts/manifest-check/check-admission-policy.mjs "$out/all.yaml"
 # The DeviceClasses' and the DRA examples' selectors, run on the devices docs/dra.md describes.
 node scripts/manifest-check/check-dra.mjs "$out/all.yaml" manifests/examples/dra-*.yaml
 grep -q -- "--dra=coral-pcie,coral-usb,tegra" "$out/dra.yaml"
+# Extended resources backed by DRA (KEP-5004): coral.ai/edgetpu by default; nvidia.com/gpu only
+# with components/dra-extended-nvidia-gpu (NVIDIA's gpu.nvidia.com class maps it too).
+ext_names() { grep -o "extendedResourceName: .*" "$1" | sort | tr '\n' ' '; }
+if [[ $(ext_names "$out/dra.yaml") != "extendedResourceName: coral.ai/edgetpu " ]] ||
+   [[ $(ext_names "$out/all.yaml") != "extendedResourceName: coral.ai/edgetpu extendedResourceName: nvidia.com/gpu " ]]; then
+  echo "check-manifests.sh: extendedResourceName is not coral.ai/edgetpu by default and" \
+       "nvidia.com/gpu only with components/dra-extended-nvidia-gpu:" \
+       "$(ext_names "$out/dra.yaml") / $(ext_names "$out/all.yaml")" >&2
+  exit 1
+fi
+# The 1.36 DeviceClass schema knows extendedResourceName, and a misspelt field is refused.
+sed -e 's/extendedResourceName:/extendedResourceNames:/' "$out/dra.yaml" > "$out/ext-typo.yaml"
+if node scripts/manifest-check/check.mjs "$out/ext-typo.yaml" > "$out/ext-typo.log" 2>&1; then
+  echo "check-manifests.sh: a DeviceClass with an unknown field passed the check" >&2
+  exit 1
+fi
+grep -q "extendedResourceNames: unknown field" "$out/ext-typo.log"
 # Without node-labels, DRA's role is the only one: no rights on Nodes beyond get.
 if [[ $(grep -c "^kind: ClusterRole$" "$out/dra.yaml") != 1 ]] || grep -q "^kind: Role$" "$out/dra.yaml"; then
   echo "check-manifests.sh: components/dra alone renders a role besides its own" >&2

@@ -10,7 +10,7 @@ cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelW
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
   >/dev/null
 targets=(tegra_release nvidia_proc flags cdi host_files labels host_resolution uevent http_response
-         event_body kubelet_checkpoint nvml_record ld_so_cache dra_claim)
+         event_body kubelet_checkpoint nvml_record ld_so_cache dra_claim tegra_host_files)
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 mkdir -p build-fuzz/crashes
 failed=0

@@ -150,6 +150,9 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   // 1. The device node: present, a character device, and the one the driver registered.
   absl::StatusOr<FileInfo> node = host_->Stat(node_path);
   if (!node.ok()) {
+    if (absl::IsNotFound(node.status())) {
+      device.problems.push_back({ProblemKind::kDeviceNodeMissing, node_path});
+    }
     problems.push_back(absl::IsNotFound(node.status())
                            ? absl::StrCat("device node ", node_path, " is missing")
                            : std::string(node.status().message()));
@@ -178,10 +181,12 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   absl::StatusOr<std::string> status = host_->ReadAttribute(sys + "/status");
   if (!status.ok()) {
     problems.push_back(absl::StrCat("cannot read driver status: ", status.status().message()));
+    device.problems.push_back({ProblemKind::kDriverStatus, "unreadable"});
   } else {
     device.facts["status"] = absl::CHexEscape(status->substr(0, 32));
     if (*status != "ALIVE") {
       problems.push_back(absl::StrCat("driver reports status ", device.facts["status"]));
+      device.problems.push_back({ProblemKind::kDriverStatus, device.facts["status"]});
     }
   }
 
@@ -220,6 +225,7 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
     if (overheated_.contains(device.id)) {
       problems.push_back(absl::StrCat("was over the temperature threshold, and the temperature "
                                       "cannot be read now: ", temp.status().message()));
+      device.problems.push_back({ProblemKind::kTemperature, "unreadable"});
     }
   } else {
     device.telemetry["temperature_celsius"] = static_cast<double>(*temp) / 1000.0;
@@ -232,6 +238,10 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
       problems.push_back(absl::StrCat("temperature ", Celsius(*temp), " is at or above ",
                                       Celsius(threshold),
                                       was_hot ? " (less the hysteresis)" : ""));
+      // The threshold, not the reading: a detail that changes with every scan would rewrite
+      // the ResourceSlice on every scan.
+      device.problems.push_back(
+          {ProblemKind::kTemperature, absl::StrFormat("threshold-%gC", threshold / 1000.0)});
     } else {
       overheated_.erase(device.id);
     }

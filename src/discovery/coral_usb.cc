@@ -109,6 +109,7 @@ std::vector<Device> CoralUsbDiscoverer::Scan() {
       absl::StatusOr<FileInfo> stat = host_->Stat(node);
       if (!stat.ok()) {
         problems.push_back(absl::StrCat("device node ", node, " is missing"));
+        device.problems.push_back({ProblemKind::kDeviceNodeMissing, node});
       } else if (stat->type != FileInfo::Type::kCharDevice || stat->major != kUsbDeviceMajor ||
                  stat->minor != want_minor) {
         problems.push_back(absl::StrFormat("%s is not the character device %u:%u", node,
@@ -116,6 +117,7 @@ std::vector<Device> CoralUsbDiscoverer::Scan() {
       }
     }
     if (state == CoralUsbState::kDfu) {
+      device.problems.push_back({ProblemKind::kDriverStatus, "firmware-not-loaded"});
       problems.push_back(
           "firmware not loaded (1a6e:089a): run any Edge TPU program on the host once, or "
           "replug it where its firmware is loaded at boot; a container would lose the device "

@@ -20,7 +20,7 @@ bool FactsDiffer(const Device& a, const Device& b) {
     out.erase(std::string(kTemperatureFact));
     return out;
   };
-  return describing(a.facts) != describing(b.facts);
+  return describing(a.facts) != describing(b.facts) || a.problems != b.problems;
 }
 
 void LookUpHostModes(const Host& host, std::vector<Device>* devices) {
@@ -42,6 +42,7 @@ void LookUpHostModes(const Host& host, std::vector<Device>* devices) {
 void SetHealthFromProblems(const std::vector<std::string>& problems, Device* device) {
   device->health = problems.empty() ? Health::kHealthy : Health::kUnhealthy;
   device->unhealthy_reason = absl::StrJoin(problems, "; ");
+  if (problems.empty()) device->problems.clear();
 }
 
 }  // namespace edgeaccel

@@ -180,6 +180,7 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
   absl::StatusOr<FileInfo> stat = host_->Lstat(node);  // a symlink is never a device node
   if (!stat.ok()) {
     problems.push_back(absl::StrCat("device node ", node, " is missing"));
+    device.problems.push_back({ProblemKind::kDeviceNodeMissing, node});
   } else if (stat->type != FileInfo::Type::kCharDevice || stat->major != kNvidiaMajor ||
              stat->minor != minor) {
     problems.push_back(absl::StrFormat("%s is not the character device %u:%u", node, kNvidiaMajor,
@@ -192,10 +193,12 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
       device.nodes.push_back({std::string(control), std::string(control), "rw"});
     } else if (control == "/dev/nvidiactl") {
       problems.push_back("control node /dev/nvidiactl is missing");
+      device.problems.push_back({ProblemKind::kDeviceNodeMissing, "/dev/nvidiactl"});
     }
   }
   if (absl::EqualsIgnoreCase(info["GPU Excluded"], "Yes")) {
     problems.push_back("the driver reports the GPU as excluded");
+    device.problems.push_back({ProblemKind::kDriverStatus, "excluded"});
   }
   if (options_.runtime_envs) {
     device.envs["NVIDIA_VISIBLE_DEVICES"] = uuid;

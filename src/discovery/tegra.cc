@@ -445,15 +445,18 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   };
   if (!has_node([](const std::string& p) { return p == "/dev/nvmap"; })) {
     problems.push_back("device node /dev/nvmap is missing");
+    device.problems.push_back({ProblemKind::kDeviceNodeMissing, "/dev/nvmap"});
   }
   if (!has_node([](const std::string& p) {
         return p == "/dev/nvhost-ctrl-gpu" ||
                (absl::StartsWith(p, "/dev/nvgpu/") && absl::EndsWith(p, "/ctrl"));
       })) {
     problems.push_back("GPU control node missing (neither /dev/nvhost-ctrl-gpu nor /dev/nvgpu/*/ctrl)");
+    device.problems.push_back({ProblemKind::kDeviceNodeMissing, "/dev/nvhost-ctrl-gpu"});
   }
   if (!devfreq.has_value()) {
     problems.push_back("GPU devfreq device not found in /sys/class/devfreq (driver not loaded yet?)");
+    device.problems.push_back({ProblemKind::kDriverStatus, "devfreq-missing"});
   } else {
     device.facts["devfreq"] = *devfreq;
     absl::StatusOr<int64_t> load =

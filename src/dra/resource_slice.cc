@@ -4,7 +4,9 @@
 #include <map>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/dra_driver.h"
 
@@ -72,7 +74,58 @@ std::string EdgeTpuModel(const std::string& vendor, const std::string& product, 
   return usb ? "Edge TPU (USB)" : "Edge TPU (PCIe)";
 }
 
+struct TaintKind {
+  const char* key;
+  const char* effect;
+};
+
+TaintKind KindOf(ProblemKind kind) {
+  switch (kind) {
+    case ProblemKind::kDeviceNodeMissing: return {kTaintDeviceNodeMissing, "NoExecute"};
+    case ProblemKind::kNvmlXid: return {kTaintNvmlXid, "NoExecute"};
+    case ProblemKind::kTemperature: return {kTaintTemperature, "NoSchedule"};
+    case ProblemKind::kDriverStatus: return {kTaintDriverStatus, "NoSchedule"};
+    case ProblemKind::kNvmlUnresponsive: return {kTaintNvmlUnresponsive, "NoSchedule"};
+    case ProblemKind::kOther: break;
+  }
+  return {kTaintUnhealthy, "NoSchedule"};
+}
+
 }  // namespace
+
+std::string TaintValue(absl::string_view detail) {
+  absl::ConsumePrefix(&detail, "/dev/");
+  std::string out;
+  for (char c : detail) {
+    out += absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '-';
+  }
+  if (out.size() > kMaxTaintValueLength) out.resize(kMaxTaintValueLength);
+  size_t begin = 0;
+  while (begin < out.size() && !absl::ascii_isalnum(static_cast<unsigned char>(out[begin]))) ++begin;
+  size_t end = out.size();
+  while (end > begin && !absl::ascii_isalnum(static_cast<unsigned char>(out[end - 1]))) --end;
+  return out.substr(begin, end - begin);
+}
+
+json DeviceTaints(const Device& device) {
+  json taints = json::array();
+  if (device.health == Health::kHealthy) return taints;
+  std::map<std::string, json> by_key;  // the first problem of each kind; sorted by key
+  for (const HealthProblem& problem : device.problems) {
+    const TaintKind kind = KindOf(problem.kind);
+    if (by_key.count(kind.key) > 0) continue;
+    json taint{{"key", kind.key}, {"effect", kind.effect}};
+    if (std::string value = TaintValue(problem.detail); !value.empty()) taint["value"] = value;
+    by_key[kind.key] = std::move(taint);
+  }
+  // Unhealthy for a reason no discoverer classified: still tainted, never offered untainted.
+  if (by_key.empty()) by_key[kTaintUnhealthy] = json{{"key", kTaintUnhealthy}, {"effect", "NoSchedule"}};
+  for (auto& [key, taint] : by_key) {
+    if (taints.size() == kMaxTaintsPerDevice) break;
+    taints.push_back(std::move(taint));
+  }
+  return taints;
+}
 
 json SliceDevice(const Device& device, std::vector<std::string>* notes) {
   const std::string name = DraDeviceName(device);
@@ -129,13 +182,19 @@ json SliceDevice(const Device& device, std::vector<std::string>* notes) {
   return out;
 }
 
-json SliceDevices(const Snapshot& snapshot, std::vector<std::string>* notes) {
+json SliceDevices(const Snapshot& snapshot, std::vector<std::string>* notes,
+                  UnhealthyDevices unhealthy) {
   std::map<std::string, json> by_name;
   absl::flat_hash_set<std::string> physical;
+  bool tainted = false;
   for (const Device& device : snapshot.devices) {
-    if (device.health != Health::kHealthy) continue;
+    if (device.health != Health::kHealthy && unhealthy == UnhealthyDevices::kLeftOut) continue;
     if (!physical.insert(PhysicalId(device)).second) continue;  // replicas: one device
     json entry = SliceDevice(device, notes);
+    if (json taints = DeviceTaints(device); !taints.empty()) {
+      entry["taints"] = std::move(taints);
+      tainted = true;
+    }
     const std::string name = entry["name"].get<std::string>();
     if (by_name.count(name) > 0) {
       if (notes != nullptr) notes->push_back(absl::StrCat(name, ": two devices give this name; the second is left out"));
@@ -144,9 +203,10 @@ json SliceDevices(const Snapshot& snapshot, std::vector<std::string>* notes) {
     by_name[name] = std::move(entry);
   }
   json devices = json::array();
+  const size_t max = tainted ? kResourceSliceMaxDevicesWithTaints : kResourceSliceMaxDevices;
   for (auto& [name, entry] : by_name) {
-    if (devices.size() == kResourceSliceMaxDevices) {
-      if (notes != nullptr) notes->push_back("more than 128 devices: the rest are left out");
+    if (devices.size() == max) {
+      if (notes != nullptr) notes->push_back(absl::StrCat("more than ", max, " devices: the rest are left out"));
       break;
     }
     devices.push_back(std::move(entry));

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -43,6 +44,64 @@ std::string ApiMessage(const HttpResponse& response) {
 absl::Status HttpError(absl::string_view what, const HttpResponse& response) {
   return absl::UnavailableError(absl::StrCat(what, ": the API server answered ", response.status, ": ",
                                              ApiMessage(response)));
+}
+
+bool HasTaints(const json& device) {
+  const json* taints = JsonMember(device, "taints");
+  return taints != nullptr && taints->is_array() && !taints->empty();
+}
+
+const json* DeviceNamed(const json* devices, const std::string& name) {
+  if (devices == nullptr || !devices->is_array()) return nullptr;
+  for (const json& device : *devices) {
+    if (JsonString(device, "name") == name) return &device;
+  }
+  return nullptr;
+}
+
+// The API server sets timeAdded on a taint that has none (the DeviceTaint field's contract in
+// k8s.io/api resource/v1 types.go: "added automatically during create or update if not set").
+// A taint we still want (same device, key, value and effect) keeps the time it was added, so it
+// is no difference from what is stored.
+void KeepTimeAdded(const json* stored_devices, json* devices) {
+  for (json& device : *devices) {
+    if (!HasTaints(device)) continue;
+    const json* stored = DeviceNamed(stored_devices, device["name"].get<std::string>());
+    if (stored == nullptr || !HasTaints(*stored)) continue;
+    for (json& taint : device["taints"]) {
+      for (const json& old : (*stored)["taints"]) {
+        if (old.is_object() && old.value("key", "") == taint.value("key", "") &&
+            old.value("value", "") == taint.value("value", "") &&
+            old.value("effect", "") == taint.value("effect", "") && old.contains("timeAdded")) {
+          taint["timeAdded"] = old["timeAdded"];
+          break;
+        }
+      }
+    }
+  }
+}
+
+// True when we sent taints and the slice the API server answered with has none of them.
+bool TaintsDropped(const json& sent_devices, const std::string& answer_body) {
+  json answer = json::parse(answer_body, nullptr, false);
+  const json* spec = JsonMember(answer, "spec");
+  const json* answered = spec == nullptr ? nullptr : JsonMember(*spec, "devices");
+  bool sent = false;
+  for (const json& device : sent_devices) {
+    if (!HasTaints(device)) continue;
+    sent = true;
+    const json* back = DeviceNamed(answered, device["name"].get<std::string>());
+    if (back != nullptr && HasTaints(*back)) return false;
+  }
+  return sent;
+}
+
+// A 422 whose causes name a device's taints (an API server that validates them differently).
+bool TaintsRefused(const json& sent_devices, const HttpResponse& response) {
+  if (response.status != 422) return false;
+  bool sent = false;
+  for (const json& device : sent_devices) sent = sent || HasTaints(device);
+  return sent && response.body.find(".taints") != std::string::npos;
 }
 
 }  // namespace
@@ -158,7 +217,11 @@ absl::Status SlicePublisher::Reconcile() {
   for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
     std::shared_ptr<const Snapshot> snapshot = set_->Current();
     notes.clear();
-    const json devices = SliceDevices(*snapshot, &notes);
+    const UnhealthyDevices unhealthy = [this] {
+      absl::MutexLock lock(&mu_);
+      return taints_dropped_ ? UnhealthyDevices::kLeftOut : UnhealthyDevices::kTainted;
+    }();
+    json devices = SliceDevices(*snapshot, &notes, unhealthy);
     for (const std::string& note : notes) errors_.Warn(absl::StrCat(options_.driver, ": ", note));
     absl::StatusOr<json> items = ListSlices();
     if (!items.ok()) {
@@ -190,6 +253,7 @@ absl::Status SlicePublisher::Reconcile() {
     }
     uint64_t writes = 0;
     bool conflict = false;
+    bool taints_dropped = false;  // this write showed that the API server does not keep taints
     absl::Status error;
     for (const json* item : extra) {
       const json& metadata = *JsonMember(*item, "metadata");
@@ -223,9 +287,12 @@ absl::Status SlicePublisher::Reconcile() {
           error = response.status();
         } else if (response->status == 409) {
           conflict = true;
+        } else if (TaintsRefused(devices, *response)) {
+          taints_dropped = true;
         } else if (response->status != 201 && response->status != 200) {
           error = HttpError("creating the ResourceSlice", *response);
         } else {
+          taints_dropped = TaintsDropped(devices, response->body);
           json created = json::parse(response->body, nullptr, false);
           if (const json* metadata = JsonMember(created, "metadata"); metadata != nullptr) {
             name = JsonString(*metadata, "name").value_or("");
@@ -241,6 +308,7 @@ absl::Status SlicePublisher::Reconcile() {
         name = JsonString(slice["metadata"], "name").value_or("");
         generation = JsonInt(slice["spec"]["pool"], "generation").value_or(0);
         const json* listed_devices = JsonMember(slice["spec"], "devices");
+        KeepTimeAdded(listed_devices, &devices);
         const bool same = listed_devices != nullptr && *listed_devices == devices &&
                           JsonInt(slice["spec"]["pool"], "resourceSliceCount") == 1;
         if (!same) {
@@ -255,9 +323,12 @@ absl::Status SlicePublisher::Reconcile() {
             error = response.status();
           } else if (response->status == 409) {
             conflict = true;
+          } else if (TaintsRefused(devices, *response)) {
+            taints_dropped = true;
           } else if (response->status != 200) {
             error = HttpError(absl::StrCat("updating ResourceSlice ", name), *response);
           } else {
+            taints_dropped = TaintsDropped(devices, response->body);
             LOG(INFO) << options_.driver << ": updated ResourceSlice " << name << " (generation "
                       << generation << ", " << devices.size() << " device(s))";
           }
@@ -266,6 +337,17 @@ absl::Status SlicePublisher::Reconcile() {
     }
     absl::MutexLock lock(&mu_);
     status_.writes += writes;
+    if (taints_dropped) {
+      // The slice as written offers the Unhealthy devices untainted (or was refused): write it
+      // again at once without them.
+      taints_dropped_ = true;
+      status_.taints_dropped = true;
+      LOG(WARNING) << options_.driver << ": the API server does not keep device taints (is the "
+                   << "DRADeviceTaints feature gate off? it is on by default from Kubernetes "
+                   << "1.36): Unhealthy devices are left out of the ResourceSlice instead of "
+                   << "being published tainted, until the daemon restarts";
+      continue;
+    }
     if (conflict) {
       ++status_.conflicts;  // someone else wrote it since we read it: read again
       continue;
@@ -275,6 +357,8 @@ absl::Status SlicePublisher::Reconcile() {
     if (error.ok()) {
       status_.generation = generation;
       status_.devices = devices.size();
+      status_.tainted = static_cast<size_t>(
+          std::count_if(devices.begin(), devices.end(), [](const json& d) { return HasTaints(d); }));
       status_.slice_name = name;
     }
     return error;

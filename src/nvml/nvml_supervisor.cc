@@ -494,10 +494,12 @@ void NvmlSupervisor::Amend(std::vector<Device>* devices) {
           // As NVIDIA's device plugin: a GPU whose Xid errors cannot be seen is not trusted.
           problems.push_back(absl::StrCat("NVML cannot watch it for Xid errors (",
                                           gpu->second.events, ")"));
+          device.problems.push_back({ProblemKind::kNvmlUnresponsive, "xid-watch-failed"});
         }
         if (!event_wait_failed_.empty()) {
           problems.push_back(absl::StrCat("NVML's wait for Xid errors failed (", event_wait_failed_,
                                           ")"));
+          device.problems.push_back({ProblemKind::kNvmlUnresponsive, "xid-wait-failed"});
         }
       }
       auto health = health_.find(device.id);
@@ -505,8 +507,11 @@ void NvmlSupervisor::Amend(std::vector<Device>* devices) {
         if (!health->second.lost.empty()) {
           problems.push_back(
               absl::StrCat("NVML no longer answers for this GPU: ", health->second.lost));
+          device.problems.push_back({ProblemKind::kNvmlUnresponsive, "no-answer"});
         }
         if (health->second.critical_xid != 0) {
+          device.problems.push_back(
+              {ProblemKind::kNvmlXid, absl::StrCat(health->second.critical_xid)});
           problems.push_back(absl::StrCat(
               "critical ", XidText(health->second.critical_xid), " at ",
               absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", health->second.critical_at, absl::UTCTimeZone()),

@@ -491,6 +491,51 @@ TEST_F(ApiResourcesTest, WhatIsAtTheLimitsIsValid) {
   }
 }
 
+// Device taints as 1.36 serves them (KEP-5055, DRADeviceTaints beta and on): validateDeviceTaint
+// (pkg/apis/resource/validation/validation.go: key a label name, value a label value, effect
+// NoSchedule, NoExecute or None), timeAdded set where missing (k8s.io/api resource/v1
+// DeviceTaint: "added automatically during create or update if not set").
+TEST_F(ApiResourcesTest, DeviceTaintsAreValidatedAndStampedWithTheirTime) {
+  json slice = Slice();
+  slice["spec"]["devices"][0]["taints"] = json::array({
+      {{"key", "edgeaccel.io/temperature"}, {"effect", "NoSchedule"}, {"value", "threshold-99.8C"}},
+      {{"key", "edgeaccel.io/bad key"}, {"effect", "NoSchedule"}},
+      {{"key", "edgeaccel.io/driver-status"}, {"effect", "PreferNoSchedule"}, {"value", "DEAD"}},
+      {{"key", "edgeaccel.io/x"}, {"value", std::string(64, 'v')}}});
+  EXPECT_EQ(Create(slice), Answer(422, "Invalid")) << last_.dump();
+  EXPECT_THAT(Causes(), ::testing::ElementsAre(
+                            "spec.devices[0].taints[1].key FieldValueInvalid",
+                            "spec.devices[0].taints[2].effect FieldValueNotSupported",
+                            "spec.devices[0].taints[3].value FieldValueInvalid",
+                            "spec.devices[0].taints[3].effect FieldValueRequired"));
+  slice["spec"]["devices"][0]["taints"] = json::array(
+      {{{"key", "edgeaccel.io/temperature"}, {"effect", "NoSchedule"}, {"value", "threshold-99.8C"}}});
+  json created = Created(slice);
+  const json taint = created["spec"]["devices"][0]["taints"][0];
+  EXPECT_TRUE(taint.contains("timeAdded")) << created.dump();
+  // An update that sends the stored timeAdded back changes nothing: nothing is written.
+  const int writes_before = api_.resource_slice_writes();
+  const std::string version = created["metadata"]["resourceVersion"];
+  EXPECT_EQ(Update(created), Answer(200, ""));
+  EXPECT_EQ(last_["metadata"]["resourceVersion"], version);
+  EXPECT_EQ(api_.resource_slice_writes(), writes_before + 1) << "answered 2xx, stored unchanged";
+}
+
+// With the gate off (1.33-1.35 by default) the strategy drops taints on write, silently, unless
+// the stored slice already has some (dropDisabledDRADeviceTaintsFields, pkg/registry/resource/
+// resourceslice/strategy.go).
+TEST_F(ApiResourcesTest, WithTheGateOffTaintsAreDroppedWithoutAnError) {
+  api_.DisableDeviceTaints();
+  json slice = Slice();
+  slice["spec"]["devices"][0]["taints"] =
+      json::array({{{"key", "edgeaccel.io/driver-status"}, {"effect", "NoSchedule"}, {"value", "DEAD"}}});
+  json created = Created(slice);
+  EXPECT_FALSE(created["spec"]["devices"][0].contains("taints")) << created.dump();
+  created["spec"]["devices"][0]["taints"] = slice["spec"]["devices"][0]["taints"];
+  EXPECT_EQ(Update(created), Answer(200, ""));
+  EXPECT_FALSE(last_["spec"]["devices"][0].contains("taints")) << last_.dump();
+}
+
 TEST_F(ApiResourcesTest, UnknownFieldsAreDroppedUnlessStrict) {
   json slice = Slice();
   slice["spec"]["foo"] = 1;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -118,6 +119,68 @@ TEST_F(ClaimPreparerTest, PreparesAClaimWithItsOwnCdiSpecAndAnswersItsIds) {
   struct stat host_node;
   ASSERT_EQ(stat(fixture_.Path("/dev/apex_1").c_str(), &host_node), 0);
   EXPECT_EQ(nodes[0]["fileMode"], host_node.st_mode & 0777) << "the host node's mode";
+}
+
+// KEP-5004 (DRAExtendedResource, beta in 1.36): for a pod with a plain resources.limits
+// {coral.ai/edgetpu: 1} the scheduler makes the claim itself. Its shape, from kubernetes/
+// kubernetes pkg/scheduler/framework/plugins/dynamicresources (extended resources) and
+// k8s.io/api resource/v1 (ExtendedResourceClaimAnnotation): generateName "<pod>-extended-
+// resources-", owned by the Pod, annotated resource.kubernetes.io/extended-resource-claim: "true"
+// and without resource.kubernetes.io/pod-claim-name (no pod.spec.resourceClaims entry names it),
+// one request per container and extended resource named "container-<i>-request-<j>" (the KEP's
+// text says the same), and it is recorded in pod.status.extendedResourceClaimStatus. Prepare
+// must treat it as any other claim: nothing is read from annotations, request names are passed on.
+TEST_F(ClaimPreparerTest, TheSchedulersExtendedResourceClaimIsPreparedLikeAnyOther) {
+  constexpr char kExtendedUid[] = "7f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+  const std::string name = "infer-0-extended-resources-x7k2q";
+  json results = json::array();
+  results.push_back({{"request", "container-0-request-0"}, {"driver", kDriver}, {"pool", "node-1"},
+                     {"device", "tpu-0000-03-00-0"}});
+  results.push_back({{"request", "container-1-request-0"}, {"driver", kDriver}, {"pool", "node-1"},
+                     {"device", "tpu-0000-04-00-0"}});
+  json requests = json::array();
+  for (const char* request : {"container-0-request-0", "container-1-request-0"}) {
+    requests.push_back({{"name", request},
+                        {"exactly", {{"deviceClassName", "edgetpu.edgeaccel.io"},
+                                     {"allocationMode", "ExactCount"}, {"count", 1}}}});
+  }
+  api_["default/" + name] = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata",
+       {{"name", name},
+        {"generateName", "infer-0-extended-resources-"},
+        {"namespace", "default"},
+        {"uid", kExtendedUid},
+        {"annotations", {{"resource.kubernetes.io/extended-resource-claim", "true"}}},
+        {"ownerReferences", json::array({{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", "infer-0"},
+                                          {"uid", "5b0c6a1e-2f3d-4e5f-9a8b-7c6d5e4f3a2b"},
+                                          {"controller", true}, {"blockOwnerDeletion", true}}})}}},
+      {"spec", {{"devices", {{"requests", requests}}}}},
+      {"status",
+       {{"allocation",
+         {{"devices", {{"results", results}}},
+          {"nodeSelector",
+           {{"nodeSelectorTerms",
+             json::array({{{"matchFields", json::array({{{"key", "metadata.name"},
+                                                         {"operator", "In"},
+                                                         {"values", json::array({"node-1"})}}})}}})}}}}},
+        {"reservedFor", json::array({{{"resource", "pods"}, {"name", "infer-0"},
+                                      {"uid", "5b0c6a1e-2f3d-4e5f-9a8b-7c6d5e4f3a2b"}}})}}}};
+  auto preparer = MakePreparer();
+  auto answer = preparer->Prepare({{"default", name, kExtendedUid}});
+  const ClaimOutcome& outcome = answer[kExtendedUid];
+  ASSERT_EQ(outcome.error, "");
+  ASSERT_EQ(outcome.devices.size(), 2u);
+  std::map<std::string, std::vector<std::string>> requests_by_device;
+  for (const auto& device : outcome.devices) requests_by_device[device.device] = device.requests;
+  // The kubelet hands each container the devices of the request its extendedResourceClaimStatus
+  // names: the names must come back exactly as the scheduler wrote them.
+  EXPECT_EQ(requests_by_device["tpu-0000-03-00-0"], std::vector<std::string>{"container-0-request-0"});
+  EXPECT_EQ(requests_by_device["tpu-0000-04-00-0"], std::vector<std::string>{"container-1-request-0"});
+  EXPECT_TRUE(PathExists(SpecPath(kExtendedUid)));
+  EXPECT_EQ(preparer->Unprepare({{"default", name, kExtendedUid}})[kExtendedUid], "");
+  EXPECT_FALSE(PathExists(SpecPath(kExtendedUid)));
 }
 
 TEST_F(ClaimPreparerTest, APreparedClaimIsAnsweredAgainWithoutAskingTheApiServer) {

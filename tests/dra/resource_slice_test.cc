@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "edgeaccel/discovery/coral_pcie.h"
 #include "edgeaccel/discovery/coral_usb.h"
 #include "edgeaccel/discovery/nvidia.h"
@@ -94,7 +96,7 @@ TEST(ResourceSliceTest, JetsonAndDiscreteGpus) {
   ExpectValid(gpu);
 }
 
-TEST(ResourceSliceTest, OnlyHealthyPhysicalDevicesAreOffered) {
+TEST(ResourceSliceTest, PhysicalDevicesAreOfferedAndUnhealthyOnesTaintedOrLeftOut) {
   Device healthy;
   healthy.id = "0000:03:00.0";
   healthy.facts["interface"] = "pcie";
@@ -105,8 +107,71 @@ TEST(ResourceSliceTest, OnlyHealthyPhysicalDevicesAreOffered) {
   replica.id = "0000:03:00.0::1";
   replica.replica_of = "0000:03:00.0";
   json slice = SliceDevices(SnapshotOf({healthy, sick, replica}), nullptr);
-  ASSERT_EQ(slice.size(), 1u);
+  ASSERT_EQ(slice.size(), 2u);
   EXPECT_EQ(slice[0]["name"], "tpu-0000-03-00-0");
+  EXPECT_FALSE(slice[0].contains("taints")) << "a Healthy device has no taints";
+  EXPECT_EQ(slice[1]["name"], "tpu-0000-04-00-0");
+  // Unhealthy with no classified problem: still never offered untainted.
+  EXPECT_EQ(slice[1]["taints"], json::parse(R"([{"key":"edgeaccel.io/unhealthy","effect":"NoSchedule"}])"));
+  // Where the API server does not keep taints: as before, only the Healthy ones.
+  json left_out = SliceDevices(SnapshotOf({healthy, sick, replica}), nullptr, UnhealthyDevices::kLeftOut);
+  ASSERT_EQ(left_out.size(), 1u);
+  EXPECT_EQ(left_out[0]["name"], "tpu-0000-03-00-0");
+}
+
+// The taint of each kind, from what the discoverers find on a fixture host (not hand-made
+// problems): the kind comes from Device::problems, never from parsing unhealthy_reason.
+TEST(ResourceSliceTest, UnhealthyEdgeTpusCarryATaintPerKindOfProblem) {
+  FixtureHost fixture;
+  fixture.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .temp_mc = 100050});
+  fixture.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .status = "DEAD"});
+  fixture.AddCoralPcie({.index = 2, .pci_address = "0000:05:00.0"});
+  fixture.Remove("/dev/apex_2");
+  fixture.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = false});
+  Host host(fixture.root());
+  std::vector<Device> devices = CoralPcieDiscoverer(&host, {}).Scan();
+  for (Device& usb : CoralUsbDiscoverer(&host).Scan()) devices.push_back(usb);
+  json slice = SliceDevices(SnapshotOf(devices), nullptr);
+  ASSERT_EQ(slice.size(), 4u) << slice.dump();
+  std::map<std::string, json> taints;
+  for (const json& device : slice) taints[device["name"]] = device.value("taints", json());
+  // Over its threshold: NoSchedule, it may cool down; the value is the threshold, which does not
+  // change from scan to scan as the reading does.
+  ASSERT_EQ(taints["tpu-0000-03-00-0"].size(), 1u) << slice.dump();
+  EXPECT_EQ(taints["tpu-0000-03-00-0"][0]["key"], "edgeaccel.io/temperature");
+  EXPECT_EQ(taints["tpu-0000-03-00-0"][0]["effect"], "NoSchedule");
+  EXPECT_EQ(taints["tpu-0000-03-00-0"][0]["value"].get<std::string>().rfind("threshold-", 0), 0u);
+  EXPECT_EQ(taints["tpu-0000-04-00-0"],
+            json::parse(R"([{"key":"edgeaccel.io/driver-status","value":"DEAD","effect":"NoSchedule"}])"));
+  EXPECT_EQ(taints["tpu-0000-05-00-0"],
+            json::parse(R"([{"key":"edgeaccel.io/device-node-missing","value":"apex_2","effect":"NoExecute"}])"));
+  EXPECT_EQ(taints["tpu-usb-2-1"],
+            json::parse(R"([{"key":"edgeaccel.io/driver-status","value":"firmware-not-loaded","effect":"NoSchedule"}])"));
+}
+
+TEST(ResourceSliceTest, NvmlProblemsAreTaintedXidNoExecuteUnresponsiveNoSchedule) {
+  Device gpu;
+  gpu.id = "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689";
+  gpu.health = Health::kUnhealthy;
+  gpu.problems = {{ProblemKind::kNvmlXid, "79"}, {ProblemKind::kNvmlUnresponsive, "no-answer"},
+                  {ProblemKind::kNvmlXid, "48"}};
+  EXPECT_EQ(DeviceTaints(gpu), json::parse(R"([
+      {"key":"edgeaccel.io/nvml-unresponsive","value":"no-answer","effect":"NoSchedule"},
+      {"key":"edgeaccel.io/nvml-xid","value":"79","effect":"NoExecute"}])"))
+      << "one taint per kind (the first problem's detail), sorted by key";
+  gpu.health = Health::kHealthy;
+  EXPECT_TRUE(DeviceTaints(gpu).empty()) << "the taint goes when the device recovers";
+}
+
+// What the API server accepts as a taint value (IsValidLabelValue: at most 63 characters,
+// [A-Za-z0-9-_.], alphanumeric at both ends).
+TEST(ResourceSliceTest, TaintValuesAreLabelValues) {
+  EXPECT_EQ(TaintValue("/dev/apex_0"), "apex_0");
+  EXPECT_EQ(TaintValue("/dev/bus/usb/002/003"), "bus-usb-002-003");
+  EXPECT_EQ(TaintValue("DRIVER_EXITING\\n"), "DRIVER_EXITING-n");
+  EXPECT_EQ(TaintValue("--"), "");
+  EXPECT_EQ(TaintValue(std::string(70, 'x') + "-"), std::string(63, 'x'));
+  EXPECT_EQ(TaintValue(std::string(62, 'x') + "-y"), std::string(62, 'x'));
 }
 
 TEST(ResourceSliceTest, WhatDraCannotCarryIsLeftOutAndSaid) {

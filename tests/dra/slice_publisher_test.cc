@@ -75,8 +75,75 @@ TEST_F(SlicePublisherTest, CreatesOneSliceOwnedByTheNodeAndWritesOnlyOnChange) {
   ASSERT_TRUE(publisher.ReconcileOnce().ok());
   ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
-  EXPECT_EQ(ours[0]["spec"]["devices"].size(), 1u) << "an Unhealthy device leaves the slice";
+  ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u) << "an Unhealthy device stays, tainted";
+  EXPECT_TRUE(ours[0]["spec"]["devices"][1].contains("taints"));
   EXPECT_EQ(ours[0]["spec"]["pool"]["generation"], 2) << "a new pool generation on every change";
+}
+
+Device HotTpu(const std::string& pci) {
+  Device device = Tpu(pci, Health::kUnhealthy);
+  device.unhealthy_reason = "temperature 95.05 °C is at or above 85.05 °C";
+  device.problems = {{ProblemKind::kTemperature, "threshold-85C"}};
+  return device;
+}
+
+// KEP-5055: a TPU over its temperature stays in the slice with a taint the API server keeps (and
+// stamps with timeAdded); an unchanged taint is not written again; the taint goes when it cools.
+TEST_F(SlicePublisherTest, AnUnhealthyDeviceStaysTaintedAndIsUntaintedWhenItRecovers) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  std::vector<json> ours = Ours();
+  ASSERT_EQ(ours.size(), 1u);
+  ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u);
+  json hot = ours[0]["spec"]["devices"][1];
+  EXPECT_EQ(hot["name"], "tpu-0000-04-00-0");
+  ASSERT_EQ(hot["taints"].size(), 1u) << hot.dump();
+  EXPECT_EQ(hot["taints"][0]["key"], "edgeaccel.io/temperature");
+  EXPECT_EQ(hot["taints"][0]["value"], "threshold-85C");
+  EXPECT_EQ(hot["taints"][0]["effect"], "NoSchedule");
+  EXPECT_TRUE(hot["taints"][0].contains("timeAdded")) << "the API server stamps it";
+  EXPECT_EQ(publisher.status().tainted, 1u);
+  // The stored taint carries timeAdded, ours does not: that is no difference, and no write.
+  const int writes = api_.resource_slice_writes();
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  EXPECT_EQ(api_.resource_slice_writes(), writes) << "an unchanged taint is not written again";
+  EXPECT_EQ(Ours()[0]["spec"]["devices"][1]["taints"][0]["timeAdded"], hot["taints"][0]["timeAdded"]);
+  set_.Update({Tpu("0000:03:00.0"), Tpu("0000:04:00.0")});  // it cooled down
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ours = Ours();
+  ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u);
+  EXPECT_FALSE(ours[0]["spec"]["devices"][1].contains("taints")) << ours[0].dump();
+  EXPECT_EQ(publisher.status().tainted, 0u);
+}
+
+// An API server with DRADeviceTaints off drops the taints and answers 200: a device the
+// scheduler would then allocate. The publisher sees it in the answer, leaves Unhealthy devices
+// out instead, and says so once.
+TEST_F(SlicePublisherTest, WhereTheApiServerDropsTaintsUnhealthyDevicesAreLeftOutAndSaidOnce) {
+  ::edgeaccel::testing::CapturedLog log;
+  api_.DisableDeviceTaints();
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  std::vector<json> ours = Ours();
+  ASSERT_EQ(ours.size(), 1u);
+  ASSERT_EQ(ours[0]["spec"]["devices"].size(), 1u) << ours[0].dump();
+  EXPECT_EQ(ours[0]["spec"]["devices"][0]["name"], "tpu-0000-03-00-0");
+  EXPECT_TRUE(publisher.status().taints_dropped);
+  const int writes = api_.resource_slice_writes();
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  EXPECT_EQ(api_.resource_slice_writes(), writes) << "nothing changed: nothing written";
+  set_.Update({HotTpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  EXPECT_TRUE(Ours()[0]["spec"]["devices"].empty());
+  const std::string text = log.Text();
+  size_t said = 0;
+  for (size_t at = text.find("does not keep device taints"); at != std::string::npos;
+       at = text.find("does not keep device taints", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << text;
 }
 
 TEST_F(SlicePublisherTest, AConflictIsReadAgainAndRetried) {

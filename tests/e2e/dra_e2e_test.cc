@@ -45,6 +45,25 @@ std::string SliceDevices(const std::vector<json>& slices) {
   return ours == 1 ? names : "";
 }
 
+// The devices of the one slice of our driver on node-1 with their taints, as
+// "name[:key=value:effect...] " ("" when there is not exactly one slice).
+std::string SliceTaints(const std::vector<json>& slices) {
+  std::string out;
+  int ours = 0;
+  for (const json& slice : slices) {
+    if (slice["spec"]["driver"] != kDriver || slice["spec"]["nodeName"] != "node-1") continue;
+    ++ours;
+    for (const json& device : slice["spec"]["devices"]) {
+      out += device["name"].get<std::string>();
+      for (const json& taint : device.value("taints", json::array())) {
+        out += ":" + taint.value("key", "") + "=" + taint.value("value", "") + ":" + taint.value("effect", "");
+      }
+      out += " ";
+    }
+  }
+  return ours == 1 ? out : "";
+}
+
 class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
  protected:
   void SetUp() override {
@@ -58,6 +77,11 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
                                       "--api-ca-file=" + api_.ca_file(), "--cdi-dir=" + cdi_.path()};
     flags.insert(flags.end(), extra.begin(), extra.end());
     return StartDaemon(flags);
+  }
+
+  bool SliceTaintsAre(const std::string& devices, absl::Duration timeout = absl::Seconds(10)) {
+    return api_.WaitForResourceSlices(
+        [&](const std::vector<json>& slices) { return SliceTaints(slices) == devices; }, timeout);
   }
 
   bool SliceHolds(const std::string& devices, absl::Duration timeout = absl::Seconds(10)) {
@@ -140,12 +164,15 @@ TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   EXPECT_FALSE(kubelet_.StreamOpen(std::string(kResourceEdgeTpu)));
   EXPECT_EQ(daemon->Log().find("coral.ai/edgetpu"), std::string::npos) << daemon->Log();
 
-  // Health reaches the kubelet's stream, and an unplugged device leaves the slice.
+  // Health reaches the kubelet's stream.
   ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
     return entries.size() == 2 && entries[0].health == "Healthy" && entries[1].health == "Healthy";
   })) << daemon->Log();
+  // A device whose node is gone (sysfs still has it) stays in the slice, tainted NoExecute.
   host_.Remove("/dev/apex_1");
-  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 ")) << daemon->Log();
+  ASSERT_TRUE(SliceTaintsAre(
+      "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/device-node-missing=apex_1:NoExecute "))
+      << daemon->Log();
   ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
     for (const auto& entry : entries) {
       if (entry.device == "tpu-0000-04-00-0") return entry.health == "Unhealthy" && !entry.message.empty();
@@ -158,6 +185,29 @@ TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   ASSERT_TRUE(undone.ok()) << undone.status();
   EXPECT_EQ(undone->claims.at(uid), "");
   EXPECT_FALSE(PathExists(SpecPath(uid)));
+}
+
+// KEP-5055 on the real daemon: a TPU over its temperature (sysfs says so only when read: the
+// probe interval) stays in the slice with a NoSchedule taint, its health on the kubelet's stream
+// Unhealthy, and is untainted once it cools below the threshold less the hysteresis.
+TEST_F(DraE2eTest, ATpuOverItsTemperatureStaysInTheSliceTaintedAndIsUntaintedWhenItCools) {
+  kubelet_.Start();
+  StartDraKubelet();
+  auto daemon = StartDraDaemon({"--probe-interval=100ms"});
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceTaintsAre("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  host_.SetApexAttribute(1, "temp", "100050");  // the fixture's hw_temp_warn2 is 99.8 °C
+  ASSERT_TRUE(SliceTaintsAre(
+      "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/temperature=threshold-99.8C:NoSchedule "))
+      << daemon->Log();
+  ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
+    for (const auto& entry : entries) {
+      if (entry.device == "tpu-0000-04-00-0") return entry.health == "Unhealthy";
+    }
+    return false;
+  })) << daemon->Log();
+  host_.SetApexAttribute(1, "temp", "45050");
+  ASSERT_TRUE(SliceTaintsAre("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
 }
 
 TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {

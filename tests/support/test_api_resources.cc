@@ -285,6 +285,55 @@ std::vector<std::string> IsCIdentifier(const std::string& value) {
                      "[A-Za-z_][A-Za-z0-9_]*", {"my_name", "MY_NAME", "MyName"})};
 }
 
+constexpr char kQualifiedNameFormat[] = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+
+bool MatchesQualifiedNamePart(const std::string& value) {
+  static const std::regex re(kQualifiedNameFormat);
+  return std::regex_match(value, re);
+}
+
+// IsValidLabelValue (apimachinery/pkg/util/validation/validation.go): empty, or at most 63
+// characters of [A-Za-z0-9-_.] starting and ending alphanumeric.
+std::vector<std::string> IsLabelValue(const std::string& value) {
+  std::vector<std::string> errors;
+  if (value.size() > 63) errors.push_back("must be no more than 63 characters");
+  if (!value.empty() && !MatchesQualifiedNamePart(value)) {
+    errors.push_back(RegexError(
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+        "or '.', and must start and end with an alphanumeric character",
+        "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?", {"MyValue", "my_value", "12345"}));
+  }
+  return errors;
+}
+
+// IsQualifiedName (what ValidateLabelName checks): [DNS subdomain prefix/]name, the name at most
+// 63 characters of [A-Za-z0-9-_.] starting and ending alphanumeric.
+std::vector<std::string> IsQualifiedName(const std::string& value) {
+  std::vector<std::string> errors;
+  const std::vector<std::string> parts = absl::StrSplit(value, '/');
+  std::string name = parts.back();
+  if (parts.size() > 2) {
+    return {"a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character, with an optional DNS subdomain "
+            "prefix and '/'"};
+  }
+  if (parts.size() == 2) {
+    if (parts[0].empty()) errors.push_back("prefix part must be non-empty");
+    for (const std::string& message : IsDNS1123Subdomain(parts[0])) {
+      errors.push_back("prefix part " + message);
+    }
+  }
+  if (name.empty()) errors.push_back("name part must be non-empty");
+  if (name.size() > 63) errors.push_back("name part must be no more than 63 characters");
+  if (!name.empty() && !MatchesQualifiedNamePart(name)) {
+    errors.push_back(RegexError(
+        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+        "end with an alphanumeric character",
+        kQualifiedNameFormat, {"MyName", "my.name", "123-abc"}));
+  }
+  return errors;
+}
+
 // Semantic versioning 2.0.0 (validation.go's semverRe): MAJOR.MINOR.PATCH without leading zeros,
 // an optional pre-release and build.
 bool IsSemver(const std::string& value) {
@@ -914,9 +963,37 @@ void ValidateDevice(const json& device, const json* old_device, const std::strin
       }
     }
   }
-  if (device.contains("taints") && device["taints"].is_array() &&
-      device["taints"].size() > kMaxTaints) {
-    errors.push_back(TooMany(field + ".taints", device["taints"].size(), kMaxTaints));
+  // validateDevice: taints are validated when they changed (validateDeviceTaint).
+  const json taints = device.value("taints", json::array());
+  if (taints.is_array() && (old_device == nullptr || old_device->value("taints", json::array()) != taints)) {
+    if (taints.size() > kMaxTaints) {
+      errors.push_back(TooMany(field + ".taints", taints.size(), kMaxTaints));
+    } else {
+      for (size_t i = 0; i < taints.size(); i++) {
+        const std::string at = absl::StrCat(field, ".taints[", i, "]");
+        const std::string key = StringAt(taints[i], "key");
+        const std::string value = StringAt(taints[i], "value");
+        const std::string effect = StringAt(taints[i], "effect");
+        if (key.empty()) {
+          errors.push_back(Required(at + ".key"));
+        } else {
+          for (const std::string& message : IsQualifiedName(key)) {
+            errors.push_back(Invalid(at + ".key", Quote(key), message));
+          }
+        }
+        for (const std::string& message : IsLabelValue(value)) {
+          errors.push_back(Invalid(at + ".value", Quote(value), message));
+        }
+        if (effect.empty()) {
+          errors.push_back(Required(at + ".effect"));
+        } else if (effect != "NoExecute" && effect != "NoSchedule" && effect != "None") {
+          errors.push_back({"FieldValueNotSupported", at + ".effect",
+                            absl::StrCat("Unsupported value: ", Quote(effect),
+                                         ": supported values: \"NoExecute\", \"NoSchedule\", "
+                                         "\"None\"")});
+        }
+      }
+    }
   }
   const bool node_name = device.contains("nodeName");
   const bool node_selector = device.contains("nodeSelector");
@@ -1350,6 +1427,7 @@ void TestApiServer::ServeResourceSlices() {
     metadata["creationTimestamp"] = Now();
     metadata["generation"] = 1;
     const std::string name = StringAt(metadata, "name");
+    PrepareTaints(slice["spec"], nullptr);
     Errors errors;
     ValidateMetadata(metadata, errors);
     ValidateSpec(slice["spec"], nullptr, errors);
@@ -1409,6 +1487,7 @@ void TestApiServer::ServeResourceSlices() {
     metadata["uid"] = stored["metadata"]["uid"];
     metadata["creationTimestamp"] = stored["metadata"]["creationTimestamp"];
     metadata["generation"] = stored["metadata"].value("generation", 1);
+    PrepareTaints(slice["spec"], &stored["spec"]);
     if (slice["spec"] != stored["spec"]) {
       metadata["generation"] = metadata["generation"].get<int64_t>() + 1;
     }
@@ -1475,6 +1554,32 @@ bool TestApiServer::InjectedSliceFailure(httplib::Response& res) {
   slice_fail_left_--;
   AnswerInjected(res, slice_fail_status_);
   return true;
+}
+
+void TestApiServer::DisableDeviceTaints() {
+  absl::MutexLock lock(&mu_);
+  device_taints_ = false;
+}
+
+void TestApiServer::PrepareTaints(nlohmann::json& spec, const nlohmann::json* old_spec) {
+  if (!spec.contains("devices") || !spec["devices"].is_array()) return;
+  bool in_use = false;  // draDeviceTaintsFeatureInUse(oldSlice)
+  if (old_spec != nullptr && old_spec->contains("devices") && (*old_spec)["devices"].is_array()) {
+    for (const json& device : (*old_spec)["devices"]) {
+      in_use = in_use || (device.contains("taints") && !device["taints"].empty());
+    }
+  }
+  for (json& device : spec["devices"]) {
+    if (!device.is_object() || !device.contains("taints")) continue;
+    if (!device_taints_ && !in_use) {
+      device.erase("taints");  // dropped, no error, no warning
+      continue;
+    }
+    if (!device["taints"].is_array()) continue;
+    for (json& taint : device["taints"]) {
+      if (taint.is_object() && !taint.contains("timeAdded")) taint["timeAdded"] = Now();
+    }
+  }
 }
 
 nlohmann::json TestApiServer::StoreSlice(nlohmann::json slice) {

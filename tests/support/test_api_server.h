@@ -34,6 +34,13 @@
 //  * the server sets metadata.uid, creationTimestamp, resourceVersion (the revision the Node
 //    and Events share) and generation (1, +1 on a change of spec); an update that changes
 //    nothing writes nothing (the resourceVersion stays);
+//  * device taints (KEP-5055; DRADeviceTaints, beta and on by default in 1.36: pkg/features/
+//    kube_features.go): validated as validateDeviceTaint does (key a label name, value a label
+//    value, effect NoSchedule, NoExecute or None), timeAdded set where a taint has none ("added
+//    automatically during create or update if not set", k8s.io/api resource/v1 types.go); with
+//    the gate off (DisableDeviceTaints) they are dropped without an error unless the stored slice
+//    already has some (strategy.go dropDisabledDRADeviceTaintsFields, pkg/registry/resource/
+//    resourceslice);
 //  * the garbage collector: a slice whose owners are all Nodes that do not exist (another name,
 //    or another uid than node_uid()) is deleted as soon as it is written.
 // Not served: WATCH, PATCH, labelSelector and dryRun on slices (501, said so), other resources and
@@ -172,6 +179,8 @@ class TestApiServer {
   void ConflictNextSliceUpdates(int n);
   // The next `n` requests under /resourceslices (any method) answer `status`.
   void FailNextSliceRequests(int status, int n);
+  // As kube-apiserver with --feature-gates=DRADeviceTaints=false: taints are dropped on write.
+  void DisableDeviceTaints();
 
  private:
   TempDir dir_;
@@ -213,6 +222,10 @@ class TestApiServer {
   int slice_conflicts_left_ ABSL_GUARDED_BY(mu_) = 0;
   int slice_fail_status_ ABSL_GUARDED_BY(mu_) = 0;
   int slice_fail_left_ ABSL_GUARDED_BY(mu_) = 0;
+  bool device_taints_ ABSL_GUARDED_BY(mu_) = true;
+  // PrepareForCreate/PrepareForUpdate for taints (`old_spec` null on create).
+  void PrepareTaints(nlohmann::json& spec, const nlohmann::json* old_spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace edgeaccel::testing

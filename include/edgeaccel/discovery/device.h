@@ -17,6 +17,31 @@ class Host;
 
 enum class Health { kHealthy, kUnhealthy };
 
+// What kind of problem makes a device Unhealthy, for consumers that must say it in a structured
+// form rather than as text (the DRA driver's device taints: one key per kind). kOther is a
+// problem with no kind of its own yet (a stale device node, firmware not loaded).
+enum class ProblemKind {
+  kOther,
+  kDeviceNodeMissing,  // the device node is not there (the device is gone)
+  kDriverStatus,       // the kernel driver says the device is not usable (may recover)
+  kTemperature,        // over its temperature threshold (recovers when it cools)
+  kNvmlXid,            // NVML reported a critical Xid error
+  kNvmlUnresponsive,   // NVML does not answer for it, or cannot watch it for Xid errors
+};
+
+// One problem of an Unhealthy device: its kind and a short detail that fits a Kubernetes label
+// value (at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric), e.g. the
+// driver status "DEAD", the node "apex_0", the Xid "79"; the text is in unhealthy_reason.
+struct HealthProblem {
+  ProblemKind kind = ProblemKind::kOther;
+  std::string detail;
+
+  bool operator==(const HealthProblem& other) const {
+    return kind == other.kind && detail == other.detail;
+  }
+  bool operator!=(const HealthProblem& other) const { return !(*this == other); }
+};
+
 // The names the kubelet expects in ListAndWatch (v1beta1 Healthy / Unhealthy).
 inline constexpr absl::string_view kHealthy = "Healthy";
 inline constexpr absl::string_view kUnhealthy = "Unhealthy";
@@ -81,6 +106,9 @@ struct Device {
   Health health = Health::kHealthy;
   // Why the device is Unhealthy, for logs and --discover ("device node /dev/apex_0 is missing").
   std::string unhealthy_reason;
+  // The same problems, kind and detail, for those a discoverer can classify (empty when Healthy).
+  // Set beside the text where the problem is found, so nothing parses unhealthy_reason.
+  std::vector<HealthProblem> problems;
   std::optional<int> numa_node;
   std::vector<DeviceNode> nodes;
   // Read-only mounts a container using this device needs (the driver's libraries, so that a
@@ -118,8 +146,9 @@ void LookUpHostModes(const Host& host, std::vector<Device>* devices);
 // FactsDiffer passes over it; its number is also in telemetry, for /metrics.
 inline constexpr absl::string_view kTemperatureFact = "temperature";
 
-// True when the facts that describe the devices differ (every fact but kTemperatureFact): what
-// labels and DRA slices are made of changed (NVML's answer arriving, a driver upgrade).
+// True when the facts that describe the devices differ (every fact but kTemperatureFact), or
+// their classified problems do: what labels and DRA slices (device taints) are made of changed
+// (NVML's answer arriving, a driver upgrade, an Unhealthy device's problem changing kind).
 bool FactsDiffer(const Device& a, const Device& b);
 
 // True when the kubelet-visible parts differ: id, health, topology, device nodes (including

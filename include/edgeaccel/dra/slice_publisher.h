@@ -1,5 +1,5 @@
-// SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's Healthy
-// devices, on a thread of its own ("ea-dra-slices").
+// SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's devices
+// (the Unhealthy ones tainted, see below), on a thread of its own ("ea-dra-slices").
 //
 // A change of the device set (hot-plug, health, or the devices' facts alone: NVML's, which
 // arrive after the first scan) wakes it at once; so does Resync() (the kubelet registered us: a
@@ -16,6 +16,15 @@
 // is stopping) is neither said nor retried. It never deletes the slice when it stops: a
 // restarting daemon must not make the devices vanish from the scheduler; RemoveAll() is for
 // uninstalling.
+//
+// Unhealthy devices stay in the slice with device taints (resource_slice.h). The API server sets
+// each taint's timeAdded; the publisher carries it over from the slice it read, so an unchanged
+// taint is no difference and no write, and the time stays when the taint came. An API server with
+// DRADeviceTaints off drops the taints on write without an error (strategy.go
+// dropDisabledDRADeviceTaintsFields, kubernetes/kubernetes pkg/registry/resource/resourceslice):
+// the publisher compares what came back, and when the taints are gone (or a 422 refuses them) it
+// leaves Unhealthy devices out instead, as before taints, says so once, and keeps to that until
+// the daemon restarts.
 //
 // The driver's other periodic work (ClaimPreparer::Cleanup) runs on this thread too, as the
 // `chore`: after the first reconcile, then after the first reconcile that comes at least
@@ -62,6 +71,8 @@ class SlicePublisher {
     std::string last_error;        // empty after a good reconcile
     uint64_t writes = 0;           // creates, updates and deletes sent
     uint64_t conflicts = 0;        // 409s answered
+    size_t tainted = 0;            // devices in it with taints (Unhealthy)
+    bool taints_dropped = false;   // the API server does not keep taints: Unhealthy left out
   };
 
   // `client` and `set` outlive this object.
@@ -94,6 +105,7 @@ class SlicePublisher {
   mutable absl::Mutex mu_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool taints_dropped_ ABSL_GUARDED_BY(mu_) = false;
   Status status_ ABSL_GUARDED_BY(mu_);
   std::string node_uid_;  // the thread's (or ReconcileOnce's caller's)
   OnceLogger errors_;
