@@ -22,6 +22,7 @@
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/grpc_event_engine.h"
 #include "edgeaccel/kubelet/plugin_server.h"
+#include "eventually.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -80,7 +81,14 @@ TEST_F(GrpcTimersTest, GrpcsTimerAndResolverThreadsAreGoneAndTheEngineRunsTheTim
   ASSERT_NE(server, nullptr);
 
   // comm names are cut at 15 characters: "default-executo", "resolver-execut". The default
-  // executor stays (it runs the TCP write backup poller, which blocks).
+  // executor stays (it runs the TCP write backup poller, which blocks). Its thread names itself
+  // once it runs, which may be just after the call returns.
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([] {
+    for (const std::string& name : ThreadNames()) {
+      if (name.rfind("default-execut", 0) == 0) return true;
+    }
+    return false;
+  })) << ::testing::PrintToString(ThreadNames());
   const std::vector<std::string> names = ThreadNames();
   EXPECT_THAT(names, ::testing::Contains("ea-grpc-timer"));
   EXPECT_THAT(names, ::testing::Not(::testing::Contains("grpc_global_tim")));
