@@ -70,9 +70,10 @@ void KeepTimeAdded(const json* stored_devices, json* devices) {
     if (stored == nullptr || !HasTaints(*stored)) continue;
     for (json& taint : device["taints"]) {
       for (const json& old : (*stored)["taints"]) {
-        if (old.is_object() && old.value("key", "") == taint.value("key", "") &&
-            old.value("value", "") == taint.value("value", "") &&
-            old.value("effect", "") == taint.value("effect", "") && old.contains("timeAdded")) {
+        // The stored side is the API server's answer: read without throwing on odd types.
+        if (old.is_object() && JsonString(old, "key") == JsonString(taint, "key") &&
+            JsonString(old, "value") == JsonString(taint, "value") &&
+            JsonString(old, "effect") == JsonString(taint, "effect") && old.contains("timeAdded")) {
           taint["timeAdded"] = old["timeAdded"];
           break;
         }

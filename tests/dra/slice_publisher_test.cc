@@ -198,6 +198,25 @@ TEST_F(SlicePublisherTest, ListedSlicesWithFieldsOfOtherTypesAreAnsweredNotThrow
   EXPECT_EQ(ours[0]["spec"]["pool"]["resourceSliceCount"], 1);
 }
 
+// The same for a listed device's taints: the stored side of the timeAdded comparison.
+TEST_F(SlicePublisherTest, ListedTaintsOfOtherTypesAreAnsweredNotThrown) {
+  SlicePublisher publisher(Options(), client_.get(), &set_);
+  set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
+  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  json odd = Ours()[0];
+  api_.DeleteAllResourceSlices("node-1", kDriver);
+  odd["metadata"].erase("uid");
+  odd["metadata"].erase("resourceVersion");
+  odd["spec"]["devices"][1]["taints"][0]["key"] = 7;
+  odd["spec"]["devices"][1]["taints"][0]["value"] = json::array({"threshold-85C"});
+  api_.AddResourceSlice(odd);
+  EXPECT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  std::vector<json> ours = Ours();
+  ASSERT_EQ(ours.size(), 1u);
+  EXPECT_EQ(ours[0]["spec"]["devices"][1]["taints"][0]["key"], "edgeaccel.io/temperature")
+      << "rewritten as it should be";
+}
+
 TEST_F(SlicePublisherTest, TheThreadPublishesChangesAtOnceAndRetriesFailures) {
   SlicePublisher::Options options = Options();
   options.resync = absl::Hours(1);  // only changes and retries may write
