@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "captured_log.h"
 #include "daemon_process.h"
 #include "fixture_host.h"
