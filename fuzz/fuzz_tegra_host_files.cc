@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const edgeaccel::HostFileEntry& entry : entries) {
     const std::string& path = entry.path;
     if (path.size() < 2 || path[0] != '/') __builtin_trap();
-    const std::vector<absl::string_view> steps = absl::StrSplit(path.substr(1), '/');
+    const std::string relative = path.substr(1);  // the steps below view into it
+    const std::vector<absl::string_view> steps = absl::StrSplit(relative, '/');
     for (size_t i = 0; i < steps.size(); ++i) {
       if (steps[i].empty() || steps[i] == "." || steps[i] == "..") __builtin_trap();
       if (i + 1 < steps.size() && steps[i].find_first_of("*?") != absl::string_view::npos) {
