@@ -47,10 +47,6 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
               "run CUDA");
     return files;
   }
-  // The host path of the file `path` names, every symlink followed inside the root.
-  auto resolved_host_path = [this](absl::string_view path) {
-    return host_->Resolve(path).substr(host_->root().size());
-  };
   absl::StatusOr<std::vector<LdCacheEntry>> entries = ReadLdSoCache(*host_);
   if (!entries.ok()) {
     log_.Warn(absl::StrCat("cannot read the host's library cache (", entries.status().message(),
@@ -68,7 +64,7 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
         if (entry.name != soname || !IsNativeLdCacheEntry(entry)) continue;
         listed = true;
         if (!absl::StartsWith(entry.path, "/")) continue;
-        const std::string file = resolved_host_path(entry.path);
+        const std::string file = host_->ResolveHostPath(entry.path);
         absl::StatusOr<FileInfo> info = host_->Stat(file);
         if (!info.ok() || info->type != FileInfo::Type::kRegular) {
           refused.push_back(absl::StrCat(entry.path, " (listed in ", kLdSoCachePath,
@@ -104,7 +100,7 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
     const std::string path = absl::StrCat(directory, "/nvidia-smi");
     absl::StatusOr<FileInfo> info = host_->Stat(path);
     if (!info.ok() || info->type != FileInfo::Type::kRegular) continue;
-    files.mounts.push_back({resolved_host_path(path), absl::StrCat(kDriverBinaryDir, "/nvidia-smi")});
+    files.mounts.push_back({host_->ResolveHostPath(path), absl::StrCat(kDriverBinaryDir, "/nvidia-smi")});
     smi = true;
     break;
   }

@@ -162,9 +162,6 @@ TegraHostFiles TegraHostFilesReader::Read() {
   std::vector<std::string> missing;
   absl::flat_hash_set<std::string> seen_nodes, seen_mounts, seen_library_dirs;
   std::vector<std::string> library_dirs;
-  auto resolved_host_path = [this](absl::string_view path) {
-    return host_->Resolve(path).substr(host_->root().size());
-  };
   for (const HostFileEntry& entry : entries) {
     // A wildcard in the last step stands for every entry of the directory it matches.
     std::vector<std::string> paths;
@@ -216,7 +213,7 @@ TegraHostFiles TegraHostFilesReader::Read() {
         continue;
       }
       if (!seen_mounts.insert(path).second) continue;
-      files.mounts.push_back({resolved_host_path(path), path});
+      files.mounts.push_back({host_->ResolveHostPath(path), path});
       const std::string file = path.substr(path.rfind('/') + 1);
       if (!want_directory && absl::StrContains(file, ".so")) {
         const std::string library_dir = path.substr(0, std::max<size_t>(1, path.rfind('/')));

@@ -247,6 +247,11 @@ std::string Host::Resolve(absl::string_view host_path) const {
   return root_ + resolved;
 }
 
+std::string Host::ResolveHostPath(absl::string_view host_path) const {
+  std::string path = Resolve(host_path).substr(root_.size());
+  return path.empty() ? "/" : path;
+}
+
 absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
   Fd root(OpenRoot(root_));
   if (root.get() < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);

@@ -5,13 +5,16 @@
 namespace edgeaccel {
 
 void OnceLogger::Warn(const std::string& message) {
-  if (seen_.size() > 1000) seen_.clear();  // bounded, whatever a broken host throws at us
-  if (seen_.insert(message).second) LOG(WARNING) << message;
+  if (First(message)) LOG(WARNING) << message;
 }
 
 void OnceLogger::Info(const std::string& message) {
-  if (seen_.size() > 1000) seen_.clear();
-  if (seen_.insert(message).second) LOG(INFO) << message;
+  if (First(message)) LOG(INFO) << message;
+}
+
+bool OnceLogger::First(const std::string& message) {
+  if (seen_.size() > 1000) seen_.clear();  // bounded, whatever a broken host throws at us
+  return seen_.insert(message).second;
 }
 
 }  // namespace edgeaccel

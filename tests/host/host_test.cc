@@ -20,6 +20,20 @@ TEST(HostTest, ResolvesUnderRootAndNeverEscapesIt) {
   EXPECT_EQ(Host("/").Resolve("/"), "/");
 }
 
+// What a runtime on the host opens for a path: symlinks followed inside the root, the root left
+// out (driver libraries and L4T's listed files are mounted from these).
+TEST(HostTest, ResolvesAHostPathToTheHostPathItNames) {
+  FixtureHost fixture;
+  fixture.WriteFile("/usr/lib/libcuda.so.515.76", "ELF");
+  fixture.Symlink("libcuda.so.515.76", "/usr/lib/libcuda.so.1");
+  fixture.Symlink("/usr/lib", "/lib");
+  Host host(fixture.root());
+  EXPECT_EQ(host.ResolveHostPath("/lib/libcuda.so.1"), "/usr/lib/libcuda.so.515.76");
+  EXPECT_EQ(host.ResolveHostPath("/usr/lib/missing.so"), "/usr/lib/missing.so");
+  EXPECT_EQ(host.ResolveHostPath("/"), "/");
+  EXPECT_EQ(Host("/").ResolveHostPath("/dev/null"), "/dev/null");
+}
+
 TEST(HostTest, ReadsAttributesTrimmed) {
   FixtureHost fixture;
   fixture.WriteFile("/sys/a", "ALIVE\n");

@@ -49,6 +49,11 @@ class Host {
   // reads go through file descriptors resolved by the kernel.
   std::string Resolve(absl::string_view host_path) const;
 
+  // The host path `host_path` names once every symlink in it is resolved inside the root: what
+  // Resolve gives, without the root in front. That is the path a process on the host itself (a
+  // container runtime mounting it) opens.
+  std::string ResolveHostPath(absl::string_view host_path) const;
+
   // Opens `host_path` resolved inside the root, with `flags` (O_CLOEXEC is added). The caller
   // owns the descriptor.
   absl::StatusOr<int> Open(absl::string_view host_path, int flags) const;

@@ -18,6 +18,9 @@ class OnceLogger {
   void Info(const std::string& message);
 
  private:
+  // True the first time `message` is seen (since the memory of them was last cleared).
+  bool First(const std::string& message);
+
   absl::flat_hash_set<std::string> seen_;
 };
 
