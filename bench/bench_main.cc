@@ -326,7 +326,11 @@ struct ProcessSample {
   uint64_t grpc_switches = 0;  // ... of gRPC's internal threads
   std::map<std::string, uint64_t> switches_by_thread;  // by thread name (comm)
   double anon_kib = 0;  // heap, stacks, written data: what no other process can share
-  double cpu_seconds = 0;
+  double cpu_seconds = 0;  // utime + stime, in clock ticks (10 ms steps)
+  // Time on a CPU of the threads alive at the sample, in nanoseconds (the first field of each
+  // /proc/<pid>/task/<tid>/schedstat): exact where cpu_seconds counts whole ticks.
+  uint64_t cpu_ns = 0;
+  std::map<std::string, uint64_t> cpu_ns_by_thread;  // by thread name (comm)
   int threads = 0;
 };
 
@@ -355,6 +359,16 @@ ProcessSample SampleProcess(pid_t pid) {
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   absl::StatusOr<std::vector<std::string>> threads = Host("/").ListDirectory(tasks);
   sample.threads = static_cast<int>(threads.value_or(std::vector<std::string>()).size());
+  for (const std::string& tid : threads.value_or(std::vector<std::string>())) {
+    std::ifstream schedstat(absl::StrCat(tasks, "/", tid, "/schedstat"));
+    uint64_t on_cpu_ns = 0;
+    if (!(schedstat >> on_cpu_ns)) continue;
+    sample.cpu_ns += on_cpu_ns;
+    std::ifstream comm_file(absl::StrCat(tasks, "/", tid, "/comm"));
+    std::string comm;
+    std::getline(comm_file, comm);
+    sample.cpu_ns_by_thread[comm] += on_cpu_ns;
+  }
   for (const auto& [name, switches] : testing::WakeUpsByThread(pid)) {
     (IsOwnThread(name) ? sample.own_switches : sample.grpc_switches) += switches;
     sample.switches_by_thread[name] += switches;
@@ -380,16 +394,29 @@ void PrintIdle(const char* what, absl::Duration window, const ProcessSample& bef
   for (const auto& [comm, n] : after.switches_by_thread) {
     auto it = before.switches_by_thread.find(comm);
     const uint64_t delta = n - (it == before.switches_by_thread.end() ? 0 : it->second);
-    if (delta > 0) absl::StrAppend(&by_thread, by_thread.empty() ? "" : ", ", comm, " ", delta);
+    if (delta == 0) continue;
+    absl::StrAppend(&by_thread, by_thread.empty() ? "" : ", ", comm, " ", delta);
+    auto cpu_before = before.cpu_ns_by_thread.find(comm);
+    auto cpu_after = after.cpu_ns_by_thread.find(comm);
+    if (cpu_after != after.cpu_ns_by_thread.end()) {
+      const uint64_t start =
+          cpu_before == before.cpu_ns_by_thread.end() ? 0 : cpu_before->second;
+      if (cpu_after->second >= start) {
+        absl::StrAppend(&by_thread, absl::StrFormat(" (%.3f ms)", (cpu_after->second - start) / 1e6));
+      }
+    }
   }
+  // Threads that ended within the window take their time with them: the figure is then low, and
+  // the thread counts differ.
+  const double cpu_ms = after.cpu_ns >= before.cpu_ns ? (after.cpu_ns - before.cpu_ns) / 1e6 : 0;
   printf("idle %s window=%s: rss %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB; pss %.1f "
          "MiB), threads %d, wake-ups %.2f/s whole process (own threads %llu, gRPC's %llu; by "
-         "thread: %s); cpu %.1f ms\n",
+         "thread: %s); cpu %.1f ms (ticks), %.3f ms on a CPU (schedstat) = %.3f ms per 30 s\n",
          what, absl::FormatDuration(window).c_str(), after.rss_kib / 1024, after.anon_kib / 1024,
          (after.rss_kib - after.anon_kib) / 1024, after.pss_kib / 1024, after.threads,
          (own + grpc) / seconds, static_cast<unsigned long long>(own),
          static_cast<unsigned long long>(grpc), by_thread.empty() ? "none" : by_thread.c_str(),
-         (after.cpu_seconds - before.cpu_seconds) * 1000);
+         (after.cpu_seconds - before.cpu_seconds) * 1000, cpu_ms, cpu_ms * 30 / seconds);
 }
 
 // The real daemon binary, registered with a test kubelet, on a host with two Edge TPUs.

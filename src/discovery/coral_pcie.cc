@@ -53,7 +53,7 @@ std::string Celsius(int64_t millidegrees) {
 }  // namespace
 
 CoralPcieDiscoverer::CoralPcieDiscoverer(const Host* host, CoralHealthPolicy policy)
-    : host_(host), policy_(policy) {}
+    : host_(host), policy_(policy), inputs_(host) {}
 
 std::string CoralPcieDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
@@ -76,12 +76,15 @@ std::string CoralPcieDiscoverer::NothingFoundHint() const {
 
 std::vector<Device> CoralPcieDiscoverer::Scan() {
   std::vector<Device> devices;
-  absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(kApexClassDir);
+  inputs_.Clear();
+  const absl::flat_hash_set<std::string> overheated_before = overheated_;
+  absl::StatusOr<std::vector<std::string>> names = inputs_.ListDirectory(kApexClassDir);
   if (!names.ok()) {
     if (!absl::IsNotFound(names.status())) {
       LOG_EVERY_N(WARNING, 100) << "cannot list Edge TPUs: " << names.status().message();
     }
     overheated_.clear();
+    overheat_changed_ = overheated_ != overheated_before;
     return devices;
   }
   absl::flat_hash_set<std::string> still_present;
@@ -105,6 +108,7 @@ std::vector<Device> CoralPcieDiscoverer::Scan() {
       ++it;
     }
   }
+  overheat_changed_ = overheated_ != overheated_before;
   return devices;
 }
 
@@ -116,7 +120,12 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
 
   device.facts["device"] = name;
   device.facts["interface"] = "pcie";
-  absl::StatusOr<std::string> pci = host_->ReadAttribute(sys + "/pci_address");
+  // Which device the entry is: the kernel makes the class entry with the device, so a device
+  // removed and added again under the same name has a new one. What describes the device (its
+  // ids, PCI address, NUMA node, major:minor, driver versions) is fixed while it is the same.
+  using Reread = ScanInputs::Reread;
+  (void)inputs_.Lstat(sys);
+  absl::StatusOr<std::string> pci = inputs_.ReadAttribute(sys + "/pci_address", Reread::kUntilRead);
   if (absl::IsNotFound(pci.status()) || absl::IsAborted(pci.status())) {
     // Every gasket device has pci_address, so its absence means the kernel is tearing this
     // device down (the class entry outlives its tree for a moment), and an attribute replaced
@@ -133,21 +142,24 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
     device.id = name;
   }
   for (const char* attr : {"driver_version", "framework_version"}) {
-    absl::StatusOr<std::string> value = host_->ReadAttribute(absl::StrCat(sys, "/", attr));
+    absl::StatusOr<std::string> value =
+        inputs_.ReadAttribute(absl::StrCat(sys, "/", attr), Reread::kUntilRead);
     if (value.ok() && !value->empty()) device.facts[attr] = *value;
   }
   for (const auto& [attr, fact] : {std::pair<const char*, const char*>{"vendor", "vendor_id"},
                                    {"device", "product_id"}}) {
-    absl::StatusOr<std::string> value = host_->ReadAttribute(absl::StrCat(sys, "/device/", attr));
+    absl::StatusOr<std::string> value =
+        inputs_.ReadAttribute(absl::StrCat(sys, "/device/", attr), Reread::kUntilRead);
     if (value.ok()) device.facts[fact] = std::string(absl::StripPrefix(*value, "0x"));
   }
   // NUMA node of the PCI function; -1 means the platform has no NUMA information.
-  absl::StatusOr<int64_t> numa = host_->ReadInteger(sys + "/device/numa_node");
+  absl::StatusOr<int64_t> numa = inputs_.ReadInteger(sys + "/device/numa_node", Reread::kUntilRead);
   if (numa.ok() && *numa >= 0 && *numa < 1024) device.numa_node = static_cast<int>(*numa);
 
   device.nodes.push_back({node_path, node_path, "rw"});
 
-  // 1. The device node: present, a character device, and the one the driver registered.
+  // 1. The device node: present, a character device, and the one the driver registered. Its
+  // changes come as inotify events on /dev (WatchPaths), so it is not an input of the probe.
   absl::StatusOr<FileInfo> node = host_->Stat(node_path);
   if (!node.ok()) {
     if (absl::IsNotFound(node.status())) {
@@ -162,7 +174,7 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   } else {
     unsigned want_major = kApexMajor, want_minor = 0;
     bool have_want = false;
-    absl::StatusOr<std::string> dev = host_->ReadAttribute(sys + "/dev");
+    absl::StatusOr<std::string> dev = inputs_.ReadAttribute(sys + "/dev", Reread::kUntilRead);
     if (dev.ok()) {
       std::pair<std::string, std::string> mm = absl::StrSplit(*dev, absl::MaxSplits(':', 1));
       have_want = absl::SimpleAtoi(mm.first, &want_major) && absl::SimpleAtoi(mm.second, &want_minor);
@@ -178,7 +190,7 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   }
 
   // 2. Driver status: ALIVE is the only usable state (DEAD, LAMED, DRIVER_EXITING are not).
-  absl::StatusOr<std::string> status = host_->ReadAttribute(sys + "/status");
+  absl::StatusOr<std::string> status = inputs_.ReadAttribute(sys + "/status");
   if (!status.ok()) {
     problems.push_back(absl::StrCat("cannot read driver status: ", status.status().message()));
     device.problems.push_back({ProblemKind::kDriverStatus, "unreadable"});
@@ -192,11 +204,18 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
 
   // 3. Die temperature against the threshold. An unreadable temperature does not make the
   // device unusable, but it is worth a log line: we cannot protect it from overheating.
-  absl::StatusOr<int64_t> temp = host_->ReadInteger(sys + "/temp");
+  absl::StatusOr<int64_t> temp = inputs_.ReadInteger(sys + "/temp");
+  // The driver's temperature lines, each read once: the shutdown line (hw_temp_warn2) is the
+  // default threshold, and all of them are telemetry.
+  std::vector<std::pair<const char*, absl::StatusOr<int64_t>>> lines;
+  for (const char* attr : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
+                           "hw_temp_warn1", "hw_temp_warn2"}) {
+    lines.emplace_back(attr, inputs_.ReadInteger(absl::StrCat(sys, "/", attr)));
+  }
   int64_t threshold = kApexDefaultShutdownTempMc;
   if (policy_.temperature_threshold_mc.has_value()) {
     threshold = *policy_.temperature_threshold_mc;
-  } else if (absl::StatusOr<int64_t> own = host_->ReadInteger(sys + "/hw_temp_warn2"); own.ok()) {
+  } else if (const absl::StatusOr<int64_t>& own = lines.back().second; own.ok()) {
     // The driver's shutdown line can be set to anything the chip's ADC encodes (about -90 to
     // 166 °C). One that no one would choose (0, a value above what silicon survives) would
     // mark a healthy TPU Unhealthy, or never protect it: ignored, with a warning.
@@ -212,9 +231,7 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
     }
   }
   device.telemetry["temperature_threshold_celsius"] = static_cast<double>(threshold) / 1000.0;
-  for (const char* attr : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
-                           "hw_temp_warn1", "hw_temp_warn2"}) {
-    absl::StatusOr<int64_t> value = host_->ReadInteger(absl::StrCat(sys, "/", attr));
+  for (const auto& [attr, value] : lines) {
     if (value.ok()) device.telemetry[absl::StrCat(attr, "_celsius")] = *value / 1000.0;
   }
   if (!temp.ok()) {

@@ -39,7 +39,7 @@ CoralUsbState Classify(absl::string_view vendor, absl::string_view product) {
 
 }  // namespace
 
-CoralUsbDiscoverer::CoralUsbDiscoverer(const Host* host) : host_(host) {}
+CoralUsbDiscoverer::CoralUsbDiscoverer(const Host* host) : host_(host), inputs_(host) {}
 
 std::string CoralUsbDiscoverer::ResourceName() const { return std::string(kResourceEdgeTpu); }
 
@@ -63,13 +63,20 @@ std::string CoralUsbDiscoverer::NothingFoundHint() const {
 
 std::vector<Device> CoralUsbDiscoverer::Scan() {
   std::vector<Device> devices;
-  absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(kUsbDevicesDir);
+  inputs_.Clear();
+  absl::StatusOr<std::vector<std::string>> names = inputs_.ListDirectory(kUsbDevicesDir);
   if (!names.ok()) return devices;
+  using Reread = ScanInputs::Reread;
   for (const std::string& name : *names) {
     if (!IsPortPath(name)) continue;
     const std::string sys = absl::StrCat(kUsbDevicesDir, "/", name);
-    absl::StatusOr<std::string> vendor = host_->ReadAttribute(sys + "/idVendor");
-    absl::StatusOr<std::string> product = host_->ReadAttribute(sys + "/idProduct");
+    // Which device the entry is: each enumeration (a replug, the firmware loading) makes a new
+    // one. What describes the device is fixed while it is the same.
+    (void)inputs_.Lstat(sys);
+    absl::StatusOr<std::string> vendor =
+        inputs_.ReadAttribute(sys + "/idVendor", Reread::kUntilRead);
+    absl::StatusOr<std::string> product =
+        inputs_.ReadAttribute(sys + "/idProduct", Reread::kUntilRead);
     if (!vendor.ok() || !product.ok()) continue;  // a device mid-removal
     if (!IsKernelUsbId(*vendor) || !IsKernelUsbId(*product)) {
       // Not what the kernel writes. If it would be a Coral ignoring case, say so once.
@@ -91,12 +98,12 @@ std::vector<Device> CoralUsbDiscoverer::Scan() {
     device.facts["vendor_id"] = *vendor;
     device.facts["product_id"] = *product;
     device.facts["state"] = state == CoralUsbState::kDfu ? "dfu (firmware not loaded)" : "ready";
-    absl::StatusOr<std::string> speed = host_->ReadAttribute(sys + "/speed");
+    absl::StatusOr<std::string> speed = inputs_.ReadAttribute(sys + "/speed", Reread::kUntilRead);
     if (speed.ok()) device.facts["speed_mbps"] = absl::CHexEscape(speed->substr(0, 8));
 
     std::vector<std::string> problems;
-    absl::StatusOr<int64_t> busnum = host_->ReadInteger(sys + "/busnum");
-    absl::StatusOr<int64_t> devnum = host_->ReadInteger(sys + "/devnum");
+    absl::StatusOr<int64_t> busnum = inputs_.ReadInteger(sys + "/busnum", Reread::kUntilRead);
+    absl::StatusOr<int64_t> devnum = inputs_.ReadInteger(sys + "/devnum", Reread::kUntilRead);
     if (!busnum.ok() || !devnum.ok() || *busnum < 1 || *busnum > 999 || *devnum < 1 ||
         *devnum > 127) {
       // No trustworthy node path: the device is listed (it is there) but cannot be allocated.
@@ -106,6 +113,7 @@ std::vector<Device> CoralUsbDiscoverer::Scan() {
       const std::string node = absl::StrFormat("/dev/bus/usb/%03d/%03d", *busnum, *devnum);
       device.nodes.push_back({node, node, "rw"});
       const unsigned want_minor = static_cast<unsigned>((*busnum - 1) * 128 + (*devnum - 1));
+      // Announced by inotify on /dev/bus/usb/BBB (WatchPaths): not an input of the probe.
       absl::StatusOr<FileInfo> stat = host_->Stat(node);
       if (!stat.ok()) {
         problems.push_back(absl::StrCat("device node ", node, " is missing"));

@@ -4,7 +4,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "edgeaccel/host/ld_so_cache.h"
 
 namespace edgeaccel {
 namespace {
@@ -40,6 +39,26 @@ DriverLibraryFinder::DriverLibraryFinder(const Host* host, std::string container
     : host_(host), container_directory_(std::move(container_directory)) {}
 
 DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
+  ScanInputs inputs(host_);
+  return Find(version, &inputs);
+}
+
+absl::StatusOr<std::vector<LdCacheEntry>> DriverLibraryFinder::LdCache(ScanInputs* inputs) {
+  absl::StatusOr<FileInfo> file = inputs->Stat(kLdSoCachePath);
+  if (file.ok() && ld_cache_file_ == *file) return ld_cache_;
+  // Looked at before it is read: a file replaced in between is parsed again at the next scan.
+  absl::StatusOr<std::string> data =
+      inputs->ReadFile(kLdSoCachePath, kMaxLdSoCacheBytes, ScanInputs::Reread::kUntilRead);
+  if (file.ok() && data.ok()) {
+    ld_cache_file_ = *file;
+    ld_cache_ = LdSoCacheOf(std::move(data));
+    return ld_cache_;
+  }
+  ld_cache_file_.reset();
+  return LdSoCacheOf(std::move(data));
+}
+
+DriverFiles DriverLibraryFinder::Find(absl::string_view version, ScanInputs* inputs) {
   DriverFiles files;
   if (version.empty()) {
     log_.Warn("the NVIDIA driver's version is unknown (/proc/driver/nvidia/version): its "
@@ -47,7 +66,7 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
               "run CUDA");
     return files;
   }
-  absl::StatusOr<std::vector<LdCacheEntry>> entries = ReadLdSoCache(*host_);
+  absl::StatusOr<std::vector<LdCacheEntry>> entries = LdCache(inputs);
   if (!entries.ok()) {
     log_.Warn(absl::StrCat("cannot read the host's library cache (", entries.status().message(),
                            "): the NVIDIA driver's libraries are not mounted into containers, "
@@ -64,8 +83,8 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
         if (entry.name != soname || !IsNativeLdCacheEntry(entry)) continue;
         listed = true;
         if (!absl::StartsWith(entry.path, "/")) continue;
-        const std::string file = host_->ResolveHostPath(entry.path);
-        absl::StatusOr<FileInfo> info = host_->Stat(file);
+        const std::string file = inputs->ResolveHostPath(entry.path);
+        absl::StatusOr<FileInfo> info = inputs->Stat(file);
         if (!info.ok() || info->type != FileInfo::Type::kRegular) {
           refused.push_back(absl::StrCat(entry.path, " (listed in ", kLdSoCachePath,
                                          ", not a file on the host)"));
@@ -98,9 +117,10 @@ DriverFiles DriverLibraryFinder::Find(absl::string_view version) {
   bool smi = false;
   for (absl::string_view directory : kBinaryDirectories) {
     const std::string path = absl::StrCat(directory, "/nvidia-smi");
-    absl::StatusOr<FileInfo> info = host_->Stat(path);
+    absl::StatusOr<FileInfo> info = inputs->Stat(path);
     if (!info.ok() || info->type != FileInfo::Type::kRegular) continue;
-    files.mounts.push_back({host_->ResolveHostPath(path), absl::StrCat(kDriverBinaryDir, "/nvidia-smi")});
+    files.mounts.push_back(
+        {inputs->ResolveHostPath(path), absl::StrCat(kDriverBinaryDir, "/nvidia-smi")});
     smi = true;
     break;
   }

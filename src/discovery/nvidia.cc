@@ -63,7 +63,12 @@ NvidiaGpuDiscoverer::NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options
     : host_(host),
       options_(options),
       facts_(facts),
+      inputs_(host),
       libraries_(host, options_.driver_library_dir) {}
+
+bool NvidiaGpuDiscoverer::InputsUnchanged() {
+  return !counting_down_ && inputs_.Unchanged();
+}
 
 std::vector<std::string> NvidiaGpuDiscoverer::Remarks() const {
   return facts_ != nullptr ? facts_->Remarks() : std::vector<std::string>{};
@@ -93,14 +98,16 @@ std::string NvidiaGpuDiscoverer::StaleHostView() const {
 
 std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   std::vector<Device> devices;
+  inputs_.Clear();
+  counting_down_ = false;
   // The DaemonSet bind-mounts the host's /proc/driver/nvidia. When the driver is unloaded or
   // reloaded, that mount keeps the old, removed directory: it is still there but empty (the live
   // one always holds "version"), or deleted outright (no links). The GPUs would simply vanish
   // from a pod whose view can never come back; say so, and fail /healthz so it is restarted.
   std::string stale;
-  if (absl::StatusOr<FileInfo> dir = host_->Stat("/proc/driver/nvidia");
+  if (absl::StatusOr<FileInfo> dir = inputs_.Stat("/proc/driver/nvidia");
       dir.ok() && dir->type == FileInfo::Type::kDirectory &&
-      (dir->links == 0 || absl::IsNotFound(host_->Stat("/proc/driver/nvidia/version").status()))) {
+      (dir->links == 0 || absl::IsNotFound(inputs_.Stat("/proc/driver/nvidia/version").status()))) {
     stale = "/proc/driver/nvidia is a stale mount (the NVIDIA driver was unloaded or reloaded "
             "since this pod started): restart the pod for a fresh one";
   }
@@ -110,10 +117,10 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   }
   if (!stale.empty()) log_.Warn(stale);  // once /healthz says it too
   if (!stale.empty()) return devices;
-  absl::StatusOr<std::vector<std::string>> buses = host_->ListDirectory(kGpusDir);
+  absl::StatusOr<std::vector<std::string>> buses = inputs_.ListDirectory(kGpusDir);
   if (!buses.ok()) return devices;  // no driver: nothing to say beyond the start-up hint
   std::string driver_version;
-  absl::StatusOr<std::string> version_text = host_->ReadFile("/proc/driver/nvidia/version");
+  absl::StatusOr<std::string> version_text = inputs_.ReadFile("/proc/driver/nvidia/version");
   if (version_text.ok()) {
     absl::StatusOr<std::string> version = ParseNvidiaDriverVersion(*version_text);
     if (version.ok()) {
@@ -128,20 +135,25 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   }
   if (options_.driver_libraries && !devices.empty()) {
     // One driver serves every GPU: each gets the same files.
-    DriverFiles files = libraries_.Find(driver_version);
+    DriverFiles files = libraries_.Find(driver_version, &inputs_);
     for (Device& device : devices) {
       device.mounts = files.mounts;
       device.envs.insert(files.envs.begin(), files.envs.end());
     }
   }
   if (facts_ != nullptr) facts_->Amend(&devices);
+  for (const Device& device : devices) {
+    for (const HealthProblem& problem : device.problems) {
+      counting_down_ |= problem.kind == ProblemKind::kNvmlXid;
+    }
+  }
   return devices;
 }
 
 std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
                                                    const std::string& driver_version) {
   const std::string info_path = absl::StrCat(kGpusDir, "/", bus, "/information");
-  absl::StatusOr<std::string> text = host_->ReadFile(info_path);
+  absl::StatusOr<std::string> text = inputs_.ReadFile(info_path);
   if (!text.ok()) {
     log_.Warn(absl::StrCat("ignoring GPU ", absl::CHexEscape(bus), ": ", text.status().message()));
     return std::nullopt;
@@ -170,13 +182,14 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
   if (!IsPciAddress(pci)) pci = IsPciAddress(bus) ? bus : "";
   if (!pci.empty()) {
     device.facts["pci_address"] = pci;
-    absl::StatusOr<int64_t> numa =
-        host_->ReadInteger(absl::StrCat("/sys/bus/pci/devices/", pci, "/numa_node"));
+    absl::StatusOr<int64_t> numa = inputs_.ReadInteger(
+        absl::StrCat("/sys/bus/pci/devices/", pci, "/numa_node"), ScanInputs::Reread::kUntilRead);
     if (numa.ok() && *numa >= 0 && *numa < 1024) device.numa_node = static_cast<int>(*numa);
   }
 
   std::vector<std::string> problems;
   const std::string node = absl::StrCat("/dev/nvidia", minor);
+  // The device nodes are announced by inotify on /dev (WatchPaths): not inputs of the probe.
   absl::StatusOr<FileInfo> stat = host_->Lstat(node);  // a symlink is never a device node
   if (!stat.ok()) {
     problems.push_back(absl::StrCat("device node ", node, " is missing"));

@@ -126,6 +126,16 @@ absl::flat_hash_map<unsigned, std::string> CharacterMajors(absl::string_view tex
   return majors;
 }
 
+// The lines of /proc/meminfo whose first word is "MemTotal:".
+std::string MemTotalLines(absl::string_view meminfo) {
+  std::vector<absl::string_view> kept;
+  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!parts.empty() && parts[0] == "MemTotal:") kept.push_back(line);
+  }
+  return absl::StrJoin(kept, "\n");
+}
+
 }  // namespace
 
 absl::StatusOr<TegraRelease> ParseTegraRelease(absl::string_view text) {
@@ -168,7 +178,7 @@ std::optional<TegraGpuModel> TegraGpuForSoc(absl::string_view soc) {
 }
 
 TegraGpuDiscoverer::TegraGpuDiscoverer(const Host* host, NvidiaOptions options)
-    : host_(host), options_(options), host_files_(host) {}
+    : host_(host), options_(options), inputs_(host), host_files_(host) {}
 
 std::string TegraGpuDiscoverer::ResourceName() const { return std::string(kResourceNvidiaGpu); }
 
@@ -186,10 +196,13 @@ std::vector<WatchSpec> TegraGpuDiscoverer::WatchPaths() const {
 
 // The device tree property `name` and the path it was read from.
 std::optional<std::pair<std::string, std::string>> TegraGpuDiscoverer::ReadDeviceTree(
-    absl::string_view name) const {
+    absl::string_view name) {
   for (absl::string_view dir : kDeviceTreeDirs) {
     std::string path = absl::StrCat(dir, "/", name);
-    if (absl::StatusOr<std::string> value = host_->ReadFile(path); value.ok()) {
+    // Fixed while the system runs.
+    if (absl::StatusOr<std::string> value =
+            inputs_.ReadFile(path, 64 * 1024, ScanInputs::Reread::kUntilRead);
+        value.ok()) {
       return std::make_pair(std::move(path), *std::move(value));
     }
   }
@@ -201,8 +214,8 @@ std::string TegraGpuDiscoverer::NothingFoundHint() const {
          "/proc/device-tree/compatible)";
 }
 
-std::optional<std::string> TegraGpuDiscoverer::FindDevfreq() const {
-  absl::StatusOr<std::vector<std::string>> entries = host_->ListDirectory(kDevfreqDir);
+std::optional<std::string> TegraGpuDiscoverer::FindDevfreq() {
+  absl::StatusOr<std::vector<std::string>> entries = inputs_.ListDirectory(kDevfreqDir);
   if (!entries.ok()) return std::nullopt;
   for (const std::string& entry : *entries) {
     // "57000000.gpu" (Nano, R36 Orin), "17000000.gv11b" (Xavier), "17000000.ga10b" (Orin R35).
@@ -213,7 +226,7 @@ std::optional<std::string> TegraGpuDiscoverer::FindDevfreq() const {
     for (absl::string_view name : kGpuNames) gpu |= suffix == name;
     if (!gpu) {
       absl::StatusOr<std::string> of_name =
-          host_->ReadAttribute(absl::StrCat(kDevfreqDir, "/", entry, "/device/of_node/name"));
+          inputs_.ReadAttribute(absl::StrCat(kDevfreqDir, "/", entry, "/device/of_node/name"));
       gpu = of_name.ok() && (*of_name == "gpu" || absl::c_linear_search(kGpuNames, *of_name));
     }
     if (gpu) return entry;
@@ -229,7 +242,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
   // /dev/nvgpu/igpu*.
   std::vector<std::string> names;
   auto list = [&](const std::string& dir, absl::string_view prefix) {
-    absl::StatusOr<std::vector<std::string>> entries = host_->ListDirectory(dir);
+    absl::StatusOr<std::vector<std::string>> entries = inputs_.ListDirectory(dir);
     if (!entries.ok()) return;
     for (const std::string& entry : *entries) names.push_back(absl::StrCat(prefix, entry));
   };
@@ -240,7 +253,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
   } else {
     list("/dev", "");
     list("/dev/dri", "dri/");
-    if (absl::StatusOr<std::vector<std::string>> gpus = host_->ListDirectory("/dev/nvgpu"); gpus.ok()) {
+    if (absl::StatusOr<std::vector<std::string>> gpus = inputs_.ListDirectory("/dev/nvgpu"); gpus.ok()) {
       for (const std::string& gpu : *gpus) {
         if (absl::StartsWith(gpu, "igpu")) list(absl::StrCat("/dev/nvgpu/", gpu), absl::StrCat("nvgpu/", gpu, "/"));
       }
@@ -248,7 +261,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
   }
 
   std::optional<absl::flat_hash_map<unsigned, std::string>> majors;
-  absl::StatusOr<std::string> proc_devices = host_->ReadFile("/proc/devices");
+  absl::StatusOr<std::string> proc_devices = inputs_.ReadFile("/proc/devices");
   // Verdicts hold while the node is the same file and the drivers' majors are unchanged (a module
   // reload re-registers them): then only the lstat is repeated on each probe.
   const std::string registered = proc_devices.ok() ? *proc_devices : std::string();
@@ -262,7 +275,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
     log_.Warn(absl::StrCat("cannot read /proc/devices (", text.status().message(),
                            "); Jetson device nodes are checked by their sysfs name only"));
   }
-  const bool sysfs_dev = host_->Exists("/sys/dev/char");
+  const bool sysfs_dev = inputs_.Exists("/sys/dev/char");
   if (!sysfs_dev) {
     log_.Warn("/sys/dev/char is missing (is the host's /sys mounted?); Jetson device nodes are "
               "checked by their driver's major only");
@@ -289,7 +302,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
     auto refuse = [&](absl::string_view why) {
       log_.Warn(absl::StrCat("not handing out ", path, " with the integrated GPU: ", why));
     };
-    absl::StatusOr<FileInfo> info = host_->Lstat(path);
+    absl::StatusOr<FileInfo> info = inputs_.Lstat(path);
     if (!info.ok()) continue;  // gone since the listing
     if (info->type != FileInfo::Type::kCharDevice) {
       refuse(absl::StrCat("it is ", FileTypeName(info->type),
@@ -334,7 +347,7 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
     }
     if (rule.kernel_named && sysfs_dev) {
       absl::StatusOr<std::string> uevent =
-          host_->ReadFile(absl::StrCat("/sys/dev/char/", numbers, "/uevent"));
+          inputs_.ReadFile(absl::StrCat("/sys/dev/char/", numbers, "/uevent"));
       if (!uevent.ok()) {
         refuse(absl::StrCat("the kernel has no device ", numbers, " (/sys/dev/char/", numbers, ")"));
         continue;
@@ -363,9 +376,10 @@ std::vector<DeviceNode> TegraGpuDiscoverer::GpuNodes(absl::string_view soc,
 
 std::vector<Device> TegraGpuDiscoverer::Scan() {
   std::vector<Device> devices;
+  inputs_.Clear();
   // Identity.
   std::optional<TegraRelease> release;
-  if (absl::StatusOr<std::string> text = host_->ReadFile("/etc/nv_tegra_release"); text.ok()) {
+  if (absl::StatusOr<std::string> text = inputs_.ReadFile("/etc/nv_tegra_release"); text.ok()) {
     absl::StatusOr<TegraRelease> parsed = ParseTegraRelease(*text);
     if (parsed.ok()) {
       release = *parsed;
@@ -384,7 +398,9 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     soc = TegraSocFromCompatible(value);
   }
   std::string family;
-  if (absl::StatusOr<std::string> f = host_->ReadAttribute("/sys/devices/soc0/family"); f.ok()) {
+  if (absl::StatusOr<std::string> f =
+          inputs_.ReadAttribute("/sys/devices/soc0/family", ScanInputs::Reread::kUntilRead);
+      f.ok()) {
     family = *f;
   }
   const bool tegra = release.has_value() || soc.has_value() ||
@@ -415,8 +431,10 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
     device.facts["gpu"] = gpu->name;
     device.facts["compute_capability"] = gpu->compute_capability;
   }
-  // The iGPU shares system memory.
-  if (absl::StatusOr<std::string> meminfo = host_->ReadFile("/proc/meminfo"); meminfo.ok()) {
+  // The iGPU shares system memory. Only its MemTotal lines are an input: the rest of
+  // /proc/meminfo changes all the time.
+  if (absl::StatusOr<std::string> meminfo = inputs_.ReadPart("/proc/meminfo", MemTotalLines);
+      meminfo.ok()) {
     for (absl::string_view line : absl::StrSplit(*meminfo, '\n')) {
       std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
       int64_t kib;
@@ -428,13 +446,13 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
 
   // A discrete NVIDIA GPU beside the iGPU (an IGX board in dGPU mode): its driver lists it here.
   // Not on Thor, whose iGPU itself runs on that driver (OpenRM) and is likely listed there too.
-  absl::StatusOr<std::vector<std::string>> discrete = host_->ListDirectory("/proc/driver/nvidia/gpus");
+  absl::StatusOr<std::vector<std::string>> discrete = inputs_.ListDirectory("/proc/driver/nvidia/gpus");
   const bool discrete_gpu = soc != "tegra264" && discrete.ok() && !discrete->empty();
 
   std::vector<std::string> problems;
   std::optional<std::string> devfreq = FindDevfreq();
   TegraHostFiles host_files;
-  if (options_.driver_libraries) host_files = host_files_.Read();
+  if (options_.driver_libraries) host_files = host_files_.Read(&inputs_);
   device.nodes = GpuNodes(soc.value_or(""), devfreq, discrete_gpu,
                           host_files.listed ? &host_files.device_paths : nullptr);
   device.mounts = std::move(host_files.mounts);
@@ -460,21 +478,21 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   } else {
     device.facts["devfreq"] = *devfreq;
     absl::StatusOr<int64_t> load =
-        host_->ReadInteger(absl::StrCat(kDevfreqDir, "/", *devfreq, "/device/load"));
+        inputs_.ReadInteger(absl::StrCat(kDevfreqDir, "/", *devfreq, "/device/load"));
     if (load.ok() && *load >= 0 && *load <= 1000) {
       device.telemetry["gpu_load_permille"] = static_cast<double>(*load);
     }
   }
   // GPU temperature: the thermal zone typed GPU-therm (R32) or gpu-thermal (R35+). -256 °C
   // means the sensor is off (rail-gated GPU), not a fault.
-  if (absl::StatusOr<std::vector<std::string>> zones = host_->ListDirectory("/sys/class/thermal");
+  if (absl::StatusOr<std::vector<std::string>> zones = inputs_.ListDirectory("/sys/class/thermal");
       zones.ok()) {
     for (const std::string& zone : *zones) {
       absl::StatusOr<std::string> type =
-          host_->ReadAttribute(absl::StrCat("/sys/class/thermal/", zone, "/type"));
+          inputs_.ReadAttribute(absl::StrCat("/sys/class/thermal/", zone, "/type"));
       if (!type.ok() || !absl::StartsWithIgnoreCase(*type, "gpu")) continue;
       absl::StatusOr<int64_t> temp =
-          host_->ReadInteger(absl::StrCat("/sys/class/thermal/", zone, "/temp"));
+          inputs_.ReadInteger(absl::StrCat("/sys/class/thermal/", zone, "/temp"));
       if (temp.ok() && *temp > -40000) {
         device.telemetry["gpu_temperature_celsius"] = static_cast<double>(*temp) / 1000.0;
       }

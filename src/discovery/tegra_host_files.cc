@@ -122,11 +122,16 @@ std::vector<HostFileEntry> ParseTegraHostFiles(absl::string_view name, absl::str
 }
 
 TegraHostFiles TegraHostFilesReader::Read() {
+  ScanInputs inputs(host_);
+  return Read(&inputs);
+}
+
+TegraHostFiles TegraHostFilesReader::Read(ScanInputs* inputs) {
   TegraHostFiles files;
   constexpr absl::string_view without_lists =
       "the integrated GPU is served with the device nodes this daemon knows and without the "
       "driver's libraries, so CUDA in a container needs NVIDIA's runtime";
-  absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(kTegraHostFilesDir);
+  absl::StatusOr<std::vector<std::string>> names = inputs->ListDirectory(kTegraHostFilesDir);
   if (!names.ok()) {
     log_.Warn(absl::StrCat(
         absl::IsNotFound(names.status())
@@ -137,10 +142,21 @@ TegraHostFiles TegraHostFilesReader::Read() {
     return files;
   }
   std::vector<HostFileEntry> entries;
+  std::map<std::string, ParsedList> parsed;  // the lists there are now
   for (const std::string& name : *names) {
     if (!absl::EndsWith(name, ".csv")) continue;
     const std::string path = absl::StrCat(kTegraHostFilesDir, "/", name);
-    absl::StatusOr<std::string> text = host_->ReadFile(path, kMaxListBytes);
+    // Looked at before it is read: a list replaced in between is parsed again at the next scan.
+    absl::StatusOr<FileInfo> file = inputs->Stat(path);
+    auto known = parsed_.find(path);
+    if (file.ok() && known != parsed_.end() && known->second.file == *file) {
+      files.listed = true;
+      entries.insert(entries.end(), known->second.entries.begin(), known->second.entries.end());
+      parsed.insert(parsed_.extract(known));
+      continue;
+    }
+    absl::StatusOr<std::string> text =
+        inputs->ReadFile(path, kMaxListBytes, ScanInputs::Reread::kUntilRead);
     if (!text.ok()) {
       // The message names the list ("cannot open <path>: ...").
       log_.Warn(absl::StrCat(text.status().message(), "; what it lists is not handed out"));
@@ -153,7 +169,9 @@ TegraHostFiles TegraHostFilesReader::Read() {
       log_.Warn(absl::StrCat(problem, ": line skipped, the rest of the list is used"));
     }
     entries.insert(entries.end(), listed.begin(), listed.end());
+    if (file.ok()) parsed[path] = ParsedList{*file, std::move(listed)};
   }
+  parsed_ = std::move(parsed);
   if (!files.listed) {
     log_.Warn(absl::StrCat("no container file lists in ", kTegraHostFilesDir, ": ", without_lists));
     return files;
@@ -169,7 +187,7 @@ TegraHostFiles TegraHostFilesReader::Read() {
     const std::string directory = slash == 0 ? "/" : entry.path.substr(0, slash);
     const std::string last = entry.path.substr(slash + 1);
     if (HasWildcard(last)) {
-      absl::StatusOr<std::vector<std::string>> children = host_->ListDirectory(directory);
+      absl::StatusOr<std::vector<std::string>> children = inputs->ListDirectory(directory);
       if (children.ok()) {
         for (const std::string& child : *children) {
           if (fnmatch(last.c_str(), child.c_str(), FNM_PERIOD) == 0) {
@@ -189,7 +207,7 @@ TegraHostFiles TegraHostFilesReader::Read() {
                                  "a device node outside /dev"));
           continue;
         }
-        absl::StatusOr<FileInfo> info = host_->Lstat(path);  // a symlink is never a device node
+        absl::StatusOr<FileInfo> info = inputs->Lstat(path);  // a symlink is never a device node
         if (!info.ok()) {
           missing.push_back(path);
         } else if (info->type != FileInfo::Type::kCharDevice) {
@@ -200,7 +218,7 @@ TegraHostFiles TegraHostFilesReader::Read() {
         }
         continue;
       }
-      absl::StatusOr<FileInfo> info = host_->Stat(path);  // lib and sym: what the path resolves to
+      absl::StatusOr<FileInfo> info = inputs->Stat(path);  // lib and sym: what the path resolves to
       if (!info.ok()) {
         missing.push_back(path);
         continue;
@@ -213,7 +231,7 @@ TegraHostFiles TegraHostFilesReader::Read() {
         continue;
       }
       if (!seen_mounts.insert(path).second) continue;
-      files.mounts.push_back({host_->ResolveHostPath(path), path});
+      files.mounts.push_back({inputs->ResolveHostPath(path), path});
       const std::string file = path.substr(path.rfind('/') + 1);
       if (!want_directory && absl::StrContains(file, ".so")) {
         const std::string library_dir = path.substr(0, std::max<size_t>(1, path.rfind('/')));

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -102,7 +103,34 @@ FileInfo InfoOf(const struct stat& st) {
   info.gid = st.st_gid;
   info.inode = st.st_ino;
   info.links = st.st_nlink;
+  info.device = st.st_dev;
+  info.size = st.st_size;
+  info.modified = st.st_mtim;
   return info;
+}
+
+// Reads the regular file `fd`, whose fstat(2) gave `size`, to its end; an error, or more than
+// `max_bytes`, is nullopt. A read that returns less than asked, of a file that says how big it
+// is, has reached its end: a file on disk or tmpfs gives what it holds, a sysfs attribute (which
+// says 4096) all its value at once. A file that says 0 (procfs, whose seq_files give a page at a
+// time) is read until a read returns nothing.
+std::optional<std::string> ReadRegularFile(int fd, off_t size, size_t max_bytes) {
+  std::string content;
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    if (n == 0) return content;
+    content.append(buffer, static_cast<size_t>(n));
+    if (content.size() > max_bytes) return std::nullopt;
+    if (static_cast<size_t>(n) < sizeof(buffer) && size > 0 &&
+        content.size() <= static_cast<size_t>(size)) {
+      return content;
+    }
+  }
 }
 
 int OpenRoot(const std::string& root) {
@@ -343,7 +371,10 @@ absl::StatusOr<std::string> Host::ReadFile(absl::string_view host_path, size_t m
 }
 
 absl::StatusOr<std::string> Host::ReadAttribute(absl::string_view host_path) const {
-  absl::StatusOr<std::string> content = ReadFile(host_path);
+  return AttributeOf(ReadFile(host_path));
+}
+
+absl::StatusOr<std::string> Host::AttributeOf(absl::StatusOr<std::string> content) {
   if (!content.ok()) return content.status();
   absl::string_view value = *content;
   // Device-tree strings end in NUL; sysfs values end in a newline.
@@ -354,7 +385,12 @@ absl::StatusOr<std::string> Host::ReadAttribute(absl::string_view host_path) con
 }
 
 absl::StatusOr<int64_t> Host::ReadInteger(absl::string_view host_path) const {
-  absl::StatusOr<std::string> value = ReadAttribute(host_path);
+  return IntegerOf(host_path, ReadFile(host_path));
+}
+
+absl::StatusOr<int64_t> Host::IntegerOf(absl::string_view host_path,
+                                        absl::StatusOr<std::string> content) {
+  absl::StatusOr<std::string> value = AttributeOf(std::move(content));
   if (!value.ok()) return value.status();
   int64_t number;
   if (!absl::SimpleAtoi(*value, &number)) {
@@ -433,6 +469,77 @@ bool Host::IsSilentToInotify(absl::string_view host_path) const {
     default:
       return false;
   }
+}
+
+bool FileInfo::operator==(const FileInfo& other) const {
+  return type == other.type && major == other.major && minor == other.minor &&
+         permissions == other.permissions && uid == other.uid && gid == other.gid &&
+         inode == other.inode && links == other.links && device == other.device &&
+         size == other.size && modified.tv_sec == other.modified.tv_sec &&
+         modified.tv_nsec == other.modified.tv_nsec;
+}
+
+HostDirectory::HostDirectory(const Host* host, std::string host_path)
+    : host_(host), host_path_(std::move(host_path)) {
+  absl::StatusOr<int> opened = host_->Open(host_path_, O_PATH | O_DIRECTORY);
+  if (opened.ok()) fd_ = *opened;
+}
+
+HostDirectory::~HostDirectory() {
+  if (fd_ >= 0) close(fd_);
+}
+
+HostDirectory::HostDirectory(HostDirectory&& other) noexcept
+    : host_(other.host_), host_path_(std::move(other.host_path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+std::string HostDirectory::PathOf(absl::string_view name) const {
+  return absl::StrCat(host_path_ == "/" ? "" : host_path_, "/", name);
+}
+
+bool HostDirectory::StatHere(absl::string_view name, struct stat* st) const {
+  if (fd_ < 0 || name.empty() || name == "." || name == ".." ||
+      name.find('/') != absl::string_view::npos) {
+    return false;
+  }
+  return fstatat(fd_, std::string(name).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name,
+                                                    size_t max_bytes) const {
+  // As Host::ReadFile: look first (a device node is never opened: that resets an Edge TPU), then
+  // open without following a link, and check that the file looked at is the one opened.
+  struct stat seen;
+  if (StatHere(name, &seen) && S_ISREG(seen.st_mode)) {
+    Fd fd(openat(fd_, std::string(name).c_str(),
+                 O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() >= 0 && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_ino == seen.st_ino && st.st_dev == seen.st_dev) {
+      std::optional<std::string> content = ReadRegularFile(fd.get(), st.st_size, max_bytes);
+      if (content.has_value()) return *std::move(content);
+    }
+  }
+  return host_->ReadFile(PathOf(name), max_bytes);
+}
+
+absl::StatusOr<FileInfo> HostDirectory::Stat(absl::string_view name) const {
+  struct stat st;
+  if (StatHere(name, &st) && !S_ISLNK(st.st_mode)) return InfoOf(st);
+  return host_->Stat(PathOf(name));
+}
+
+absl::StatusOr<FileInfo> HostDirectory::Lstat(absl::string_view name) const {
+  struct stat st;
+  if (StatHere(name, &st)) return InfoOf(st);
+  return host_->Lstat(PathOf(name));
+}
+
+bool HostDirectory::Exists(absl::string_view name) const {
+  struct stat st;
+  if (StatHere(name, &st) && !S_ISLNK(st.st_mode)) return true;
+  return host_->Exists(PathOf(name));
 }
 
 absl::string_view FileTypeName(FileInfo::Type type) {

@@ -22,7 +22,6 @@ constexpr int32_t kFlagArchMask = 0xff00;
 constexpr int32_t kFlagX8664Lib64 = 0x0300;
 constexpr int32_t kFlagAarch64Lib64 = 0x0a00;
 // A cache lists every library of the host: thousands of entries at most, well under this.
-constexpr size_t kMaxCacheBytes = 64 << 20;
 
 uint32_t ReadU32(absl::string_view data, size_t at) {
   uint32_t value;
@@ -92,7 +91,10 @@ absl::StatusOr<std::vector<LdCacheEntry>> ParseLdSoCache(absl::string_view data)
 }
 
 absl::StatusOr<std::vector<LdCacheEntry>> ReadLdSoCache(const Host& host) {
-  absl::StatusOr<std::string> data = host.ReadFile(kLdSoCachePath, kMaxCacheBytes);
+  return LdSoCacheOf(host.ReadFile(kLdSoCachePath, kMaxLdSoCacheBytes));
+}
+
+absl::StatusOr<std::vector<LdCacheEntry>> LdSoCacheOf(absl::StatusOr<std::string> data) {
   if (!data.ok()) {
     return absl::Status(data.status().code(),
                         absl::StrCat(kLdSoCachePath, ": ", data.status().message()));

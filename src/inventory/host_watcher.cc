@@ -43,6 +43,22 @@ void HostWatcher::Rescan(size_t family) {
   Publish(families_[family].set);
 }
 
+void HostWatcher::Probe() {
+  if (!watcher_.complete()) {
+    ScanAll();
+  } else {
+    absl::flat_hash_set<DeviceSet*> sets;
+    for (Family& family : families_) {
+      if (family.discoverer->InputsUnchanged()) continue;
+      scans_.fetch_add(1);
+      family.last = family.discoverer->Scan();
+      sets.insert(family.set);
+    }
+    for (DeviceSet* set : sets) Publish(set);
+  }
+  probes_.fetch_add(1);
+}
+
 void HostWatcher::Publish(DeviceSet* set) {
   std::vector<Device> devices;
   for (const Family& family : families_) {
@@ -188,7 +204,7 @@ void HostWatcher::Run() {
       if (fd == timer_fd_) {
         uint64_t expirations;
         (void)!read(timer_fd_, &expirations, sizeof(expirations));
-        ScanAll();
+        Probe();
       } else if (fd == settle_fd_) {
         // Re-armed by a change handled earlier in this batch: not due yet.
         uint64_t expirations;

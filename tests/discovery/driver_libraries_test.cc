@@ -132,5 +132,39 @@ TEST(DriverLibrariesTest, TheRealLdconfigsCacheAndAbsoluteLinksResolveInsideTheR
                             "/usr/local/nvidia/lib64/libnvidia-ml.so.1")));
 }
 
+// The ld.so cache is parsed again only when its file is another or changed as stat(2) tells
+// (inode, size, modification time): rewritten in place with the same size and a new time, it is
+// read again.
+TEST(DriverLibrariesTest, TheLdCacheIsReadAgainWhenItsFileChangesEvenAtTheSameSize) {
+  FixtureHost fixture;
+  // Two installs in directories of the same length: caches of the same size.
+  fixture.AddNvidiaDriverFiles({.directory = "/opt/driver-a"});
+  const std::string cache_a = ::edgeaccel::testing::ReadFileText(fixture.Path("/etc/ld.so.cache"));
+  fixture.AddNvidiaDriverFiles({.directory = "/opt/driver-b"});
+  const std::string cache_b = ::edgeaccel::testing::ReadFileText(fixture.Path("/etc/ld.so.cache"));
+  ASSERT_EQ(cache_a.size(), cache_b.size());
+  ASSERT_NE(cache_a, cache_b);
+  Host host(fixture.root());
+  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  auto cuda = [&] {
+    for (const Mount& mount : finder.Find("515.76").mounts) {
+      if (mount.container_path == "/usr/local/nvidia/lib64/libcuda.so.1") return mount.host_path;
+    }
+    return std::string("none");
+  };
+  const struct timespec modified = fixture.Modified("/etc/ld.so.cache");
+  fixture.OverwriteInPlace("/etc/ld.so.cache", cache_a, modified);
+  EXPECT_EQ(cuda(), "/opt/driver-a/libcuda.so.515.76");
+
+  // The same file as stat(2) sees it (the content changed behind a restored time): not parsed
+  // again.
+  fixture.OverwriteInPlace("/etc/ld.so.cache", cache_b, modified);
+  EXPECT_EQ(cuda(), "/opt/driver-a/libcuda.so.515.76");
+
+  // A new modification time, the same size and inode: read again.
+  fixture.OverwriteInPlace("/etc/ld.so.cache", cache_b, {modified.tv_sec + 1, modified.tv_nsec});
+  EXPECT_EQ(cuda(), "/opt/driver-b/libcuda.so.515.76");
+}
+
 }  // namespace
 }  // namespace edgeaccel

@@ -155,5 +155,33 @@ TEST_F(TegraHostFilesTest, AnUnreadableListIsSaidAndTheOthersAreUsed) {
   EXPECT_TRUE(log.Contains(absl::StrCat(kLists, "/devices.csv:2: not <kind>, <path>"))) << log.Text();
 }
 
+// A list is parsed again only when its file is another or changed as stat(2) tells (inode, size,
+// modification time): rewritten in place with the same size and a new time, it is read again.
+TEST_F(TegraHostFilesTest, AListIsReadAgainWhenItsFileChangesEvenAtTheSameSize) {
+  const std::string list = absl::StrCat(kLists, "/drivers.csv");
+  const std::string nvrm = absl::StrCat("lib, ", kTegra, "/libnvrm_gpu.so\n");
+  const std::string cuda = absl::StrCat("lib, ", kTegra, "/libcuda.so.1.1\n");
+  ASSERT_EQ(nvrm.size(), cuda.size());
+  fixture_.WriteFile(list, nvrm);
+  const Mount nvrm_mount = M(absl::StrCat(kTegra, "/libnvrm_gpu.so"), absl::StrCat(kTegra, "/libnvrm_gpu.so"));
+  const Mount cuda_mount = M(absl::StrCat(kTegra, "/libcuda.so.1.1"), absl::StrCat(kTegra, "/libcuda.so.1.1"));
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+
+  // The same file as stat(2) sees it (the content changed behind a restored time): not parsed
+  // again.
+  const struct timespec modified = fixture_.Modified(list);
+  fixture_.OverwriteInPlace(list, cuda, modified);
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+
+  // A new modification time, the same size and inode: read again.
+  fixture_.OverwriteInPlace(list, cuda, {modified.tv_sec + 1, modified.tv_nsec});
+  EXPECT_THAT(Read().mounts, ElementsAre(cuda_mount));
+  // Replaced (a new inode), and a list gone: each seen.
+  fixture_.WriteFile(list, nvrm);
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+  fixture_.Remove(list);
+  EXPECT_FALSE(Read().listed);
+}
+
 }  // namespace
 }  // namespace edgeaccel

@@ -11,6 +11,8 @@
 
 #include "edgeaccel/discovery/coral_pcie.h"
 #include "edgeaccel/discovery/coral_usb.h"
+#include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/tegra.h"
 #include "captured_log.h"
 #include "eventually.h"
 #include "fixture_host.h"
@@ -20,6 +22,7 @@ namespace {
 
 using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::FixtureHost;
+using ::edgeaccel::testing::ReadFileText;
 
 constexpr absl::Duration kPatience = absl::Seconds(5);  // generous for loaded CI machines
 
@@ -76,6 +79,15 @@ class HealthTest : public ::testing::Test {
   std::shared_ptr<const Snapshot> NextSnapshot() {
     uint64_t version = set_.Current()->version;
     return set_.WaitNewerThan(version, kPatience);
+  }
+  // Waits until the watcher has done `n` more probes than `probes`.
+  bool ProbesAfter(uint64_t probes, uint64_t n = 1) {
+    const absl::Time deadline = absl::Now() + kPatience;
+    while (watcher_->probes() < probes + n) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(2));  // the watcher's thread has no event for the test
+    }
+    return true;
   }
   std::shared_ptr<const Snapshot> WaitUntil(const std::function<bool(const Snapshot&)>& done) {
     const absl::Time deadline = absl::Now() + kPatience;
@@ -204,6 +216,141 @@ TEST_F(HealthTest, DriverStatusDeadIsSeenAtTheProbe) {
   auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 0; });
   ASSERT_EQ(s->devices.size(), 1u);
   EXPECT_THAT(s->devices[0].unhealthy_reason, ::testing::HasSubstr("DEAD"));
+}
+
+// Where `published` (what the watcher published) and `scanned` (a full scan, published the same
+// way) differ, one line per difference; empty when they are the same.
+std::string Differences(const std::vector<Device>& published, std::vector<Device> scanned,
+                        const Host& host) {
+  LookUpHostModes(host, &scanned);
+  if (published.size() != scanned.size()) {
+    return absl::StrCat(published.size(), " devices published, ", scanned.size(), " scanned");
+  }
+  std::string out;
+  for (size_t i = 0; i < published.size(); ++i) {
+    const Device& a = published[i];
+    const Device& b = scanned[i];
+    if (a.id != b.id) absl::StrAppend(&out, "id ", a.id, " / ", b.id, "\n");
+    if (AdvertisementDiffers(a, b)) absl::StrAppend(&out, a.id, ": advertisement\n");
+    if (a.unhealthy_reason != b.unhealthy_reason) {
+      absl::StrAppend(&out, a.id, ": \"", a.unhealthy_reason, "\" / \"", b.unhealthy_reason, "\"\n");
+    }
+    if (a.problems != b.problems) absl::StrAppend(&out, a.id, ": problems\n");
+    if (a.facts != b.facts) absl::StrAppend(&out, a.id, ": facts\n");
+    if (a.telemetry != b.telemetry) absl::StrAppend(&out, a.id, ": telemetry\n");
+  }
+  return out;
+}
+
+// The probe reads again only what can change unannounced (here an Edge TPU's temperature) and
+// scans when it differs: it finds what scanning at every probe finds, at the same probe.
+TEST_F(HealthTest, ATemperatureCrossingTheThresholdIsSeenByTheProbeAsAFullScanSeesIt) {
+  fixture_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  fixture_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  HostWatcher::Options options;
+  options.probe_interval = absl::Milliseconds(20);
+  options.uevents = false;
+  watcher_ = std::make_unique<HostWatcher>(&host_, options);
+  watcher_->Add(&coral_, &set_);
+  ASSERT_TRUE(watcher_->Start().ok());
+  // A discoverer that scans at every probe, as the probe did before it read less.
+  CoralPcieDiscoverer full(&host_, {});
+  full.Scan();
+
+  fixture_.SetApexAttribute(1, "temp", "100050\n");
+  auto s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 1; });
+  ASSERT_EQ(s->HealthyCount(), 1);
+  EXPECT_THAT(s->Find("0000:04:00.0")->unhealthy_reason, ::testing::HasSubstr("100.05 °C"));
+  // Two more probes: the one after a crossing scans again (the hysteresis now applies), the
+  // next has nothing new. The full scans do the same.
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 2));
+  full.Scan();
+  EXPECT_EQ(Differences(set_.Current()->devices, full.Scan(), host_), "");
+  EXPECT_THAT(set_.Current()->Find("0000:04:00.0")->unhealthy_reason,
+              ::testing::HasSubstr("less the hysteresis"));
+
+  // Cooler, but not below the threshold less the hysteresis: still Unhealthy, a new reading.
+  fixture_.SetApexAttribute(1, "temp", "98800\n");
+  // A reading alone publishes silently, under the same version: looked at until it is there.
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    return set_.Current()->Find("0000:04:00.0")->telemetry.at("temperature_celsius") == 98.8;
+  }));
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 2));
+  EXPECT_EQ(Differences(set_.Current()->devices, full.Scan(), host_), "");
+  EXPECT_EQ(set_.Current()->HealthyCount(), 1);
+
+  fixture_.SetApexAttribute(1, "temp", "50050\n");
+  s = WaitUntil([](const Snapshot& s) { return s.HealthyCount() == 2; });
+  ASSERT_EQ(s->HealthyCount(), 2);
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 2));
+  EXPECT_EQ(Differences(set_.Current()->devices, full.Scan(), host_), "");
+}
+
+// On a host where nothing changes, a probe reads what can change unannounced and scans nothing;
+// a change scans the one family it concerns.
+TEST_F(HealthTest, AProbeOfAnUnchangedHostScansNoFamily) {
+  fixture_.AddCoralPcie({.index = 0});
+  fixture_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  HostWatcher::Options options;
+  options.probe_interval = absl::Milliseconds(20);
+  options.uevents = false;  // the machine's own USB devices must not rescan
+  watcher_ = std::make_unique<HostWatcher>(&host_, options);
+  watcher_->Add(&coral_, &set_);
+  watcher_->Add(Own<CoralUsbDiscoverer>(&host_), &set_);
+  ASSERT_TRUE(watcher_->Start().ok());
+  ASSERT_EQ(set_.Current()->HealthyCount(), 2);
+  uint64_t scans = watcher_->scans();
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 5));
+  EXPECT_EQ(watcher_->scans(), scans);
+
+  fixture_.SetApexAttribute(0, "temp", "46050\n");
+  // A reading alone publishes silently, under the same version: looked at until it is there.
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    return set_.Current()->Find("0000:03:00.0")->telemetry.at("temperature_celsius") == 46.05;
+  }));
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 3));
+  EXPECT_EQ(watcher_->scans(), scans + 1);  // coral-pcie, once; not coral-usb
+}
+
+TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
+  fixture_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
+  fixture_.AddNvidiaGpu({});
+  fixture_.AddNvidiaDriverFiles({});
+  DeviceSet gpus("nvidia.com/gpu");
+  HostWatcher::Options options;
+  options.probe_interval = absl::Milliseconds(20);
+  options.uevents = false;
+  watcher_ = std::make_unique<HostWatcher>(&host_, options);
+  watcher_->Add(Own<TegraGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
+  watcher_->Add(Own<NvidiaGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
+  ASSERT_TRUE(watcher_->Start().ok());
+  ASSERT_EQ(gpus.Current()->devices.size(), 2u);
+  ASSERT_EQ(gpus.Current()->HealthyCount(), 2);
+  const uint64_t scans = watcher_->scans();
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 5));
+  EXPECT_EQ(watcher_->scans(), scans);
+
+  // /proc/meminfo changes all the time; only its MemTotal is the Jetson's.
+  fixture_.WriteFile("/proc/meminfo", "MemTotal:        3964656 kB\nMemFree:          654321 kB\n");
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 3));
+  EXPECT_EQ(watcher_->scans(), scans);
+  fixture_.WriteFile("/proc/meminfo", "MemTotal:        7929312 kB\nMemFree:          654321 kB\n");
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] {
+    for (const Device& d : gpus.Current()->devices) {
+      if (d.facts.count("memory_mib") > 0 && d.facts.at("memory_mib") == "7743") return true;
+    }
+    return false;
+  }));
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 3));
+  EXPECT_EQ(watcher_->scans(), scans + 1);  // tegra, once; not nvidia
+  // A GPU the driver excludes: its /proc file says so, and only the probe can see it.
+  const std::string information = "/proc/driver/nvidia/gpus/0000:01:00.0/information";
+  std::string text = ReadFileText(fixture_.Path(information));
+  ASSERT_NE(text.find("GPU Excluded:\t No"), std::string::npos);
+  text.replace(text.find("GPU Excluded:\t No"), 17, "GPU Excluded:\t Yes");
+  fixture_.WriteFile(information, text);
+  EXPECT_TRUE(
+      ::edgeaccel::testing::Eventually([&] { return gpus.Current()->HealthyCount() == 1; }));
 }
 
 TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {

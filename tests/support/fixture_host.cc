@@ -316,6 +316,25 @@ void FixtureHost::WriteFile(absl::string_view host_path, absl::string_view conte
   PCHECK(rename(temp.c_str(), path.c_str()) == 0) << "rename " << path;
 }
 
+void FixtureHost::OverwriteInPlace(absl::string_view host_path, absl::string_view content,
+                                   struct timespec modified) const {
+  const std::string path = Path(host_path);
+  FILE* f = fopen(path.c_str(), "r+");
+  PCHECK(f != nullptr) << "fopen " << path;
+  PCHECK(ftruncate(fileno(f), 0) == 0) << "ftruncate " << path;
+  fwrite(content.data(), 1, content.size(), f);
+  fclose(f);
+  const struct timespec times[2] = {{0, UTIME_OMIT}, modified};
+  PCHECK(utimensat(AT_FDCWD, path.c_str(), times, 0) == 0) << "utimensat " << path;
+}
+
+struct timespec FixtureHost::Modified(absl::string_view host_path) const {
+  struct stat st;
+  const std::string path = Path(host_path);
+  PCHECK(stat(path.c_str(), &st) == 0) << "stat " << path;
+  return st.st_mtim;
+}
+
 void FixtureHost::MakeDirectory(absl::string_view host_path) const {
   const std::string path = Path(host_path);
   MakeParents(path + "/x");

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <functional>
 #include <initializer_list>
@@ -200,6 +201,12 @@ class FixtureHost {
   // (a fixture that cannot be built makes every assertion meaningless).
   void WriteFile(absl::string_view host_path, absl::string_view content) const;
   void MakeDirectory(absl::string_view host_path) const;
+  // Writes `content` over an existing file in place (the same inode, as a program that opens it
+  // and writes does, unlike WriteFile) and sets its modification time to `modified`.
+  void OverwriteInPlace(absl::string_view host_path, absl::string_view content,
+                        struct timespec modified) const;
+  // The modification time of the file at `host_path`.
+  struct timespec Modified(absl::string_view host_path) const;
   void MakeCharDevice(absl::string_view host_path, unsigned major, unsigned minor,
                       mode_t mode = 0660) const;
   void MakeBlockDevice(absl::string_view host_path, unsigned major, unsigned minor) const;

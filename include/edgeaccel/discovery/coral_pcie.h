@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -37,6 +38,11 @@ class CoralPcieDiscoverer : public Discoverer {
   std::vector<WatchSpec> WatchPaths() const override;
   std::vector<std::string> UeventSubsystems() const override;
   std::string NothingFoundHint() const override;
+  // Reads again the class directory's entries, each entry's identity, and what the driver says
+  // of each device at any time: status, temperature and the temperature lines. False after a
+  // scan that found a device newly over (or back under) its threshold: the next scan says it
+  // with the hysteresis, from the same readings.
+  bool InputsUnchanged() override { return !overheat_changed_ && inputs_.Unchanged(); }
 
  private:
   // nullopt when the entry's sysfs tree vanished while it was being read (a removal in
@@ -45,8 +51,10 @@ class CoralPcieDiscoverer : public Discoverer {
 
   const Host* host_;
   CoralHealthPolicy policy_;
+  ScanInputs inputs_;
   OnceLogger log_;
   absl::flat_hash_set<std::string> overheated_;  // ids currently over the threshold
+  bool overheat_changed_ = false;                // by the last scan
 };
 
 // Driver default for hw_temp_warn2 as read back from sysfs (100000 encodes to 99800).

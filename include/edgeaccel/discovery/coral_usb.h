@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "edgeaccel/discovery/discoverer.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -33,9 +34,13 @@ class CoralUsbDiscoverer : public Discoverer {
   std::vector<WatchSpec> WatchPaths() const override;
   std::vector<std::string> UeventSubsystems() const override;
   std::string NothingFoundHint() const override;
+  // Reads again the USB devices' directory and each device's identity: what describes a USB
+  // device (ids, speed, bus and device numbers) is fixed until it enumerates again.
+  bool InputsUnchanged() override { return inputs_.Unchanged(); }
 
  private:
   const Host* host_;
+  ScanInputs inputs_;
   OnceLogger log_;
 };
 

@@ -32,6 +32,13 @@ class Discoverer {
   // one thread at a time.
   virtual std::vector<Device> Scan() = 0;
 
+  // Whether a Scan() now would find what the last one found, told by reading again only what the
+  // kernel can change without an event on WatchPaths() or UeventSubsystems() (sysfs and procfs
+  // values, files under /etc: scan_inputs.h). False when anything differs, before the first
+  // Scan(), and where a family cannot tell (the default): the probe then scans it. Called from
+  // the thread that calls Scan(), on each probe.
+  virtual bool InputsUnchanged() { return false; }
+
   // Where the kernel tells us about changes through inotify: device nodes in /dev (devtmpfs).
   // Never sysfs or procfs, which send no inotify events (HostWatcher refuses to watch them).
   // Anything else is read on the probe interval.

@@ -15,12 +15,16 @@
 #define EDGEACCEL_DISCOVERY_DRIVER_LIBRARIES_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "edgeaccel/discovery/device.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/ld_so_cache.h"
 #include "edgeaccel/host/once_logger.h"
 
 namespace edgeaccel {
@@ -51,11 +55,20 @@ class DriverLibraryFinder {
   // none). Never fails: what is missing or of another version is left out, each with one log
   // line naming it. Called from one thread at a time (the discoverer's scan).
   DriverFiles Find(absl::string_view version);
+  // The same, with every read of the host recorded in `inputs` (the discoverer's scan's).
+  DriverFiles Find(absl::string_view version, ScanInputs* inputs);
 
  private:
+  // The host's ld.so cache, parsed again only when the file is not the one parsed last (by
+  // stat(2): filesystem, inode, size, modification time); its stat is recorded in `inputs`.
+  absl::StatusOr<std::vector<LdCacheEntry>> LdCache(ScanInputs* inputs);
+
   const Host* host_;
   std::string container_directory_;
   OnceLogger log_;
+  // The cache as last parsed, and the file it was parsed from (unset: nothing kept).
+  std::optional<FileInfo> ld_cache_file_;
+  absl::StatusOr<std::vector<LdCacheEntry>> ld_cache_ = std::vector<LdCacheEntry>();
 };
 
 }  // namespace edgeaccel

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/discovery/driver_libraries.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -72,6 +73,10 @@ class NvidiaGpuDiscoverer : public Discoverer {
   std::string StaleHostView() const override;
   std::string NothingFoundHint() const override;
   std::vector<std::string> Remarks() const override;
+  // Reads again the driver's /proc files, the GPUs' NUMA nodes and the driver's files on the
+  // host. What NVML says comes with a rescan of its own (GpuFactSource's owner asks for it), but
+  // a critical Xid's text counts down to the GPU's recovery: while one is shown, false.
+  bool InputsUnchanged() override;
 
  private:
   std::optional<Device> ScanOne(const std::string& directory, const std::string& driver_version);
@@ -79,6 +84,8 @@ class NvidiaGpuDiscoverer : public Discoverer {
   const Host* host_;
   NvidiaOptions options_;
   GpuFactSource* facts_;
+  ScanInputs inputs_;
+  bool counting_down_ = false;  // the last scan gave a GPU a critical Xid
   DriverLibraryFinder libraries_;
   OnceLogger log_;
   mutable absl::Mutex stale_mu_;

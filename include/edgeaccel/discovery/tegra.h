@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/discovery/nvidia.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/discovery/tegra_host_files.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
@@ -62,6 +63,11 @@ class TegraGpuDiscoverer : public Discoverer {
   std::vector<Device> Scan() override;
   std::vector<WatchSpec> WatchPaths() const override;
   std::string NothingFoundHint() const override;
+  // Reads again everything the last scan read but the device tree (fixed while the system runs):
+  // the release file, the device nodes the GPU is given (many are not under a watched name),
+  // /proc/devices, devfreq, the GPU's load and temperature, MemTotal, the container file lists
+  // and what they name.
+  bool InputsUnchanged() override { return inputs_.Unchanged(); }
 
  private:
   // The device nodes the iGPU and its engines need, each checked against what the kernel says
@@ -70,12 +76,13 @@ class TegraGpuDiscoverer : public Discoverer {
   std::vector<DeviceNode> GpuNodes(absl::string_view soc, const std::optional<std::string>& devfreq,
                                    bool discrete_gpu, const std::vector<std::string>* listed);
   // /sys/class/devfreq entry of the GPU ("57000000.gpu"), if any.
-  std::optional<std::string> FindDevfreq() const;
+  std::optional<std::string> FindDevfreq();
   // A device-tree property (compatible, model) and the path it was read from.
-  std::optional<std::pair<std::string, std::string>> ReadDeviceTree(absl::string_view name) const;
+  std::optional<std::pair<std::string, std::string>> ReadDeviceTree(absl::string_view name);
 
   const Host* host_;
   NvidiaOptions options_;
+  ScanInputs inputs_;
   TegraHostFilesReader host_files_;
   OnceLogger log_;
   // Nodes GpuNodes found to be what they claim, by name, major:minor, inode and what the checks

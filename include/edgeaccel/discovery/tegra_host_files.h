@@ -17,6 +17,7 @@
 
 #include "absl/strings/string_view.h"
 #include "edgeaccel/discovery/device.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/once_logger.h"
 
@@ -60,12 +61,22 @@ class TegraHostFilesReader {
   explicit TegraHostFilesReader(const Host* host) : host_(host) {}
 
   // Reads the lists now. Never fails: an unreadable list or a bad line is one log line, and the
-  // rest is used; without any list, `listed` is false (said once).
+  // rest is used; without any list, `listed` is false (said once). A list is parsed again only
+  // when its file is not the one parsed last (by stat(2): filesystem, inode, size, modification
+  // time).
   TegraHostFiles Read();
+  // The same, with every read of the host recorded in `inputs` (the discoverer's scan's).
+  TegraHostFiles Read(ScanInputs* inputs);
 
  private:
+  struct ParsedList {
+    FileInfo file;  // what it was parsed from
+    std::vector<HostFileEntry> entries;
+  };
+
   const Host* host_;
   OnceLogger log_;
+  std::map<std::string, ParsedList> parsed_;  // by host path
 };
 
 }  // namespace edgeaccel

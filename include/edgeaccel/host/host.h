@@ -7,7 +7,9 @@
 #ifndef EDGEACCEL_HOST_HOST_H_
 #define EDGEACCEL_HOST_HOST_H_
 
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <cstdint>
 #include <string>
@@ -29,6 +31,45 @@ struct FileInfo {
   gid_t gid = 0;
   ino_t inode = 0;
   nlink_t links = 1;  // 0 for a directory deleted while something (a bind mount) still holds it
+  dev_t device = 0;   // the filesystem it is on (st_dev)
+  off_t size = 0;
+  struct timespec modified = {};  // st_mtim
+
+  // Every field equal: the same file, unchanged as far as stat(2) tells.
+  bool operator==(const FileInfo& other) const;
+  bool operator!=(const FileInfo& other) const { return !(*this == other); }
+};
+
+class Host;
+
+// One directory, resolved inside the root once, to read several entries of it again and again
+// without resolving its path each time (the HostWatcher's probe). Every answer is what the Host
+// call of the same name gives for "<directory>/<name>" at that moment: a regular file, or any
+// entry for Lstat, directly in the directory is read through the directory's descriptor;
+// anything else (a symlink to follow, a name with a slash, an error) is handed to Host whole.
+// Owns its descriptor.
+class HostDirectory {
+ public:
+  HostDirectory(const Host* host, std::string host_path);
+  ~HostDirectory();
+  HostDirectory(HostDirectory&& other) noexcept;
+  HostDirectory& operator=(HostDirectory&& other) = delete;
+  HostDirectory(const HostDirectory&) = delete;
+  HostDirectory& operator=(const HostDirectory&) = delete;
+
+  absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes) const;
+  absl::StatusOr<FileInfo> Stat(absl::string_view name) const;
+  absl::StatusOr<FileInfo> Lstat(absl::string_view name) const;
+  bool Exists(absl::string_view name) const;
+
+ private:
+  std::string PathOf(absl::string_view name) const;
+  // fstatat of `name` (no slash) without following a symlink; false when it cannot be done here.
+  bool StatHere(absl::string_view name, struct stat* st) const;
+
+  const Host* host_;
+  std::string host_path_;
+  int fd_ = -1;  // O_PATH; -1 when the directory could not be opened (then Host answers)
 };
 
 class Host {
@@ -70,6 +111,11 @@ class Host {
 
   // An attribute holding one decimal integer.
   absl::StatusOr<int64_t> ReadInteger(absl::string_view host_path) const;
+
+  // What ReadAttribute and ReadInteger make of what ReadFile gave for `host_path`.
+  static absl::StatusOr<std::string> AttributeOf(absl::StatusOr<std::string> content);
+  static absl::StatusOr<int64_t> IntegerOf(absl::string_view host_path,
+                                           absl::StatusOr<std::string> content);
 
   // Entry names in a directory, sorted, without "." and "..".
   absl::StatusOr<std::vector<std::string>> ListDirectory(absl::string_view host_path) const;

@@ -17,6 +17,8 @@
 namespace edgeaccel {
 
 inline constexpr absl::string_view kLdSoCachePath = "/etc/ld.so.cache";
+// A cache larger than this is not read (a real one is tens of KiB to a few MiB).
+inline constexpr size_t kMaxLdSoCacheBytes = 64 << 20;
 
 // One entry of an ld.so.cache: the library's name (its soname, the link ldconfig made), its path,
 // and ld.so's flags (the ELF class and machine it is for, FLAG_* in glibc's ldconfig.h).
@@ -40,6 +42,9 @@ bool IsNativeLdCacheEntry(const LdCacheEntry& entry);
 // The host's /etc/ld.so.cache, read under the host's root and parsed. An error says what is
 // wrong with it ("/etc/ld.so.cache: not an ld.so cache ...").
 absl::StatusOr<std::vector<LdCacheEntry>> ReadLdSoCache(const Host& host);
+
+// What ReadLdSoCache makes of the file's content as Host::ReadFile gave it (or why not).
+absl::StatusOr<std::vector<LdCacheEntry>> LdSoCacheOf(absl::StatusOr<std::string> data);
 
 }  // namespace edgeaccel
 

@@ -7,7 +7,10 @@
 //     at once, where the uevent socket works (host/uevent_socket.h);
 //   - anything that only sysfs or procfs says (driver status DEAD, temperature, GPU load, the
 //     NVIDIA driver's /proc files): at the next probe. sysfs and procfs send no inotify events,
-//     so they are never watched, not even in test fixtures (Host::IsSilentToInotify).
+//     so they are never watched, not even in test fixtures (Host::IsSilentToInotify). The probe
+//     asks each family whether what its last scan read of that kind still reads the same
+//     (Discoverer::InputsUnchanged, discovery/scan_inputs.h) and scans only the families where
+//     it does not: the same devices, health and facts as scanning them all, at the same probe.
 // After a change is seen, the families it concerned are scanned once more a moment later
 // (`settle`): the kernel removes a device node before the sysfs directory that describes it, and
 // adds it after, so the first look can catch a device half-gone.
@@ -75,8 +78,12 @@ class HostWatcher {
   // does nothing (Start scans everything).
   void RequestRescan(const Discoverer* discoverer);
 
-  // Number of rescans triggered so far, for tests and metrics.
+  // Number of family scans so far (each family of ScanAll counts one), for tests and metrics.
   uint64_t scans() const { return scans_.load(); }
+
+  // Number of probes done so far (each after the families it found changed were scanned and
+  // published): a test waits for this to know a probe has looked.
+  uint64_t probes() const { return probes_.load(); }
 
   // Batches of inotify events and of kernel uevents read and acted on (a rescan, or none): a test
   // waits for this to know an event it expects to be ignored has been seen and ignored.
@@ -98,6 +105,9 @@ class HostWatcher {
 
   void Run();
   void Rescan(size_t family);
+  // The probe tick: scans the families whose inputs changed, or all of them while some
+  // directory is not watched (then not every device node change is announced).
+  void Probe();
   // Updates `set` with the latest scans of all its families.
   void Publish(DeviceSet* set);
   void ArmWatches();
@@ -124,6 +134,7 @@ class HostWatcher {
   absl::flat_hash_set<size_t> rescan_requested_ ABSL_GUARDED_BY(rescan_mu_);
   std::thread thread_;
   std::atomic<uint64_t> scans_{0};
+  std::atomic<uint64_t> probes_{0};
   std::atomic<uint64_t> events_handled_{0};
 };
 

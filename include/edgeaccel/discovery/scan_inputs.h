@@ -1,0 +1,95 @@
+// ScanInputs: what a discoverer's scan read that the kernel can change without saying so, kept
+// so the probe can tell, by reading only that again, whether a scan now would find anything new.
+//
+// The kernel announces a device node appearing, vanishing or changing mode in /dev (inotify) and
+// a device added, removed or rebound (uevents); a family's scan is run again for those. It does
+// not announce a sysfs or procfs value changing (a temperature, a driver status, a GPU excluded),
+// nor a file under /etc being rewritten. A discoverer makes every read of that kind through its
+// ScanInputs, which reads through Host and records the path and the answer. Unchanged() makes
+// the same reads again: when every answer is the one recorded, a scan would take the same steps
+// and find the same devices, health and facts (a scan is a function of what it reads and of
+// state that the same reads leave as it is), so the HostWatcher's probe need not run it.
+//
+// What is read through Host directly instead is only what the family's WatchPaths announce
+// (its device nodes) and, with Reread::kUntilRead, what cannot change while the thing it belongs
+// to stays (a device's PCI address, while the sysfs entry that names the device, read with
+// kEveryProbe, is the same one).
+#ifndef EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
+#define EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "edgeaccel/host/host.h"
+
+namespace edgeaccel {
+
+class ScanInputs {
+ public:
+  // When Unchanged() reads an input again.
+  enum class Reread {
+    kEveryProbe,  // a value the kernel or an administrator may change at any time
+    // A value fixed while what it belongs to stays: read again only while it could not be read
+    // (an error may pass; a value, once there, does not change).
+    kUntilRead,
+  };
+
+  // `host` must outlive this object.
+  explicit ScanInputs(const Host* host) : host_(host) {}
+
+  const Host& host() const { return *host_; }
+
+  // Forgets what was recorded: the start of a scan.
+  void Clear();
+
+  // Host's reads, recorded. The answers are Host's, unchanged.
+  absl::StatusOr<std::string> ReadFile(absl::string_view host_path, size_t max_bytes = 64 * 1024,
+                                       Reread reread = Reread::kEveryProbe);
+  absl::StatusOr<std::string> ReadAttribute(absl::string_view host_path,
+                                            Reread reread = Reread::kEveryProbe);
+  absl::StatusOr<int64_t> ReadInteger(absl::string_view host_path,
+                                      Reread reread = Reread::kEveryProbe);
+  // A file of which only a part matters (MemTotal of /proc/meminfo, whose other lines change all
+  // the time): `part` picks it from the content; only that is returned, recorded and compared.
+  using Part = std::string (*)(absl::string_view content);
+  absl::StatusOr<std::string> ReadPart(absl::string_view host_path, Part part);
+  absl::StatusOr<std::vector<std::string>> ListDirectory(absl::string_view host_path);
+  absl::StatusOr<FileInfo> Stat(absl::string_view host_path);
+  absl::StatusOr<FileInfo> Lstat(absl::string_view host_path);
+  bool Exists(absl::string_view host_path);
+  std::string ResolveHostPath(absl::string_view host_path);
+
+  // Reads again what was recorded since Clear() (the entries of a directory read more than once
+  // through one HostDirectory) and says whether every answer is the one recorded. Stops at the
+  // first that is not. False before the first Clear(): nothing was scanned yet.
+  bool Unchanged() const;
+
+  // How many reads are recorded (for tests).
+  size_t size() const { return reads_.size(); }
+
+ private:
+  enum class Kind { kRead, kList, kStat, kLstat, kExists, kResolve };
+  struct Read {
+    Kind kind;
+    std::string path;
+    size_t max_bytes = 0;  // kRead
+    Reread reread = Reread::kEveryProbe;
+    Part part = nullptr;  // kRead: what of the content is kept (null: all of it)
+    absl::Status status;  // the answer: an error, or OK with one of these
+    std::string text;               // kRead: the content; kResolve: the path
+    std::vector<std::string> names;  // kList
+    FileInfo info;                  // kStat, kLstat
+    bool exists = false;            // kExists
+  };
+
+  const Host* host_;
+  bool started_ = false;
+  std::vector<Read> reads_;
+};
+
+}  // namespace edgeaccel
+
+#endif  // EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
