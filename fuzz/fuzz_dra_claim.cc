@@ -1,7 +1,8 @@
 // The ResourceClaim reader (NodePrepareResources reads claims from the API server) and the
 // prepared-claims checkpoint (read back after a restart): whatever bytes arrive, the readers
 // answer or refuse, never crash; what they accept keeps its promises (results only of our
-// driver and pool, at most 32; checkpoint spec names that cannot leave the CDI directory).
+// driver and pool, at most 32; shares that are UIDs; checkpoint spec names that cannot leave the
+// CDI directory).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (allocation->results.size() > edgeaccel::kMaxAllocationResults) abort();
     for (const auto& result : allocation->results) {
       if (result.request.find('/') != std::string::npos) abort();
+      // A share goes back to the kubelet verbatim: a UID or nothing.
+      if (!result.share_id.empty() && !edgeaccel::IsClaimUid(result.share_id)) abort();
     }
   }
   auto claims = edgeaccel::ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
@@ -28,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (prepared.cdi_spec.empty() || prepared.cdi_spec.find('/') != std::string::npos ||
           prepared.cdi_spec[0] == '.') {
         abort();
+      }
+      for (const auto& device : prepared.devices) {
+        if (!device.share_id.empty() && !edgeaccel::IsClaimUid(device.share_id)) abort();
       }
     }
     // What it accepted writes back to the same claims.

@@ -69,9 +69,10 @@ template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.e
   --set onlyNodesWithAccelerators.enabled=true --set 'extraArgs={--probe-interval=2s}' \
   --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
   --set monitoring.dashboard.enabled=true --set networkPolicy.enabled=true \
-  --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m
+  --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m --set dra.shared=nvidia
 for flag in --cdi --nfd-features-dir= --families=coral-pcie,coral-usb,tegra --replicas=nvidia.com/gpu=4 \
-            --take-over=nvidia.com/gpu --probe-interval=2s --dra=coral-pcie,nvidia --dra-resync=1m; do
+            --take-over=nvidia.com/gpu --probe-interval=2s --dra=coral-pcie,nvidia --dra-resync=1m \
+            --dra-shared=nvidia; do
   grep -q -- "- \"\\?$flag" "$out/everything.yaml" || { echo "everything.yaml lacks $flag"; exit 1; }
 done
 template no-api --set nodeLabels.enabled=false
@@ -79,9 +80,10 @@ if grep -q -E "kind: (ServiceAccount|ClusterRole|Role)$" "$out/no-api.yaml"; the
   echo "nodeLabels.enabled=false still renders API access"; exit 1
 fi
 template dra --set dra.enabled=true
-for flag in --dra=coral-pcie,coral-usb,tegra --dra-resync=30s; do
+for flag in --dra=coral-pcie,coral-usb,tegra --dra-resync=5m; do
   grep -q -- "- $flag" "$out/dra.yaml" || { echo "dra.yaml lacks $flag"; exit 1; }
 done
+if grep -q -- "--dra-shared" "$out/dra.yaml"; then echo "dra.yaml shares without dra.shared"; exit 1; fi
 template dra-bare --set dra.enabled=true --set dra.deviceClasses=false --set dra.admissionPolicy=false
 if grep -q -E "^kind: DeviceClass$|name: edgeaccel-device-plugin-own-slices$" "$out/dra-bare.yaml"; then
   echo "dra.deviceClasses=false, dra.admissionPolicy=false still render them"; exit 1
@@ -201,6 +203,7 @@ refused "additional properties 'familys' not allowed" --set 'familys={all}'
 refused "at '/dra/families'" --set 'dra.families=coral-pcie\,tpu'
 refused "at '/dra/families'" --set 'dra.families={coral-pcie,tegra}'
 refused "at '/dra/resync'" --set dra.resync=soon
+refused "at '/dra/shared'" --set 'dra.shared=coral-pcie\,tegra'
 refused "at '/dra/enabled': got string, want boolean" --set-string dra.enabled=yes
 refused "at '/nodeLabels/allowPatchingAnyNode': got string, want boolean" --set-string nodeLabels.allowPatchingAnyNode=yes
 # The node labels without the own-node policy, unless allowed by name.

@@ -157,17 +157,17 @@ fi
 grep -q "mounts /var/lib/kubelet/plugins/gpu.edgeaccel.io, which --dra=coral-pcie,coral-usb uses" "$out/extra-driver.log"
 echo "DRA mounts wider than plugins/<driver>, or of an unused driver, are refused, as they must be"
 
-# A verb no call needs (watch on ResourceSlices), and the events rights in every namespace, must
+# A verb no call needs (patch on ResourceSlices), and the events rights in every namespace, must
 # be refused by the RBAC check.
 tamper() { node scripts/manifest-check/tamper.mjs "$@"; }
 tamper "$out/all.yaml" "$out/extra-verb.yaml" '
   for (const d of docs) for (const r of d.kind === "ClusterRole" ? d.rules : [])
-    if (r.resources.includes("resourceslices")) r.verbs.push("watch");'
+    if (r.resources.includes("resourceslices")) r.verbs.push("patch");'
 if node scripts/manifest-check/check-rbac.mjs "$out/extra-verb.yaml" > "$out/extra-verb.log" 2>&1; then
   echo "check-manifests.sh: a ClusterRole with a verb no call needs passed the RBAC check" >&2
   exit 1
 fi
-grep -q "grants watch on resource.k8s.io resourceslices, which no call in docs/rbac.md needs" "$out/extra-verb.log"
+grep -q "grants patch on resource.k8s.io resourceslices, which no call in docs/rbac.md needs" "$out/extra-verb.log"
 tamper "$out/all.yaml" "$out/events-everywhere.yaml" '
   for (const d of docs) {
     if (d.kind === "Role") { d.kind = "ClusterRole"; delete d.metadata.namespace; }

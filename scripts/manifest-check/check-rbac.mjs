@@ -185,13 +185,18 @@ function verbFor(method, path) {
 function checkSource(dir) {
   const before = failures.length;
   const sent = new Map();  // file -> Set of methods
+  const watching = new Set();  // files that start a watch (ApiClient::Watch: a GET with watch=true)
   for (const file of sourceFiles(dir)) {
     const text = readFileSync(file, "utf8");
-    for (const m of text.matchAll(/\bRequest\(\s*"([A-Z]+)"/g)) {
-      const rel = join("src", relative(dir, file));  // as docs/rbac.md names it
-      if (!sent.has(rel)) sent.set(rel, new Set());
-      sent.get(rel).add(m[1]);
+    const rel = join("src", relative(dir, file));  // as docs/rbac.md names it
+    const methods = [...text.matchAll(/\bRequest\(\s*"([A-Z]+)"/g)].map((m) => m[1]);
+    if (/(->|\.)Watch\(/.test(text)) {
+      watching.add(rel);
+      methods.push("GET");
     }
+    if (!methods.length) continue;
+    if (!sent.has(rel)) sent.set(rel, new Set());
+    for (const method of methods) sent.get(rel).add(method);
   }
   for (const [file, methods] of sent) {
     for (const method of methods) {
@@ -208,6 +213,10 @@ function checkSource(dir) {
     if (want !== r.verb) fail("docs/rbac.md", `${r.method} ${r.path} needs ${want}, the row says ${r.verb}`);
     if (!r.files.length) fail("docs/rbac.md", `the row for ${r.method} ${r.path} names no source file`);
     for (const file of r.files) {
+      if (r.verb === "watch" && !watching.has(file)) {
+        fail("docs/rbac.md", `${file} starts no watch any more, yet the row for ${show(r.group, r.resource, r.verb)} ` +
+                             "names it: remove the row (and the right), or name the file that watches");
+      }
       if (!sent.get(file)?.has(r.method)) {
         fail("docs/rbac.md", `${file} sends no ${r.method} any more, yet the row for ${show(r.group, r.resource, r.verb)} ` +
                              "names it: remove the row (and the right), or name the file that sends it");

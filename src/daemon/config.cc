@@ -59,6 +59,21 @@ absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text) {
   return ParseFamilyList(text, "--dra", "all, none, ");
 }
 
+absl::StatusOr<std::set<std::string>> ParseDraShared(absl::string_view text) {
+  std::set<std::string> families;
+  if (absl::StripAsciiWhitespace(text).empty() || text == "none") return families;
+  absl::StatusOr<std::set<std::string>> named = ParseFamilyList(text, "--dra-shared", "none, ");
+  if (!named.ok()) return named.status();
+  for (const std::string& family : *named) {
+    if (KnownFamilies().at(family) != kResourceNvidiaGpu) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dra-shared: ", family, " is an Edge TPU family, and an Edge TPU is only ever given to "
+          "one claim at a time; sharing is for the GPU families (tegra, nvidia)"));
+    }
+  }
+  return named;
+}
+
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text) {
   std::set<std::string> resources;
   if (text.empty()) return resources;
@@ -244,6 +259,16 @@ absl::Status ValidateConfig(const DaemonConfig& config) {
               " is published through DRA (--dra)"));
         }
       }
+    }
+  }
+  for (const std::string& family : config.dra_shared) {
+    if (KnownFamilies().count(family) == 0 || KnownFamilies().at(family) != kResourceNvidiaGpu) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dra-shared: ", family, " is not a GPU family (tegra, nvidia)"));
+    }
+    if (config.dra_families.count(family) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--dra-shared names ", family, ", which is not published through DRA: add it to --dra"));
     }
   }
   if (config.register_timeout < absl::Milliseconds(100)) {

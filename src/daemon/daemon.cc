@@ -72,9 +72,8 @@ Daemon::Daemon(DaemonConfig config)
       nvml.on_change = [this] { watcher_.RequestRescan(nvidia_discoverer_); };
       nvml_ = std::make_unique<NvmlSupervisor>(&host_, std::move(nvml));
     }
-    auto discoverer = std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options, nvml_.get());
-    nvidia_discoverer_ = discoverer.get();
-    AddDiscoverer("nvidia", std::move(discoverer));
+    nvidia_discoverer_ =
+        AddDiscoverer("nvidia", std::make_unique<NvidiaGpuDiscoverer>(&host_, nvidia_options, nvml_.get()));
   }
   for (auto& driver : dra_drivers_) {
     for (auto& discoverer : driver->discoverers) watcher_.Add(discoverer.get(), driver->set.get());
@@ -144,13 +143,21 @@ Daemon::DraDriver* Daemon::DraDriverFor(const std::string& driver) {
   return FindOrAddBySetName(&dra_drivers_, driver);
 }
 
-void Daemon::AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer) {
+Discoverer* Daemon::AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer) {
   // A family goes one way only: never offered through both APIs.
   if (config_.dra_families.count(family) > 0) {
-    DraDriverFor(DraDriverForFamily(family))->discoverers.push_back(std::move(discoverer));
-  } else {
-    ResourceFor(KnownFamilies().at(family))->discoverers.push_back(std::move(discoverer));
+    auto& discoverers = DraDriverFor(DraDriverForFamily(family))->discoverers;
+    discoverers.push_back(std::move(discoverer));
+    return discoverers.back().get();
   }
+  auto& discoverers = ResourceFor(KnownFamilies().at(family))->discoverers;
+  discoverers.push_back(std::move(discoverer));
+  return discoverers.back().get();
+}
+
+GpuSharing Daemon::DraSharing() const {
+  return GpuSharing{.integrated = config_.dra_shared.count("tegra") > 0,
+                    .discrete = config_.dra_shared.count("nvidia") > 0};
 }
 
 absl::StatusOr<ApiServerConfig> Daemon::ApiConfig() const {
@@ -198,10 +205,11 @@ absl::Status Daemon::StartDra() {
     publish.driver = name;
     publish.node_name = config_.node_name;
     publish.resync = config_.dra_resync;
-    // Claims the kubelet will never unprepare, at start and every tenth resync (5 minutes by
-    // default), on the publisher's thread.
+    publish.sharing = DraSharing();
+    // Claims the kubelet will never unprepare: at start and then as a watch ends, at most every
+    // --dra-resync, on the publisher's thread.
     publish.chore = [preparer = driver->preparer.get()] { preparer->Cleanup(); };
-    publish.chore_interval = kDraCleanupResyncs * config_.dra_resync;
+    publish.chore_interval = config_.dra_resync;
     driver->publisher = std::make_unique<SlicePublisher>(publish, dra_api_.get(), driver->set.get());
     driver->service = std::make_unique<DraPluginService>(driver->preparer.get(), driver->set.get(),
                                                          config_.node_name, &driver->counters);
@@ -598,7 +606,8 @@ std::string Daemon::Describe() const {
   for (const auto& driver : dra_drivers_) {
     std::shared_ptr<const Snapshot> snapshot = driver->set->Current();
     std::vector<std::string> notes;
-    const nlohmann::json published = SliceDevices(*snapshot, &notes);
+    const nlohmann::json published =
+        SliceDevices(*snapshot, &notes, UnhealthyDevices::kTainted, DraSharing());
     std::vector<std::string> families;
     for (const auto& discoverer : driver->discoverers) families.push_back(discoverer->Family());
     absl::StrAppendFormat(&out, "%s (DRA driver, from %s): %d device(s), %d healthy, %d in the ResourceSlice\n",
@@ -617,7 +626,8 @@ std::string Daemon::Describe() const {
         absl::StrAppend(&out, "  prepared claim ", claim.claim.namespace_name, "/", claim.claim.name,
                         " (", claim.claim.uid, "): ",
                         absl::StrJoin(claim.devices, ", ", [](std::string* o, const PreparedDevice& d) {
-                          absl::StrAppend(o, d.device);
+                          absl::StrAppend(o, d.device, d.share_id.empty() ? "" : " (share ",
+                                          d.share_id, d.share_id.empty() ? "" : ")");
                         }), "\n");
       }
     }
@@ -654,8 +664,16 @@ std::string Daemon::Describe() const {
       }
       if (entry.contains("capacity")) {
         for (const auto& [key, value] : entry["capacity"].items()) {
-          absl::StrAppend(&out, "      capacity ", key, ": ", value["value"].get<std::string>(), "\n");
+          absl::StrAppend(&out, "      capacity ", key, ": ", value["value"].get<std::string>(),
+                          value.contains("requestPolicy")
+                              ? absl::StrCat(" (a claim takes ", value["requestPolicy"]["default"].get<std::string>(),
+                                             " unless it asks for less)")
+                              : "",
+                          "\n");
         }
+      }
+      if (entry.value("allowMultipleAllocations", false)) {
+        absl::StrAppend(&out, "      shared (--dra-shared): several claims may hold it at once\n");
       }
     }
   }

@@ -68,9 +68,17 @@ ABSL_FLAG(std::string, dra, "",
           "coral-usb, tegra, nvidia) or all; empty: none. Their devices go to ResourceSlices of "
           "drivers edgetpu.edgeaccel.io and gpu.edgeaccel.io; needs the API server (as "
           "--label-node does) and --node-name.");
-ABSL_FLAG(absl::Duration, dra_resync, absl::Seconds(30),
-          "With --dra: how often the ResourceSlices are checked against the API server when "
-          "nothing changed (puts back a slice someone deleted).");
+ABSL_FLAG(absl::Duration, dra_resync, absl::Minutes(5),
+          "With --dra: how long one watch of this node's ResourceSlices lasts before it is "
+          "renewed (the API server ends it after a random time between this and twice this), "
+          "and how often prepared claims whose ResourceClaim is gone are cleaned up. Where the "
+          "watch is refused, the slices are listed this often instead. At least 1s.");
+ABSL_FLAG(std::string, dra_shared, "",
+          "Of the --dra families, the GPU families (tegra, nvidia) whose devices several "
+          "ResourceClaims may share (allowMultipleAllocations, Kubernetes 1.36+ or the "
+          "DRAConsumableCapacity gate), comma-separated; empty: none. A claim that asks for part "
+          "of a GPU's memory shares it; one that asks for none takes the whole GPU. Sharers are "
+          "not isolated from each other. Edge TPUs are never shared.");
 ABSL_FLAG(std::string, take_over, "",
           "Resources to register even where another device plugin on the node already serves "
           "them (e.g. NVIDIA's for nvidia.com/gpu), comma-separated. Without it such a resource "
@@ -214,6 +222,10 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   if (!dra.ok()) return dra.status();
   config.dra_families = *dra;
   config.dra_resync = absl::GetFlag(FLAGS_dra_resync);
+  absl::StatusOr<std::set<std::string>> dra_shared =
+      edgeaccel::ParseDraShared(absl::GetFlag(FLAGS_dra_shared));
+  if (!dra_shared.ok()) return dra_shared.status();
+  config.dra_shared = *dra_shared;
   absl::StatusOr<std::set<std::string>> take_over =
       edgeaccel::ParseTakeOver(absl::GetFlag(FLAGS_take_over));
   if (!take_over.ok()) return take_over.status();

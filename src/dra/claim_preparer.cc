@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -163,7 +164,9 @@ absl::Status ClaimPreparer::WriteSpec(const std::string& uid,
                                       const Snapshot& snapshot) {
   if (prepared.empty()) return absl::InvalidArgumentError("a CDI spec needs at least one device");
   std::vector<std::string> devices;
+  absl::flat_hash_set<std::string> written;  // a CDI spec names each device once
   for (const PreparedDevice& entry : prepared) {
+    if (!written.insert(entry.device).second) continue;  // another share of it in this claim
     const Device* device = nullptr;
     for (const Device& candidate : snapshot.devices) {
       if (PhysicalId(candidate) == entry.physical_id) {
@@ -268,19 +271,28 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
       continue;
     }
     if (!result.admin_access) {
+      // A device goes to two claims only as two shares the scheduler handed out (each result
+      // with its own shareID): one claim holding it alone excludes every other.
       for (const auto& [uid, other] : prepared_.claims()) {
         if (uid == claim.uid) continue;
         for (const PreparedDevice& held : other.devices) {
-          if (held.device == result.device) {
+          if (held.device != result.device) continue;
+          if (result.share_id.empty()) {
             problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
                                             Describe(other.claim), " and is not shared"));
+          } else if (held.share_id.empty()) {
+            problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
+                                            Describe(other.claim), ", which holds it alone"));
+          } else if (held.share_id == result.share_id) {
+            problems.push_back(absl::StrCat("share ", result.share_id, " of device ", result.device,
+                                            " is prepared for claim ", Describe(other.claim)));
           }
         }
       }
     }
     bool merged = false;
-    for (PreparedDevice& existing : prepared) {  // one device for two requests: one entry
-      if (existing.device == result.device) {
+    for (PreparedDevice& existing : prepared) {  // one device (or share) for two requests: one entry
+      if (existing.device == result.device && existing.share_id == result.share_id) {
         existing.requests.push_back(result.request);
         merged = true;
       }
@@ -291,7 +303,9 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
     entry.pool = options_.pool;
     entry.device = result.device;
     entry.physical_id = device->id;
+    // Two shares of one device in this claim name the same CDI device: the same device nodes.
     entry.cdi_ids = {DraCdiDeviceId(options_.driver, claim.uid, result.device)};
+    entry.share_id = result.share_id;
     prepared.push_back(std::move(entry));
   }
   if (!problems.empty()) {

@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/dra/dra_driver.h"
 
 namespace edgeaccel {
 namespace {
@@ -119,6 +121,17 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
     entry.device = *device;
     auto admin = result.find("adminAccess");
     entry.admin_access = admin != result.end() && admin->is_boolean() && admin->get<bool>();
+    if (auto share = result.find("shareID"); share != result.end() && !share->is_null()) {
+      // A UUID (k8s-uuid) as the scheduler makes it; it goes back to the kubelet verbatim.
+      if (!share->is_string() || !IsClaimUid(share->get<std::string>())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": ", path, ".shareID ",
+            share->is_string() ? absl::StrCat("\"", absl::CHexEscape(share->get<std::string>().substr(0, 80)), "\"")
+                               : std::string("(not a string)"),
+            " is not a UID"));
+      }
+      entry.share_id = share->get<std::string>();
+    }
     out.results.push_back(std::move(entry));
   }
   return out;

@@ -113,6 +113,14 @@ class CallCount {
   const absl::Time start_;
 };
 
+// A shared device's share_id goes to the kubelet (v1, from 1.35: it keeps it in its claim state
+// and the pod-resources API). v1beta1 has no such field; a kubelet that speaks only v1beta1
+// (1.32, 1.33) predates consumable capacity and hears of the device without it.
+void SetShareId(const PreparedDevice& device, drav1::Device* out) {
+  if (!device.share_id.empty()) out->set_share_id(device.share_id);
+}
+void SetShareId(const PreparedDevice&, drav1beta1::Device*) {}
+
 }  // namespace
 
 // One NodeWatchResources call: the driver's health list, written again on every change of the
@@ -347,6 +355,7 @@ grpc::Status DraPluginService::Prepare(const Request& request, Response* respons
       out->set_pool_name(device.pool);
       out->set_device_name(device.device);
       for (const std::string& id : device.cdi_ids) out->add_cdi_device_ids(id);
+      SetShareId(device, out);
     }
   }
   return grpc::Status::OK;

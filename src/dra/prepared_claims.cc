@@ -46,11 +46,13 @@ std::string PreparedClaimsJson(absl::string_view driver,
   for (const auto& [uid, prepared] : claims) {
     json devices = json::array();
     for (const PreparedDevice& device : prepared.devices) {
-      devices.push_back(json{{"requests", device.requests},
-                             {"pool", device.pool},
-                             {"device", device.device},
-                             {"physicalId", device.physical_id},
-                             {"cdiIds", device.cdi_ids}});
+      json entry{{"requests", device.requests},
+                 {"pool", device.pool},
+                 {"device", device.device},
+                 {"physicalId", device.physical_id},
+                 {"cdiIds", device.cdi_ids}};
+      if (!device.share_id.empty()) entry["shareID"] = device.share_id;
+      devices.push_back(std::move(entry));
     }
     out["claims"][uid] = json{{"namespace", prepared.claim.namespace_name},
                               {"name", prepared.claim.name},
@@ -116,6 +118,12 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
         auto it = device.find(key);
         if (it == device.end() || !IsStringList(*it)) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a list of strings"));
         *target = it->get<std::vector<std::string>>();
+      }
+      if (auto share = device.find("shareID"); share != device.end()) {  // optional: shared devices
+        if (!share->is_string() || !IsClaimUid(share->get<std::string>())) {
+          return absl::DataLossError(what + "device shareID is not a UID");
+        }
+        parsed.share_id = share->get<std::string>();
       }
       prepared.devices.push_back(std::move(parsed));
     }

@@ -1,6 +1,7 @@
 #include "edgeaccel/dra/resource_slice.h"
 
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "absl/container/flat_hash_set.h"
@@ -93,6 +94,16 @@ TaintKind KindOf(ProblemKind kind) {
 
 }  // namespace
 
+std::string MebibyteQuantity(int64_t mib) {
+  static constexpr const char* kSuffixes[] = {"Mi", "Gi", "Ti", "Pi", "Ei"};
+  size_t suffix = 0;
+  while (mib != 0 && mib % 1024 == 0 && suffix + 1 < std::size(kSuffixes)) {
+    mib /= 1024;
+    ++suffix;
+  }
+  return absl::StrCat(mib, kSuffixes[suffix]);
+}
+
 std::string TaintValue(absl::string_view detail) {
   absl::ConsumePrefix(&detail, "/dev/");
   std::string out;
@@ -127,10 +138,11 @@ json DeviceTaints(const Device& device) {
   return taints;
 }
 
-json SliceDevice(const Device& device, std::vector<std::string>* notes) {
+json SliceDevice(const Device& device, std::vector<std::string>* notes, GpuSharing sharing) {
   const std::string name = DraDeviceName(device);
   Attributes attributes(notes, name);
   json capacity = json::object();
+  bool shared = false;  // allowMultipleAllocations
   const std::string interface = Fact(device, "interface");
   if (device.numa_node.has_value()) attributes.Int("numaNode", *device.numa_node);
   if (!interface.empty()) {  // an Edge TPU
@@ -173,24 +185,37 @@ json SliceDevice(const Device& device, std::vector<std::string>* notes) {
     }
     attributes.Version("computeCapability", Fact(device, "compute_capability"));
     int64_t memory_mib;
-    if (absl::SimpleAtoi(Fact(device, "memory_mib"), &memory_mib) && memory_mib > 0) {
-      capacity["memory"] = json{{"value", absl::StrCat(memory_mib, "Mi")}};
+    const bool memory = absl::SimpleAtoi(Fact(device, "memory_mib"), &memory_mib) && memory_mib > 0;
+    if (memory) capacity["memory"] = json{{"value", MebibyteQuantity(memory_mib)}};
+    if (integrated ? sharing.integrated : sharing.discrete) {
+      if (memory) {
+        // ValidateResourceSlice (validateRequestPolicy): a validRange needs a default within
+        // it and a min no larger than the value; 1Mi <= default == value.
+        capacity["memory"]["requestPolicy"] =
+            json{{"default", MebibyteQuantity(memory_mib)}, {"validRange", {{"min", kDraMinimumShare}}}};
+        shared = true;
+      } else if (notes != nullptr) {
+        notes->push_back(absl::StrCat(name, ": not shared (--dra-shared): its memory is not known (a "
+                                            "discrete GPU's comes from NVML), and claims share a GPU "
+                                            "by parts of its memory"));
+      }
     }
   }
   json out{{"name", name}, {"attributes", attributes.ToJson()}};
   if (!capacity.empty()) out["capacity"] = capacity;
+  if (shared) out["allowMultipleAllocations"] = true;
   return out;
 }
 
 json SliceDevices(const Snapshot& snapshot, std::vector<std::string>* notes,
-                  UnhealthyDevices unhealthy) {
+                  UnhealthyDevices unhealthy, GpuSharing sharing) {
   std::map<std::string, json> by_name;
   absl::flat_hash_set<std::string> physical;
   bool tainted = false;
   for (const Device& device : snapshot.devices) {
     if (device.health != Health::kHealthy && unhealthy == UnhealthyDevices::kLeftOut) continue;
     if (!physical.insert(PhysicalId(device)).second) continue;  // replicas: one device
-    json entry = SliceDevice(device, notes);
+    json entry = SliceDevice(device, notes, sharing);
     if (json taints = DeviceTaints(device); !taints.empty()) {
       entry["taints"] = std::move(taints);
       tainted = true;

@@ -1,11 +1,15 @@
 #include "edgeaccel/dra/slice_publisher.h"
 
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/host/backoff.h"
@@ -107,19 +111,55 @@ bool TaintsRefused(const json& sent_devices, const HttpResponse& response) {
 
 }  // namespace
 
+// True unless `version` is known to be no newer than `known`. Versions are compared as the
+// integers kube-apiserver makes them (etcd revisions; KEP-5504 makes them comparable), and any
+// version that is not one counts as newer.
+bool NewerVersion(const std::string& version, const std::string& known) {
+  uint64_t a = 0, b = 0;
+  if (!absl::SimpleAtoi(version, &a) || !absl::SimpleAtoi(known, &b)) return version != known;
+  return a > b;
+}
+
 std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name) {
   return UrlEncode(absl::StrCat("spec.driver=", driver, ",spec.nodeName=", node_name));
 }
 
 SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceSet* set)
-    : options_(std::move(options)), client_(client), set_(set) {}
+    : options_(std::move(options)),
+      client_(client),
+      set_(set),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
-SlicePublisher::~SlicePublisher() { Stop(); }
+SlicePublisher::~SlicePublisher() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void SlicePublisher::Wake() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof(one)) < 0) {
+    // Only a counter at its maximum fails, and then it is signalled already.
+  }
+}
+
+bool SlicePublisher::WaitUntil(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dirty_ || stopping_; };
+  mu_.AwaitWithDeadline(absl::Condition(&due), deadline);
+  return !stopping_;
+}
 
 void SlicePublisher::Start() {
   // A slice carries facts (compute capability, memory): a change of facts alone publishes too.
-  listener_ = set_->Subscribe([this](std::shared_ptr<const Snapshot>) { Resync(); },
-                              DeviceSet::Changes::kAdvertisedOrFacts);
+  listener_ = set_->Subscribe(
+      [this](std::shared_ptr<const Snapshot>) {
+        {
+          absl::MutexLock lock(&mu_);
+          dirty_ = true;
+        }
+        Wake();
+      },
+      DeviceSet::Changes::kAdvertisedOrFacts);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -132,12 +172,17 @@ void SlicePublisher::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  Wake();
   if (thread_.joinable()) thread_.join();
 }
 
 void SlicePublisher::Resync() {
-  absl::MutexLock lock(&mu_);
-  dirty_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    dirty_ = true;
+    relist_ = true;
+  }
+  Wake();
 }
 
 SlicePublisher::Status SlicePublisher::status() const {
@@ -148,39 +193,188 @@ SlicePublisher::Status SlicePublisher::status() const {
 void SlicePublisher::Run() {
   pthread_setname_np(pthread_self(), "ea-dra-slices");
   Backoff backoff(options_.initial_backoff, options_.max_backoff, 0.2);
-  absl::Time next = absl::Now();
-  // The chore runs after a reconcile once it is due (the first time after the first one), so it
+  View view;
+  bool reconcile = true;
+  // The chore runs after the first reconcile and then when a watch ends once it is due, so it
   // never wakes the thread by itself.
   absl::Time next_chore = options_.chore ? absl::Now() : absl::InfiniteFuture();
+  auto fail = [&](const absl::Status& error, absl::string_view what) {
+    errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
+    return WaitUntil(absl::Now() + backoff.Next());
+  };
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dirty_ || stopping_; };
-      mu_.AwaitWithDeadline(absl::Condition(&due), next);
       if (stopping_) return;
+      reconcile = reconcile || dirty_;
       dirty_ = false;
+      if (relist_) view.synced = false;
+      relist_ = false;
     }
-    absl::Status result = Reconcile();
-    if (result.ok()) {
+    if (reconcile || !view.synced) {
+      absl::Status result = Reconcile(view);
+      if (absl::IsCancelled(result)) {
+        WaitUntil(absl::InfiniteFuture());  // stopping: nothing more to ask the API server
+        continue;
+      }
+      reconcile = !result.ok();
+      if (!result.ok()) {
+        if (!fail(result, "cannot publish the ResourceSlice")) return;
+        continue;
+      }
       backoff.Reset();
-      next = absl::Now() + options_.resync;
-    } else if (absl::IsCancelled(result)) {
-      next = absl::InfiniteFuture();  // stopping: nothing more to ask the API server
-      next_chore = absl::InfiniteFuture();
-      continue;
-    } else {
-      errors_.Warn(absl::StrCat(options_.driver, ": cannot publish the ResourceSlice: ", result.message(),
-                                " (retrying)"));
-      next = absl::Now() + backoff.Next();
     }
     if (absl::Now() >= next_chore) {
       options_.chore();
       next_chore = absl::Now() + options_.chore_interval;
     }
+    if (status().watch_refused) {
+      // No watch: the view is listed again every resync, as before watches.
+      if (!WaitUntil(absl::Now() + options_.resync)) return;
+      view.synced = false;
+      continue;
+    }
+    absl::StatusOr<WatchEnd> end = WatchOnce(view);
+    if (!end.ok()) {
+      if (absl::IsCancelled(end.status())) {
+        WaitUntil(absl::InfiniteFuture());  // stopping, as above
+        continue;
+      }
+      if (!fail(end.status(), "the ResourceSlice watch failed")) return;
+      continue;
+    }
+    switch (*end) {
+      case WatchEnd::kRenew: {
+        // An API server that dropped taints may keep them now (its gate turned on): try again.
+        absl::MutexLock lock(&mu_);
+        if (taints_dropped_) {
+          taints_dropped_ = false;
+          reconcile = true;
+        }
+        break;
+      }
+      case WatchEnd::kStopping:
+        break;
+      case WatchEnd::kReconcile:
+        reconcile = true;
+        break;
+      case WatchEnd::kRelist:
+        view.synced = false;
+        break;
+      case WatchEnd::kRefused:
+        LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
+                     << "daemon's role lacks the watch verb?): listing them every "
+                     << absl::FormatDuration(options_.resync) << " instead";
+        break;
+    }
   }
 }
 
-absl::Status SlicePublisher::ReconcileOnce() { return Reconcile(); }
+absl::StatusOr<SlicePublisher::WatchEnd> SlicePublisher::WatchOnce(View& view) {
+  // As client-go's reflector: the server ends the watch after a random time between resync and
+  // twice that (the fleet's renewals spread out), and we wait a little longer than that.
+  static thread_local std::mt19937 random(std::random_device{}());
+  const int64_t base = std::max<int64_t>(1, absl::ToInt64Seconds(options_.resync));
+  const int64_t timeout_seconds = std::uniform_int_distribution<int64_t>(base, 2 * base)(random);
+  const std::string path =
+      absl::StrCat(kSlicesPath, "?watch=true&allowWatchBookmarks=true&fieldSelector=",
+                   SliceFieldSelector(options_.driver, options_.node_name),
+                   "&resourceVersion=", UrlEncode(view.resource_version),
+                   "&timeoutSeconds=", timeout_seconds);
+  WatchEnd end = WatchEnd::kRenew;
+  absl::Status stop_watching = absl::AbortedError("the watch has what it needs");
+  ApiClient::WatchCallbacks callbacks;
+  callbacks.wake_fd = wake_fd_;
+  callbacks.on_wake = [&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      end = WatchEnd::kStopping;
+      return stop_watching;
+    }
+    if (dirty_) {
+      end = WatchEnd::kReconcile;
+      return stop_watching;
+    }
+    return absl::OkStatus();
+  };
+  callbacks.on_event = [&](absl::string_view line) -> absl::Status {
+    json event = json::parse(line, nullptr, false);
+    const std::string type = JsonString(event, "type").value_or("");
+    const json* object = JsonMember(event, "object");
+    const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
+    if (type == "ERROR") {
+      // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
+      const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
+      if (code == 410) {
+        end = WatchEnd::kRelist;
+        return stop_watching;
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "the watch ended with an error: ",
+          object == nullptr ? std::string("(none given)")
+                            : JsonString(*object, "message").value_or(object->dump())));
+    }
+    if (metadata == nullptr) {
+      return absl::DataLossError(absl::StrCat("not a watch event: ", line.substr(0, 200)));
+    }
+    const std::string version = JsonString(*metadata, "resourceVersion").value_or("");
+    if (!version.empty()) {
+      view.resource_version = version;
+      absl::MutexLock lock(&mu_);
+      status_.resource_version = version;
+    }
+    if (type == "BOOKMARK") return absl::OkStatus();
+    const std::string name = JsonString(*metadata, "name").value_or("");
+    if (type == "DELETED") {
+      if (view.slices.erase(name) == 0) return absl::OkStatus();
+    } else if (type == "ADDED" || type == "MODIFIED") {
+      auto known = view.slices.find(name);
+      // Our own write's event, or an older one replayed (the watch starts from the list's
+      // version, before our writes): the view holds that or newer already.
+      if (known != view.slices.end() &&
+          !NewerVersion(version, JsonString(known->second["metadata"], "resourceVersion").value_or(""))) {
+        return absl::OkStatus();
+      }
+      view.slices[name] = *object;
+    } else {
+      return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
+    }
+    // Someone else changed our slices: compare at once.
+    end = WatchEnd::kReconcile;
+    return stop_watching;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    ++status_.watches;
+  }
+  absl::StatusOr<HttpResponse> response = client_->Watch(
+      path, absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30), callbacks);
+  if (!response.ok()) {
+    if (response.status() == stop_watching) return end;
+    // Our own deadline: the server did not end the watch when asked; start another.
+    if (absl::IsDeadlineExceeded(response.status())) return WatchEnd::kRenew;
+    return response.status();
+  }
+  switch (response->status) {
+    case 200:
+      return WatchEnd::kRenew;  // the server ended it (timeoutSeconds)
+    case 410:
+      return WatchEnd::kRelist;
+    case 403:
+    case 405: {
+      absl::MutexLock lock(&mu_);
+      status_.watch_refused = true;
+      return WatchEnd::kRefused;
+    }
+    default:
+      return HttpError("watching ResourceSlices", *response);
+  }
+}
+
+absl::Status SlicePublisher::ReconcileOnce() {
+  View view;
+  return Reconcile(view);
+}
 
 std::string SlicePublisher::NodeUid() {
   if (!node_uid_.empty()) return node_uid_;
@@ -213,7 +407,38 @@ absl::StatusOr<json> SlicePublisher::ListSlices() const {
   return *items;
 }
 
-absl::Status SlicePublisher::Reconcile() {
+absl::Status SlicePublisher::List(View& view) {
+  absl::StatusOr<HttpResponse> response = client_->Request(
+      "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector(options_.driver, options_.node_name)));
+  {
+    absl::MutexLock lock(&mu_);
+    ++status_.lists;
+  }
+  if (!response.ok()) return response.status();
+  if (response->status != 200) return HttpError("listing ResourceSlices", *response);
+  json list = json::parse(response->body, nullptr, false);
+  const json* items = JsonMember(list, "items");
+  const json* metadata = JsonMember(list, "metadata");
+  if (items == nullptr || !items->is_array() || metadata == nullptr) {
+    return absl::UnavailableError("listing ResourceSlices: the answer is not a ResourceSliceList");
+  }
+  view.slices.clear();
+  for (const json& item : *items) {
+    // Only a slice we can name can be updated or deleted (a DELETE with an empty name would be
+    // one on the collection's path).
+    const json* item_metadata = JsonMember(item, "metadata");
+    const std::string name =
+        item_metadata == nullptr ? "" : JsonString(*item_metadata, "name").value_or("");
+    if (!name.empty()) view.slices[name] = item;
+  }
+  view.resource_version = JsonString(*metadata, "resourceVersion").value_or("");
+  view.synced = true;
+  absl::MutexLock lock(&mu_);
+  status_.resource_version = view.resource_version;
+  return absl::OkStatus();
+}
+
+absl::Status SlicePublisher::Reconcile(View& view) {
   std::vector<std::string> notes;
   for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
     std::shared_ptr<const Snapshot> snapshot = set_->Current();
@@ -222,24 +447,22 @@ absl::Status SlicePublisher::Reconcile() {
       absl::MutexLock lock(&mu_);
       return taints_dropped_ ? UnhealthyDevices::kLeftOut : UnhealthyDevices::kTainted;
     }();
-    json devices = SliceDevices(*snapshot, &notes, unhealthy);
+    json devices = SliceDevices(*snapshot, &notes, unhealthy, options_.sharing);
     for (const std::string& note : notes) errors_.Warn(absl::StrCat(options_.driver, ": ", note));
-    absl::StatusOr<json> items = ListSlices();
-    if (!items.ok()) {
-      absl::MutexLock lock(&mu_);
-      status_.published = false;
-      status_.last_error = std::string(items.status().message());
-      return items.status();
+    if (!view.synced) {
+      if (absl::Status listed = List(view); !listed.ok()) {
+        absl::MutexLock lock(&mu_);
+        status_.published = false;
+        status_.last_error = std::string(listed.message());
+        return listed;
+      }
     }
-    // Ours: the first slice of our pool; any other slice of this driver on this node goes.
+    // Ours: the first slice of our pool; any other slice of this driver on this node goes. The
+    // view holds only slices with a name.
     const json* ours = nullptr;
     std::vector<const json*> extra;
     int64_t highest_generation = 0;
-    for (const json& item : *items) {
-      // Only a slice we can name can be updated or deleted (a DELETE with an empty name would be
-      // one on the collection's path).
-      const json* metadata = JsonMember(item, "metadata");
-      if (metadata == nullptr || JsonString(*metadata, "name").value_or("").empty()) continue;
+    for (const auto& [slice_name, item] : view.slices) {
       const json* spec = JsonMember(item, "spec");
       const json* pool = spec == nullptr ? nullptr : JsonMember(*spec, "pool");
       if (pool != nullptr) {
@@ -256,6 +479,8 @@ absl::Status SlicePublisher::Reconcile() {
     bool conflict = false;
     bool taints_dropped = false;  // this write showed that the API server does not keep taints
     absl::Status error;
+    std::vector<std::string> gone;  // deleted: out of the view
+    json written;                   // the slice the API server answered a write with
     for (const json* item : extra) {
       const json& metadata = *JsonMember(*item, "metadata");
       const std::string stray_name = JsonString(metadata, "name").value_or("");
@@ -273,6 +498,8 @@ absl::Status SlicePublisher::Reconcile() {
         conflict = true;
       } else if (response->status != 200 && response->status != 202 && response->status != 404) {
         error = HttpError(absl::StrCat("deleting ResourceSlice ", stray_name), *response);
+      } else {
+        gone.push_back(stray_name);
       }
     }
     std::string name;
@@ -294,8 +521,8 @@ absl::Status SlicePublisher::Reconcile() {
           error = HttpError("creating the ResourceSlice", *response);
         } else {
           taints_dropped = TaintsDropped(devices, response->body);
-          json created = json::parse(response->body, nullptr, false);
-          if (const json* metadata = JsonMember(created, "metadata"); metadata != nullptr) {
+          written = json::parse(response->body, nullptr, false);
+          if (const json* metadata = JsonMember(written, "metadata"); metadata != nullptr) {
             name = JsonString(*metadata, "name").value_or("");
           }
           LOG(INFO) << options_.driver << ": created ResourceSlice " << name << " (pool "
@@ -322,36 +549,53 @@ absl::Status SlicePublisher::Reconcile() {
           ++writes;
           if (!response.ok()) {
             error = response.status();
-          } else if (response->status == 409) {
-            conflict = true;
+          } else if (response->status == 409 || response->status == 404) {
+            conflict = true;  // changed or deleted since the view saw it: list again
           } else if (TaintsRefused(devices, *response)) {
             taints_dropped = true;
           } else if (response->status != 200) {
             error = HttpError(absl::StrCat("updating ResourceSlice ", name), *response);
           } else {
             taints_dropped = TaintsDropped(devices, response->body);
+            written = json::parse(response->body, nullptr, false);
             LOG(INFO) << options_.driver << ": updated ResourceSlice " << name << " (generation "
                       << generation << ", " << devices.size() << " device(s))";
           }
         }
       }
     }
+    for (const std::string& deleted : gone) view.slices.erase(deleted);
+    // The view takes what a write answered (its resourceVersion is how the watch's event of this
+    // write is known as ours); a 409 means the view is stale: list again.
+    const json* written_metadata = JsonMember(written, "metadata");
+    if (!name.empty() && written_metadata != nullptr &&
+        JsonString(*written_metadata, "name") == name) {
+      view.slices[name] = written;
+    }
+    if (conflict) view.synced = false;
     absl::MutexLock lock(&mu_);
     status_.writes += writes;
     if (taints_dropped) {
       // The slice as written offers the Unhealthy devices untainted (or was refused): write it
       // again at once without them.
       taints_dropped_ = true;
+      if (!status_.taints_dropped) {
+        LOG(WARNING) << options_.driver << ": the API server does not keep device taints (is the "
+                     << "DRADeviceTaints feature gate off? it is on by default from Kubernetes "
+                     << "1.36): Unhealthy devices are left out of the ResourceSlice instead of "
+                     << "being published tainted (tried again as each watch is renewed)";
+      }
       status_.taints_dropped = true;
-      LOG(WARNING) << options_.driver << ": the API server does not keep device taints (is the "
-                   << "DRADeviceTaints feature gate off? it is on by default from Kubernetes "
-                   << "1.36): Unhealthy devices are left out of the ResourceSlice instead of "
-                   << "being published tainted, until the daemon restarts";
       continue;
     }
     if (conflict) {
       ++status_.conflicts;  // someone else wrote it since we read it: read again
       continue;
+    }
+    // A write with taints that the API server kept: taints are back (the gate was turned on).
+    if (error.ok() && !taints_dropped_ && !written.is_null() &&
+        std::any_of(devices.begin(), devices.end(), [](const json& d) { return HasTaints(d); })) {
+      status_.taints_dropped = false;
     }
     status_.last_error = std::string(error.message());
     status_.published = error.ok();

@@ -131,14 +131,31 @@ bool IsSignalled(int event_fd) {
   return poll(&p, 1, 0) > 0;
 }
 
+// What a watch waits for besides its socket: an eventfd whose signal runs `on_wake`.
+struct Wake {
+  int fd = -1;
+  const std::function<absl::Status()>* on_wake = nullptr;
+};
+
 // Waits until `fd` is ready for `events`, the deadline passes, or `cancel_fd` (an eventfd; -1:
-// none) is signalled.
+// none) is signalled. A signalled `wake` is read and its callback run: an error from it is
+// returned, else the wait goes on.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what,
-                     int cancel_fd) {
+                     int cancel_fd, const Wake& wake = {}) {
   while (true) {
-    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
-    const int n = poll(p, 2, RemainingMs(deadline));
+    pollfd p[3] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}, {wake.fd, POLLIN, 0}};
+    const int n = poll(p, 3, RemainingMs(deadline));
     if (n > 0 && p[1].revents != 0) return Cancelled(what);
+    if (n > 0 && p[2].revents != 0) {
+      uint64_t count;
+      if (read(wake.fd, &count, sizeof(count)) < 0) {
+        // EAGAIN: another reader took it; nothing to do.
+      }
+      if (wake.on_wake != nullptr) {
+        if (absl::Status woken = (*wake.on_wake)(); !woken.ok()) return woken;
+      }
+      if (p[0].revents == 0) continue;
+    }
     if (n > 0) return absl::OkStatus();
     if (n == 0) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     if (errno != EINTR) return absl::InternalError(absl::StrCat(what, ": poll: ", strerror(errno)));
@@ -385,7 +402,7 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, int can
 // step's result (> 0 done, 0 end of stream) or an error.
 template <typename Step>
 absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, int cancel_fd,
-                          Step step) {
+                          Step step, const Wake& wake = {}) {
   while (true) {
     if (IsSignalled(cancel_fd)) return Cancelled(what);
     // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
@@ -401,7 +418,8 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, i
 #endif
     if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
       absl::Status waited =
-          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd);
+          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd,
+                  wake);
       if (!waited.ok()) return waited;
       continue;
     }
@@ -474,9 +492,14 @@ absl::StatusOr<bool> HttpResponseReader::Step() {
     scanned_ = 0;
     return false;
   };
+  absl::Status sunk;  // the sink's error, which ends the answer
   auto take_body = [&](uint64_t most) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(most, pending_.size() - pos));
-    response_.body.append(pending_, pos, n);
+    if (streaming_) {
+      if (n > 0 && sunk.ok()) sunk = body_sink_(absl::string_view(pending_).substr(pos, n));
+    } else {
+      response_.body.append(pending_, pos, n);
+    }
     pos += n;
     return n;
   };
@@ -494,17 +517,20 @@ absl::StatusOr<bool> HttpResponseReader::Step() {
             !head.ok()) {
           return head;
         }
+        streaming_ = body_sink_ != nullptr && response_.status == 200;
         pos = end + 4;
         scanned_ = 0;
         break;
       }
       case Phase::kLength:
         left_ -= take_body(left_);
+        if (!sunk.ok()) return sunk;
         if (left_ > 0) return more();
         phase_ = Phase::kDone;
         break;
       case Phase::kToEnd:
         take_body(pending_.size() - pos);
+        if (!sunk.ok()) return sunk;
         if (response_.body.size() > kMaxApiResponseBytes) {
           return absl::ResourceExhaustedError("the answer is larger than 8 MiB");
         }
@@ -542,6 +568,7 @@ absl::StatusOr<bool> HttpResponseReader::Step() {
       }
       case Phase::kChunkData:
         left_ -= take_body(left_);
+        if (!sunk.ok()) return sunk;
         if (left_ > 0) return more();
         phase_ = Phase::kChunkEnd;
         break;
@@ -655,8 +682,46 @@ bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
 absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
                                                 absl::string_view content_type,
                                                 absl::string_view body) const {
-  const absl::Time deadline = absl::Now() + config_.timeout;
+  return Exchange(method, path, content_type, body, absl::Now() + config_.timeout, nullptr);
+}
+
+absl::Status LineSplitter::Feed(absl::string_view data) {
+  while (!data.empty()) {
+    const size_t eol = data.find('\n');
+    const absl::string_view piece = data.substr(0, eol);
+    if (partial_.size() + piece.size() > max_line_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("a line of the stream is longer than ", max_line_, " bytes"));
+    }
+    if (eol == absl::string_view::npos) {
+      partial_.append(piece.data(), piece.size());
+      return absl::OkStatus();
+    }
+    absl::string_view line = piece;
+    if (!partial_.empty()) {
+      partial_.append(piece.data(), piece.size());
+      line = partial_;
+    }
+    absl::ConsumeSuffix(&line, "\r");
+    absl::Status taken = line.empty() ? absl::OkStatus() : on_line_(line);
+    partial_.clear();
+    if (!taken.ok()) return taken;
+    data.remove_prefix(eol + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HttpResponse> ApiClient::Watch(absl::string_view path, absl::Time deadline,
+                                              const WatchCallbacks& callbacks) const {
+  return Exchange("GET", path, "", "", deadline, &callbacks);
+}
+
+absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl::string_view path,
+                                                 absl::string_view content_type,
+                                                 absl::string_view body, absl::Time deadline,
+                                                 const WatchCallbacks* watch) const {
   const std::string what = absl::StrCat(method, " ", path);
+  const Wake wake = watch == nullptr ? Wake{} : Wake{watch->wake_fd, &watch->on_wake};
   if (cancelled()) return Cancelled(what);
   Tls tls;
   if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
@@ -727,14 +792,26 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
   }
 
   // Each read is handed to the reader once: the answer is parsed as it arrives, never again
-  // from its start (a big answer in small TLS records made that quadratic).
-  HttpResponseReader reader;
+  // from its start (a big answer in small TLS records made that quadratic). A watch's events go
+  // to its callback line by line instead of into the body.
+  std::unique_ptr<LineSplitter> lines;
+  absl::Status event_error;  // the callback's own error, returned as it is
+  if (watch != nullptr) {
+    lines = std::make_unique<LineSplitter>(kMaxApiResponseBytes, [&](absl::string_view line) {
+      event_error = watch->on_event(line);
+      return event_error;
+    });
+  }
+  HttpResponseReader reader = lines == nullptr
+                                  ? HttpResponseReader()
+                                  : HttpResponseReader([&](absl::string_view data) { return lines->Feed(data); });
   size_t received = 0;
   char buf[16 * 1024];
   while (true) {
-    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, cancel_fd_, [&] {
-      return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
-    });
+    absl::StatusOr<int> n = Drive(
+        socket_fd, deadline, what, cancel_fd_,
+        [&] { return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf)); },
+        wake);
     if (!n.ok()) return n.status();
     if (*n == 0) {
       if (absl::Status finished = reader.Finish(); !finished.ok()) {
@@ -743,11 +820,12 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
       return std::move(reader.response());
     }
     received += *n;
-    if (received > kMaxApiResponseBytes + 64 * 1024) {
+    if (received > kMaxApiResponseBytes + 64 * 1024 && lines == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(what, ": the answer is larger than 8 MiB"));
     }
     absl::StatusOr<bool> done = reader.Feed(absl::string_view(buf, *n));
     if (!done.ok()) {
+      if (!event_error.ok()) return event_error;
       return absl::Status(done.status().code(), absl::StrCat(what, ": ", done.status().message()));
     }
     if (*done) {

@@ -108,6 +108,38 @@ TEST(ConfigTest, DraFamiliesParseAndNeedWhatDraNeeds) {
   EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
 }
 
+TEST(ConfigTest, DraSharedIsOffByDefaultForGpuFamiliesOnlyAndNeedsDra) {
+  EXPECT_TRUE(DaemonConfig().dra_shared.empty());
+  EXPECT_TRUE(ParseDraShared("")->empty());
+  EXPECT_TRUE(ParseDraShared("none")->empty());
+  EXPECT_EQ(*ParseDraShared("tegra, nvidia"), (std::set<std::string>{"nvidia", "tegra"}));
+  absl::StatusOr<std::set<std::string>> tpu = ParseDraShared("tegra,coral-pcie");
+  ASSERT_FALSE(tpu.ok());
+  EXPECT_NE(tpu.status().message().find("--dra-shared: coral-pcie is an Edge TPU family"), std::string::npos)
+      << tpu.status();
+  EXPECT_FALSE(ParseDraShared("coral-usb").ok());
+  absl::StatusOr<std::set<std::string>> unknown = ParseDraShared("jetson");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("--dra-shared: unknown family \"jetson\""), std::string::npos)
+      << unknown.status();
+  // "all" is not a word of this flag: sharing is named family by family.
+  EXPECT_FALSE(ParseDraShared("all").ok());
+
+  DaemonConfig config;
+  config.node_name = "node-1";
+  config.dra_families = {"coral-pcie", "tegra"};
+  config.dra_shared = {"tegra"};
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+  config.dra_shared = {"tegra", "nvidia"};  // nvidia goes through the device plugin
+  absl::Status not_dra = ValidateConfig(config);
+  EXPECT_NE(not_dra.message().find("--dra-shared names nvidia, which is not published through DRA"),
+            std::string::npos)
+      << not_dra;
+  config.dra_shared = {"coral-pcie"};  // set without the parser
+  EXPECT_NE(ValidateConfig(config).message().find("--dra-shared: coral-pcie is not a GPU family"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, TakeOverParses) {
   EXPECT_TRUE(ParseTakeOver("")->empty());
   EXPECT_EQ(*ParseTakeOver("nvidia.com/gpu, coral.ai/edgetpu"),

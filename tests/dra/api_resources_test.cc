@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
+#include "eventually.h"
 #include "test_api_server.h"
 
 namespace edgeaccel {
@@ -364,10 +365,10 @@ TEST_F(ApiResourcesTest, EachValidationRuleIs422NamingItsField) {
          s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {{"default", "1Gi"}};
        },
        "spec.devices[0].capacity[memory].requestPolicy", "FieldValueForbidden"},
-      {"five taints",
+      {"seventeen taints (DeviceTaintsMaxLength is 16 in 1.36)",
        [](json& s) {
-         s["spec"]["devices"][0]["taints"] = Devices(5, true)[0]["taints"];
-         for (int i = 0; i < 4; i++) s["spec"]["devices"][0]["taints"].push_back({{"key", "b"}});
+         s["spec"]["devices"][0]["taints"] = Devices(1, true)[0]["taints"];
+         for (int i = 0; i < 16; i++) s["spec"]["devices"][0]["taints"].push_back({{"key", "b"}});
        },
        "spec.devices[0].taints", "FieldValueTooMany"},
       {"device nodeName without perDeviceNodeSelection",
@@ -440,6 +441,13 @@ TEST_F(ApiResourcesTest, WhatIsAtTheLimitsIsValid) {
   const std::vector<std::pair<const char*, std::function<void(json&)>>> good = {
       {"128 devices", [](json& s) { s["spec"]["devices"] = Devices(128); }},
       {"64 devices with taints", [](json& s) { s["spec"]["devices"] = Devices(64, true); }},
+      {"sixteen taints",
+       [](json& s) {
+         for (int i = 0; i < 16; i++) {
+           s["spec"]["devices"][0]["taints"].push_back(
+               {{"key", absl::StrCat("example.com/t", i)}, {"effect", "NoSchedule"}});
+         }
+       }},
       {"no devices", [](json& s) { s["spec"].erase("devices"); }},
       {"32 attributes and capacities",
        [](json& s) {
@@ -760,7 +768,104 @@ TEST_F(ApiResourcesTest, AListSelectsByDriverAndNode) {
             "spec.pool.name");
   EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?fieldSelector=spec.driver")),
             Answer(400, "BadRequest"));
-  EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?watch=true")), Answer(501, "NotImplemented"));
+  EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?labelSelector=a%3Db")), Answer(501, "NotImplemented"));
+}
+
+// A watch as the apiserver's watch cache serves it: from a version, every later change the
+// selector matches, one JSON event per line; DELETED carries the deletion's version; the stream
+// ends at timeoutSeconds; a compacted version is one ERROR event with a 410 Expired Status.
+TEST_F(ApiResourcesTest, AWatchStreamsTheSelectedChangesAfterItsVersion) {
+  auto watch = [&](const std::string& query) {
+    std::vector<json> events;
+    ApiClient::WatchCallbacks callbacks;
+    callbacks.on_event = [&](absl::string_view line) {
+      events.push_back(json::parse(line, nullptr, false));
+      return absl::OkStatus();
+    };
+    absl::StatusOr<HttpResponse> response = ApiClient(Config()).Watch(
+        absl::StrCat(kSlices, "?watch=true&", query), absl::Now() + absl::Seconds(10), callbacks);
+    EXPECT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response.ok() ? response->status : 0, 200);
+    return events;
+  };
+  auto types = [](const std::vector<json>& events) {
+    std::vector<std::string> out;
+    for (const json& event : events) out.push_back(event.value("type", "?"));
+    return out;
+  };
+  const json mine = Created(Slice("node-1", kDriver));
+  ASSERT_EQ(Call("GET", absl::StrCat(kSlices, "?fieldSelector=spec.nodeName%3Dnode-1")), Answer(200, ""));
+  const std::string listed = last_["metadata"]["resourceVersion"];
+  json changed = mine;
+  changed["spec"]["devices"][0]["attributes"]["numaNode"]["int"] = 1;
+  ASSERT_EQ(Update(changed), Answer(200, ""));
+  const json updated = last_;
+  Created(Slice("node-2", kDriver));  // not selected
+  const std::string name = mine["metadata"]["name"];
+  ASSERT_EQ(Call("DELETE", absl::StrCat(kSlices, "/", name)), Answer(200, ""));
+
+  std::vector<json> events =
+      watch(absl::StrCat("fieldSelector=spec.nodeName%3Dnode-1&resourceVersion=", listed, "&timeoutSeconds=1"));
+  ASSERT_THAT(types(events), ::testing::ElementsAre("MODIFIED", "DELETED"));
+  EXPECT_EQ(events[0]["object"], updated);
+  EXPECT_EQ(events[0]["object"]["kind"], "ResourceSlice") << "event objects carry kind and apiVersion";
+  EXPECT_EQ(events[1]["object"]["metadata"]["name"], name);
+  EXPECT_GT(std::stoull(events[1]["object"]["metadata"]["resourceVersion"].get<std::string>()),
+            std::stoull(updated["metadata"]["resourceVersion"].get<std::string>()))
+      << "a DELETED object carries the deletion's version";
+
+  // No version: ADDED for each stored slice the selector matches, then the changes.
+  events = watch("fieldSelector=spec.driver%3Dgpu.edgeaccel.io&timeoutSeconds=1");
+  ASSERT_THAT(types(events), ::testing::ElementsAre("ADDED"));
+  EXPECT_EQ(events[0]["object"]["spec"]["nodeName"], "node-2");
+
+  // A version older than the history kept.
+  api_.CompactSliceHistory();
+  events = watch(absl::StrCat("resourceVersion=", listed, "&timeoutSeconds=5"));
+  ASSERT_THAT(types(events), ::testing::ElementsAre("ERROR"));
+  EXPECT_EQ(events[0]["object"]["code"], 410);
+  EXPECT_EQ(events[0]["object"]["reason"], "Expired");
+  EXPECT_THAT(events[0]["object"]["message"].get<std::string>(),
+              StartsWith(absl::StrCat("too old resource version: ", listed, " (")));
+  EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?watch=true&resourceVersion=x")), Answer(400, "BadRequest"));
+  EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?watch=true&fieldSelector=spec.pool.name%3Dx")),
+            Answer(400, "BadRequest"));
+}
+
+// Bookmarks go only to a watch that asked for them, with just the version; EndSliceWatches ends
+// every open stream (as timeoutSeconds does); a refused watch is the status RBAC answers.
+TEST_F(ApiResourcesTest, BookmarksOnlyWhenAskedAndAWatchCanBeRefused) {
+  std::vector<json> with, without;
+  auto open = [&](const std::string& query, std::vector<json>* events) {
+    return std::thread([this, query, events] {
+      ApiClient::WatchCallbacks callbacks;
+      callbacks.on_event = [events](absl::string_view line) {
+        events->push_back(json::parse(line, nullptr, false));
+        return absl::OkStatus();
+      };
+      absl::StatusOr<HttpResponse> response = ApiClient(Config()).Watch(
+          absl::StrCat(kSlices, "?watch=true&resourceVersion=1&", query), absl::Now() + absl::Seconds(10), callbacks);
+      EXPECT_TRUE(response.ok() && response->status == 200) << response.status();
+    });
+  };
+  std::thread a = open("allowWatchBookmarks=true", &with);
+  std::thread b = open("", &without);
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 2; }));
+  api_.BookmarkSliceWatches();
+  absl::SleepFor(absl::Milliseconds(300));  // the streams' next turn (they wait at most 200 ms)
+  api_.EndSliceWatches();
+  a.join();
+  b.join();
+  EXPECT_EQ(api_.open_slice_watches(), 0);
+  ASSERT_EQ(with.size(), 1u);
+  EXPECT_EQ(with[0]["type"], "BOOKMARK");
+  EXPECT_EQ(with[0]["object"]["metadata"].size(), 1u) << with[0].dump();
+  EXPECT_TRUE(without.empty());
+  EXPECT_EQ(api_.resource_slice_watches(), 2);
+
+  api_.RefuseSliceWatches(403);
+  EXPECT_EQ(Call("GET", absl::StrCat(kSlices, "?watch=true")), Answer(403, "Forbidden"));
+  EXPECT_THAT(last_["message"].get<std::string>(), HasSubstr("cannot watch resource \"resourceslices\""));
 }
 
 TEST_F(ApiResourcesTest, TheKubeletsDeleteCollectionTakesTheNodesSlicesOnly) {

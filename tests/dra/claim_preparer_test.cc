@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "edgeaccel/discovery/coral_pcie.h"
+#include "edgeaccel/discovery/tegra.h"
 #include "edgeaccel/host/host.h"
 #include "captured_log.h"
 #include "fixture_host.h"
@@ -554,6 +555,186 @@ TEST_F(ClaimPreparerTest, ACheckpointThatCannotBeWrittenKeepsEveryRecordAndSaysW
 }
 
 // FetchClaim against the API server stand-in.
+// A Jetson GPU offered shared (--dra-shared): the scheduler hands each claim that gets a share
+// a result with its own shareID (resource.k8s.io/v1 DeviceRequestAllocationResult.shareID,
+// KEP-5075). The preparer follows the allocation: two shares of one device are two claims' own
+// business; a claim that holds the device alone (no shareID) excludes every other.
+class SharedGpuClaimPreparerTest : public ::testing::Test {
+ protected:
+  static constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  static constexpr char kGpu[] = "gpu-tegra234-igpu0";
+  static constexpr char kShareA[] = "a1a1a1a1-0000-4000-8000-000000000001";
+  static constexpr char kShareB[] = "b2b2b2b2-0000-4000-8000-000000000002";
+
+  SharedGpuClaimPreparerTest() : host_(fixture_.root()) {
+    fixture_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+    std::vector<Device> devices = TegraGpuDiscoverer(&host_, NvidiaOptions{}).Scan();
+    LookUpHostModes(host_, &devices);
+    set_.Update(devices);
+  }
+
+  ClaimPreparer::Options Options() {
+    ClaimPreparer::Options options;
+    options.driver = kGpuDriver;
+    options.pool = "node-1";
+    options.cdi_dir = cdi_.path();
+    options.state_dir = state_.path();
+    options.fetch_claim = [this](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+      absl::MutexLock lock(&api_mu_);
+      auto it = api_.find(claim.name);
+      if (it == api_.end()) return absl::NotFoundError("ResourceClaim " + claim.name + " does not exist (any more)");
+      return it->second.dump();
+    };
+    return options;
+  }
+  std::unique_ptr<ClaimPreparer> MakePreparer() {
+    auto preparer = std::make_unique<ClaimPreparer>(Options(), &set_);
+    preparer->Start().IgnoreError();
+    return preparer;
+  }
+
+  // Claim `name` allocated the GPU once per entry of `shares` ({request, shareID}; an empty
+  // shareID: the device alone, as for an unshared device).
+  void Allocate(const std::string& name, const std::string& uid,
+                const std::vector<std::pair<std::string, std::string>>& shares) {
+    json results = json::array();
+    for (const auto& [request, share] : shares) {
+      json result = {{"request", request}, {"driver", kGpuDriver}, {"pool", "node-1"}, {"device", kGpu}};
+      if (!share.empty()) {
+        result["shareID"] = share;
+        result["consumedCapacity"] = {{"memory", "1Gi"}};
+      }
+      results.push_back(result);
+    }
+    absl::MutexLock lock(&api_mu_);
+    api_[name] = {{"kind", "ResourceClaim"},
+                  {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", uid}}},
+                  {"status", {{"allocation", {{"devices", {{"results", results}}}}}}}};
+  }
+
+  std::string SpecPath(const std::string& uid) const {
+    return cdi_.path() + "/k8s.gpu.edgeaccel.io-claim_" + uid + ".json";
+  }
+  // The names of the devices in the claim's CDI spec.
+  std::vector<std::string> SpecDevices(const std::string& uid) const {
+    json spec = json::parse(ReadFileText(SpecPath(uid)), nullptr, false);
+    std::vector<std::string> names;
+    if (spec.is_discarded()) return names;
+    for (const json& device : spec["devices"]) names.push_back(device["name"].get<std::string>());
+    return names;
+  }
+
+  FixtureHost fixture_;
+  Host host_;
+  DeviceSet set_{kGpuDriver};
+  TempDir cdi_, state_;
+  absl::Mutex api_mu_;
+  std::map<std::string, json> api_;
+};
+
+TEST_F(SharedGpuClaimPreparerTest, TwoClaimsShareTheGpuEachWithItsOwnSpecAndOneUnpreparedLeavesTheOther) {
+  const std::string a = "aaaaaaaa-1111-4111-8111-111111111111";
+  const std::string b = "bbbbbbbb-2222-4222-8222-222222222222";
+  Allocate("infer-a", a, {{"gpu", kShareA}});
+  Allocate("infer-b", b, {{"gpu", kShareB}});
+  auto preparer = MakePreparer();
+  auto first = preparer->Prepare({{"default", "infer-a", a}});
+  ASSERT_EQ(first[a].error, "");
+  auto second = preparer->Prepare({{"default", "infer-b", b}});
+  ASSERT_EQ(second[b].error, "");
+  ASSERT_EQ(first[a].devices.size(), 1u);
+  ASSERT_EQ(second[b].devices.size(), 1u);
+  EXPECT_EQ(first[a].devices[0].device, kGpu);
+  EXPECT_EQ(second[b].devices[0].device, kGpu);
+  EXPECT_EQ(first[a].devices[0].share_id, kShareA);
+  EXPECT_EQ(second[b].devices[0].share_id, kShareB);
+  // Each claim its own CDI name and spec: the same device nodes under names no other claim uses.
+  EXPECT_EQ(first[a].devices[0].cdi_ids, std::vector<std::string>{"k8s.gpu.edgeaccel.io/claim=" + a + "-" + kGpu});
+  EXPECT_EQ(second[b].devices[0].cdi_ids, std::vector<std::string>{"k8s.gpu.edgeaccel.io/claim=" + b + "-" + kGpu});
+  EXPECT_EQ(SpecDevices(a), std::vector<std::string>{a + "-" + kGpu});
+  EXPECT_EQ(SpecDevices(b), std::vector<std::string>{b + "-" + kGpu});
+  json spec_a = json::parse(ReadFileText(SpecPath(a)));
+  json spec_b = json::parse(ReadFileText(SpecPath(b)));
+  EXPECT_EQ(spec_a["devices"][0]["containerEdits"], spec_b["devices"][0]["containerEdits"]);
+
+  // A restarted daemon knows both shares from its checkpoint, without the API server.
+  {
+    absl::MutexLock lock(&api_mu_);
+    api_.clear();
+  }
+  auto restarted = MakePreparer();
+  EXPECT_EQ(restarted->Prepare({{"default", "infer-a", a}})[a].devices, first[a].devices);
+  EXPECT_EQ(restarted->Prepare({{"default", "infer-b", b}})[b].devices, second[b].devices);
+
+  // The pod of claim a goes: its spec and record only.
+  EXPECT_EQ(restarted->Unprepare({{"default", "infer-a", a}})[a], "");
+  EXPECT_FALSE(PathExists(SpecPath(a)));
+  EXPECT_EQ(SpecDevices(b), std::vector<std::string>{b + "-" + kGpu});
+  ASSERT_EQ(restarted->Prepared().size(), 1u);
+  EXPECT_EQ(restarted->Prepared()[0].claim.uid, b);
+  EXPECT_EQ(restarted->Prepare({{"default", "infer-b", b}})[b].devices, second[b].devices);
+}
+
+TEST_F(SharedGpuClaimPreparerTest, AClaimThatHoldsTheGpuAloneExcludesSharesAndTheOtherWayRound) {
+  const std::string alone = "cccccccc-3333-4333-8333-333333333333";
+  const std::string shared = "dddddddd-4444-4444-8444-444444444444";
+  const std::string again = "eeeeeeee-5555-4555-8555-555555555555";
+  Allocate("alone", alone, {{"gpu", ""}});
+  Allocate("shared", shared, {{"gpu", kShareA}});
+  Allocate("again", again, {{"gpu", kShareA}});  // a share another claim already holds
+  auto preparer = MakePreparer();
+  ASSERT_EQ(preparer->Prepare({{"default", "alone", alone}})[alone].error, "");
+  const std::string excluded = preparer->Prepare({{"default", "shared", shared}})[shared].error;
+  EXPECT_NE(excluded.find("is prepared for claim default/alone (" + alone + "), which holds it alone"),
+            std::string::npos)
+      << excluded;
+  EXPECT_FALSE(PathExists(SpecPath(shared)));
+
+  ASSERT_EQ(preparer->Unprepare({{"default", "alone", alone}})[alone], "");
+  ASSERT_EQ(preparer->Prepare({{"default", "shared", shared}})[shared].error, "");
+  const std::string not_shared = preparer->Prepare({{"default", "alone", alone}})[alone].error;
+  EXPECT_NE(not_shared.find("is prepared for claim default/shared (" + shared + ") and is not shared"),
+            std::string::npos)
+      << not_shared;
+  const std::string same_share = preparer->Prepare({{"default", "again", again}})[again].error;
+  EXPECT_NE(same_share.find(std::string("share ") + kShareA + " of device " + kGpu +
+                            " is prepared for claim default/shared"),
+            std::string::npos)
+      << same_share;
+}
+
+// Two requests of one claim may each get a share of the same GPU: two devices for the kubelet,
+// each with its request and share, and one device in the claim's CDI spec (names are unique in
+// a spec).
+TEST_F(SharedGpuClaimPreparerTest, TwoSharesInOneClaimAreTwoDevicesOfOneSpecEntry) {
+  const std::string uid = "ffffffff-6666-4666-8666-666666666666";
+  Allocate("pair", uid, {{"encoder", kShareA}, {"decoder", kShareB}});
+  auto preparer = MakePreparer();
+  auto answer = preparer->Prepare({{"default", "pair", uid}});
+  ASSERT_EQ(answer[uid].error, "");
+  ASSERT_EQ(answer[uid].devices.size(), 2u);
+  EXPECT_EQ(answer[uid].devices[0].requests, std::vector<std::string>{"encoder"});
+  EXPECT_EQ(answer[uid].devices[0].share_id, kShareA);
+  EXPECT_EQ(answer[uid].devices[1].requests, std::vector<std::string>{"decoder"});
+  EXPECT_EQ(answer[uid].devices[1].share_id, kShareB);
+  EXPECT_EQ(answer[uid].devices[0].cdi_ids, answer[uid].devices[1].cdi_ids);
+  EXPECT_EQ(SpecDevices(uid), std::vector<std::string>{uid + "-" + kGpu});
+  // Written again at a start (a missing spec) the same way.
+  ASSERT_EQ(unlink(SpecPath(uid).c_str()), 0);
+  auto restarted = MakePreparer();
+  EXPECT_EQ(SpecDevices(uid), std::vector<std::string>{uid + "-" + kGpu});
+}
+
+TEST_F(SharedGpuClaimPreparerTest, AShareIdThatIsNotAUidFailsTheClaim) {
+  const std::string uid = "abababab-7777-4777-8777-777777777777";
+  Allocate("odd", uid, {{"gpu", "share-1"}});
+  const std::string error = MakePreparer()->Prepare({{"default", "odd", uid}})[uid].error;
+  EXPECT_NE(error.find("status.allocation.devices.results[0].shareID \"share-1\" is not a UID"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(PathExists(SpecPath(uid)));
+}
+
 TEST(FetchClaimTest, TellsAClaimNotFoundFromAPathNotServedAndKeepsCancelled) {
   TestApiServer api("node-1");
   ApiClient client(api.ClientConfig());

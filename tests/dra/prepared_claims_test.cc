@@ -106,6 +106,26 @@ TEST(PreparedClaimsTest, FieldsOfAnotherTypeAreRefusedNotThrown) {
   }
 }
 
+// A shared device's share is recorded (the kubelet is answered it again after a restart); a
+// checkpoint without shares (written before sharing, or of unshared devices) reads as unshared.
+TEST(PreparedClaimsTest, ASharesIdIsKeptAndOnlyAUidIsTakenForOne) {
+  PreparedClaim shared = Claim(kU1);
+  shared.devices[0].share_id = "5a5a5a5a-0000-4000-8000-00000000000a";
+  std::map<std::string, PreparedClaim> claims{{kU1, shared}, {kU2, Claim(kU2)}};
+  const std::string text = PreparedClaimsJson("edgetpu.edgeaccel.io", claims);
+  EXPECT_EQ(text.find("shareID", text.find(kU2)), std::string::npos) << "no share, no field: " << text;
+  absl::StatusOr<std::map<std::string, PreparedClaim>> parsed = ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->at(kU1).devices, shared.devices);
+  EXPECT_EQ(parsed->at(kU2).devices[0].share_id, "");
+
+  std::string odd = text;
+  odd.replace(odd.find("5a5a5a5a-0000-4000-8000-00000000000a"), 36, "../../../../etc/passwd");
+  parsed = ParsePreparedClaims(odd, "edgetpu.edgeaccel.io");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("device shareID is not a UID"), std::string::npos) << parsed.status();
+}
+
 TEST(PreparedClaimsTest, AFailedWriteLeavesTheRecordAsItWas) {
   TempDir dir;
   PreparedClaims claims(dir.path() + "/missing/deeper", "edgetpu.edgeaccel.io");

@@ -96,6 +96,69 @@ TEST(ResourceSliceTest, JetsonAndDiscreteGpus) {
   ExpectValid(gpu);
 }
 
+TEST(ResourceSliceTest, MemoryIsWrittenAsTheApiServerWritesIt) {
+  EXPECT_EQ(MebibyteQuantity(3871), "3871Mi");
+  EXPECT_EQ(MebibyteQuantity(1), "1Mi");
+  EXPECT_EQ(MebibyteQuantity(8192), "8Gi");
+  EXPECT_EQ(MebibyteQuantity(1536), "1536Mi");
+  EXPECT_EQ(MebibyteQuantity(int64_t{1} << 30), "1Pi");
+  EXPECT_EQ(MebibyteQuantity(int64_t{1} << 50), "1024Ei") << "no suffix beyond Ei";
+}
+
+// --dra-shared: a marked GPU may go to several claims; its memory is what they share, a claim
+// that asks for none taking all of it. Unmarked devices and Edge TPUs are as before.
+TEST(ResourceSliceTest, ASharedGpuAllowsMultipleAllocationsAndSharesItsMemory) {
+  FixtureHost fixture;
+  fixture.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  Host host(fixture.root());
+  std::vector<Device> jetson = TegraGpuDiscoverer(&host, NvidiaOptions{}).Scan();
+  ASSERT_EQ(jetson.size(), 1u);
+  json exclusive = SliceDevice(jetson[0], nullptr);
+  EXPECT_FALSE(exclusive.contains("allowMultipleAllocations"));
+  EXPECT_EQ(exclusive["capacity"]["memory"], json({{"value", "3871Mi"}}));
+
+  const GpuSharing all{.integrated = true, .discrete = true};
+  std::vector<std::string> notes;
+  EXPECT_FALSE(SliceDevice(jetson[0], &notes, {.discrete = true}).contains("allowMultipleAllocations"))
+      << "sharing discrete GPUs leaves Jetsons alone";
+  json shared = SliceDevice(jetson[0], &notes, {.integrated = true});
+  EXPECT_EQ(shared["allowMultipleAllocations"], true);
+  EXPECT_EQ(shared["capacity"]["memory"], json::parse(R"({"value": "3871Mi",
+      "requestPolicy": {"default": "3871Mi", "validRange": {"min": "1Mi"}}})"));
+  EXPECT_EQ(shared["attributes"], exclusive["attributes"]) << "sharing changes no attribute";
+  EXPECT_TRUE(notes.empty());
+  ExpectValid(shared);
+
+  // Without its memory (a discrete GPU without NVML) there is nothing to count shares in.
+  FixtureHost discrete_host;
+  discrete_host.AddNvidiaGpu({});
+  Host host2(discrete_host.root());
+  std::vector<Device> gpus = NvidiaGpuDiscoverer(&host2, NvidiaOptions{}, nullptr).Scan();
+  ASSERT_EQ(gpus.size(), 1u);
+  json unknown = SliceDevice(gpus[0], &notes, all);
+  EXPECT_FALSE(unknown.contains("allowMultipleAllocations"));
+  EXPECT_FALSE(unknown.contains("capacity"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("gpu-3291dfa4-fcc4-0110-615b-c894a0d7c689: not shared (--dra-shared): its "
+                          "memory is not known"),
+            std::string::npos)
+      << notes[0];
+  // With NVML's memory it is shared; a memory of whole GiB is written as the API server keeps it.
+  gpus[0].facts["memory_mib"] = "24576";
+  json known = SliceDevice(gpus[0], nullptr, all);
+  EXPECT_EQ(known["allowMultipleAllocations"], true);
+  EXPECT_EQ(known["capacity"]["memory"]["value"], "24Gi");
+  EXPECT_EQ(known["capacity"]["memory"]["requestPolicy"]["default"], "24Gi");
+
+  // An Edge TPU is never shared.
+  Device tpu;
+  tpu.id = "0000:03:00.0";
+  tpu.facts["interface"] = "pcie";
+  json tpu_entry = SliceDevice(tpu, nullptr, all);
+  EXPECT_FALSE(tpu_entry.contains("allowMultipleAllocations"));
+  EXPECT_FALSE(tpu_entry.contains("capacity"));
+}
+
 TEST(ResourceSliceTest, PhysicalDevicesAreOfferedAndUnhealthyOnesTaintedOrLeftOut) {
   Device healthy;
   healthy.id = "0000:03:00.0";

@@ -146,6 +146,36 @@ TEST_F(SlicePublisherTest, WhereTheApiServerDropsTaintsUnhealthyDevicesAreLeftOu
   EXPECT_EQ(said, 1u) << text;
 }
 
+// Taints are tried again as the watch is renewed: an API server whose gate is turned on later gets
+// them without a restart of the daemon.
+TEST_F(SlicePublisherTest, DroppedTaintsAreTriedAgainAsTheWatchIsRenewed) {
+  api_.DisableDeviceTaints();
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) {
+    return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 1;
+  }));
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  EXPECT_TRUE(publisher.status().taints_dropped);
+  const int writes = api_.resource_slice_writes();
+  api_.EndSliceWatches();  // renewed while the gate is still off: tried, dropped, left out again
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.resource_slice_watches() == 2; }));
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  EXPECT_EQ(Ours()[0]["spec"]["devices"].size(), 1u);
+  EXPECT_EQ(api_.resource_slice_writes(), writes + 2) << "one try with taints, one without";
+  api_.EnableDeviceTaints();
+  api_.EndSliceWatches();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) {
+    return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2 &&
+           slices[0]["spec"]["devices"][1].contains("taints");
+  }));
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return !publisher.status().taints_dropped; }));
+  publisher.Stop();
+}
+
 TEST_F(SlicePublisherTest, AConflictIsReadAgainAndRetried) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
   ASSERT_TRUE(publisher.ReconcileOnce().ok());
@@ -280,6 +310,102 @@ TEST_F(SlicePublisherTest, ACancelledClientIsNeitherRetriedNorSaid) {
   EXPECT_FALSE(log.Contains("cannot publish")) << log.Text();
   EXPECT_FALSE(log.Contains("owner reference")) << log.Text();
   EXPECT_EQ(chores, 0) << "no chore once stopping";
+}
+
+// Idle, the publisher holds one watch and sends nothing else; a slice someone else deletes or
+// changes comes back from the watch's event, with no Resync and no second LIST.
+TEST_F(SlicePublisherTest, AWatchKeepsTheViewAndPutsBackWhatOthersDeleteOrChange) {
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  const int requests = api_.requests_received();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(api_.requests_received(), requests) << "idle: no request but the open watch";
+
+  api_.DeleteAllResourceSlices("node-1");
+  EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; },
+                                         absl::Seconds(1)))
+      << "a deleted slice is put back within a second";
+
+  json changed = Ours()[0];
+  changed["spec"]["devices"] = json::array();
+  api_.AddResourceSlice(changed);  // another writer's update of the same slice
+  EXPECT_TRUE(api_.WaitForResourceSlices(
+      [](const std::vector<json>& slices) {
+        return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
+      },
+      absl::Seconds(1)))
+      << "a changed slice is put back within a second";
+  EXPECT_EQ(publisher.status().lists, 1u) << "the view came from one LIST and the watch";
+  EXPECT_EQ(publisher.status().conflicts, 0u);
+  publisher.Stop();
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 0; }))
+      << "Stop ends the watch";
+}
+
+// A watch the server ends is renewed from where the view is, without a LIST; only a 410 (the
+// version compacted away) lists again. A bookmark moves the view on where nothing of ours changed.
+TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410) {
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  const int writes = api_.resource_slice_writes();
+
+  api_.EndSliceWatches();  // timeoutSeconds
+  ASSERT_TRUE(::edgeaccel::testing::Eventually(
+      [&] { return api_.resource_slice_watches() == 2 && api_.open_slice_watches() == 1; }));
+  EXPECT_EQ(publisher.status().lists, 1u);
+
+  const std::string before = publisher.status().resource_version;
+  api_.BookmarkSliceWatches();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually(
+      [&] { return publisher.status().resource_version != before; }));
+  api_.CompactSliceHistory();  // the bookmark's version is the oldest kept: still good
+  api_.EndSliceWatches();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually(
+      [&] { return api_.resource_slice_watches() == 3 && api_.open_slice_watches() == 1; }));
+  EXPECT_EQ(publisher.status().lists, 1u) << "a bookmark spares a LIST";
+
+  set_.Update({Tpu("0000:03:00.0")});  // our own write: a new version the watch shows us
+  ASSERT_TRUE(api_.WaitForResourceSlices(
+      [](const std::vector<json>& slices) { return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 1; }));
+  api_.AddResourceSlice(json{{"metadata", {{"name", "unrelated"}}},
+                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-1"}}}});
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  api_.CompactSliceHistory();
+  api_.AddResourceSlice(json{{"metadata", {{"name", "unrelated-2"}}},
+                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-1"}}}});
+  api_.CompactSliceHistory();  // the view's version is older than the history now
+  api_.EndSliceWatches();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return publisher.status().lists == 2; }))
+      << "410 Expired: listed again";
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  EXPECT_EQ(api_.resource_slice_writes(), writes + 1) << "only the device change was written";
+  EXPECT_TRUE(publisher.status().last_error.empty()) << publisher.status().last_error;
+}
+
+// A role without `watch` (an install from before watches): the publisher says so once and lists
+// every resync instead, still putting back what others delete.
+TEST_F(SlicePublisherTest, AWatchRefusedFallsBackToListingEveryResync) {
+  ::edgeaccel::testing::CapturedLog log;
+  api_.RefuseSliceWatches(403);
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Milliseconds(50);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return publisher.status().lists >= 3; }));
+  EXPECT_TRUE(publisher.status().watch_refused);
+  EXPECT_EQ(api_.resource_slice_watches(), 1) << "refused once, not asked again";
+  api_.DeleteAllResourceSlices("node-1");
+  EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+  publisher.Stop();
+  EXPECT_EQ(log.Count("refuses to watch ResourceSlices"), 1) << log.Text();
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::DraKubelet;
 using ::edgeaccel::testing::DraKubeletGeneration;
 using ::edgeaccel::testing::DraKubeletOptions;
+using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::PathExists;
 using ::edgeaccel::testing::ReadFileText;
@@ -389,6 +390,82 @@ TEST_F(DraE2eTest, WithoutTheBootIdTheDriverServesAndSaysSo) {
   const std::string uid = Prepared("pod-tpu", "tpu-0000-03-00-0");
   json checkpoint = json::parse(Checkpoint(), nullptr, false);
   EXPECT_FALSE(checkpoint["claims"][uid].contains("bootId")) << Checkpoint();
+}
+
+// --dra-shared on the real daemon: a Jetson GPU in the slice offered to several claims (its
+// memory the shared capacity), and two claims the scheduler gave shares of it (each result with
+// its shareID) both prepared, each with its own CDI spec and share_id; unpreparing one leaves the
+// other prepared; a claim that would hold the GPU alone is refused while shares are out.
+TEST_F(DraE2eTest, TwoClaimsGetSharesOfOneSharedJetsonGpu) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  constexpr char kGpu[] = "gpu-tegra234-igpu0";
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  StartDraKubelet();
+  auto daemon = StartDaemon({"--dra=tegra", "--dra-shared=tegra", "--node-name=node-1",
+                             "--api-server=" + api_.url(), "--api-token-file=" + api_.token_file(),
+                             "--api-ca-file=" + api_.ca_file(), "--cdi-dir=" + cdi_.path()});
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kGpuDriver).ok()) << daemon->Log();
+  json published;
+  ASSERT_TRUE(api_.WaitForResourceSlices([&](const std::vector<json>& slices) {
+    for (const json& slice : slices) {
+      if (slice["spec"]["driver"] == kGpuDriver && slice["spec"]["devices"].size() == 1) {
+        published = slice["spec"]["devices"][0];
+        return true;
+      }
+    }
+    return false;
+  }, absl::Seconds(10))) << daemon->Log();
+  EXPECT_EQ(published["name"], kGpu);
+  EXPECT_EQ(published["allowMultipleAllocations"], true) << published.dump();
+  EXPECT_EQ(published["capacity"]["memory"], json::parse(R"({"value": "3871Mi",
+      "requestPolicy": {"default": "3871Mi", "validRange": {"min": "1Mi"}}})")) << published.dump();
+
+  // Claims as the scheduler leaves them for a device offered shared: a shareID (a UUID) and the
+  // capacity consumed in each result.
+  auto shared_claim = [&](const std::string& name, const std::string& share) {
+    json claim = TestApiServer::MakeAllocatedClaim("default", name, kGpuDriver, "node-1", {{"gpu", kGpu}});
+    json& result = claim["status"]["allocation"]["devices"]["results"][0];
+    if (!share.empty()) {
+      claim["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {{"requests", {{"memory", "1Gi"}}}};
+      result["shareID"] = share;
+      result["consumedCapacity"] = {{"memory", "1Gi"}};
+    }
+    return api_.AddResourceClaim(claim)["metadata"]["uid"].get<std::string>();
+  };
+  const std::string share_a = "5a5a5a5a-0000-4000-8000-00000000000a";
+  const std::string share_b = "5b5b5b5b-0000-4000-8000-00000000000b";
+  const std::string a = shared_claim("infer-a", share_a);
+  const std::string b = shared_claim("infer-b", share_b);
+  auto answer = dra_kubelet_->Prepare(kGpuDriver, {{"default", "infer-a", a}, {"default", "infer-b", b}});
+  ASSERT_TRUE(answer.ok()) << answer.status() << daemon->Log();
+  for (const auto& [uid, share] : {std::pair{a, share_a}, std::pair{b, share_b}}) {
+    const DraKubelet::ClaimResult& result = answer->claims.at(uid);
+    ASSERT_EQ(result.error, "") << daemon->Log();
+    ASSERT_EQ(result.devices.size(), 1u);
+    EXPECT_EQ(result.devices[0].device, kGpu);
+    EXPECT_EQ(result.devices[0].share_id, share);
+    EXPECT_EQ(result.devices[0].cdi_device_ids,
+              std::vector<std::string>{"k8s.gpu.edgeaccel.io/claim=" + uid + "-" + kGpu});
+    EXPECT_TRUE(PathExists(cdi_.path() + "/k8s.gpu.edgeaccel.io-claim_" + uid + ".json"));
+  }
+
+  // One pod goes: its claim's spec only; the other claim stays prepared.
+  auto undone = dra_kubelet_->Unprepare(kGpuDriver, {{"default", "infer-a", a}});
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  EXPECT_EQ(undone->claims.at(a), "");
+  EXPECT_FALSE(PathExists(cdi_.path() + "/k8s.gpu.edgeaccel.io-claim_" + a + ".json"));
+  EXPECT_TRUE(PathExists(cdi_.path() + "/k8s.gpu.edgeaccel.io-claim_" + b + ".json"));
+  auto again = dra_kubelet_->CallNodePrepareResources(kGpuDriver, {{"default", "infer-b", b}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->claims.at(b).error, "");
+
+  // A claim allocated while the GPU was offered unshared (no shareID: the scheduler gives one to
+  // every allocation of a device offered shared) holds it alone: refused while a share is out.
+  const std::string alone = shared_claim("whole", "");
+  auto refused = dra_kubelet_->CallNodePrepareResources(kGpuDriver, {{"default", "whole", alone}});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_NE(refused->claims.at(alone).error.find("is prepared for claim default/infer-b"), std::string::npos)
+      << refused->claims.at(alone).error;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -69,6 +70,39 @@ class ApiClientTest : public ::testing::Test {
         }
         return true;
       });
+    });
+    // A watch: three events, the second cut across two chunks, then the end of the stream.
+    server_->Get("/watch", [](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("application/json", [](size_t offset, httplib::DataSink& sink) {
+        static const std::vector<std::string> kParts = {
+            "{\"type\":\"ADDED\"}\n{\"type\":", "\"MODIFIED\"}\n", "{\"type\":\"DELETED\"}\n"};
+        size_t at = 0;
+        for (const std::string& part : kParts) {
+          if (offset == at) {
+            sink.write(part.data(), part.size());
+            return true;
+          }
+          at += part.size();
+        }
+        sink.done();
+        return true;
+      });
+    });
+    // A watch that sends one event and then nothing until the client goes.
+    server_->Get("/watch-quiet", [](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("application/json", [](size_t offset, httplib::DataSink& sink) {
+        if (offset == 0) {
+          const std::string event = "{\"type\":\"ADDED\"}\n";
+          sink.write(event.data(), event.size());
+        } else {
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+        return sink.is_writable();
+      });
+    });
+    server_->Get("/watch-forbidden", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 403;
+      res.set_content("{\"kind\":\"Status\",\"code\":403}", "application/json");
     });
     server_->Patch("/echo", [](const httplib::Request& req, httplib::Response& res) {
       res.status = 201;
@@ -454,6 +488,82 @@ TEST_F(TestApiServerTest, AStaleResourceVersionIs409) {
             Answer(200, ""));
   EXPECT_EQ(Call("PATCH", kNode, kMerge, R"({"metadata":{"labels":{"a":"5"}}})"), Answer(200, ""));
   EXPECT_EQ(NodeLabel("a"), "5");
+}
+
+TEST_F(ApiClientTest, AWatchHandsOverEachEventAsItsLineArrives) {
+  std::vector<std::string> events;
+  ApiClient::WatchCallbacks callbacks;
+  callbacks.on_event = [&](absl::string_view event) {
+    events.emplace_back(event);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<HttpResponse> response =
+      ApiClient(Config()).Watch("/watch", absl::Now() + absl::Seconds(5), callbacks);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_TRUE(response->body.empty()) << "the events went to the callback";
+  EXPECT_THAT(events, ::testing::ElementsAre("{\"type\":\"ADDED\"}", "{\"type\":\"MODIFIED\"}",
+                                             "{\"type\":\"DELETED\"}"));
+}
+
+TEST_F(ApiClientTest, AWatchEndsOnTheCallbacksErrorAWakeOrItsDeadline) {
+  ApiClient client(Config());
+  ApiClient::WatchCallbacks callbacks;
+  const absl::Status enough = absl::AbortedError("enough");
+  callbacks.on_event = [&](absl::string_view) { return enough; };
+  absl::StatusOr<HttpResponse> response =
+      client.Watch("/watch-quiet", absl::Now() + absl::Seconds(5), callbacks);
+  EXPECT_EQ(response.status(), enough) << "the callback's own error, as it is";
+
+  const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(wake, 0);
+  int wakes = 0;
+  callbacks.on_event = [](absl::string_view) { return absl::OkStatus(); };
+  callbacks.wake_fd = wake;
+  callbacks.on_wake = [&] { return ++wakes == 2 ? enough : absl::OkStatus(); };
+  std::thread waker([&] {
+    const uint64_t one = 1;
+    for (int i = 0; i < 2; ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      EXPECT_EQ(write(wake, &one, sizeof(one)), 8);
+    }
+  });
+  response = client.Watch("/watch-quiet", absl::Now() + absl::Seconds(30), callbacks);
+  waker.join();
+  EXPECT_EQ(response.status(), enough);
+  EXPECT_EQ(wakes, 2) << "a wake whose callback says go on does not end the watch";
+  close(wake);
+
+  callbacks.wake_fd = -1;
+  response = client.Watch("/watch-quiet", absl::Now() + absl::Milliseconds(300), callbacks);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(response.status())) << response.status();
+}
+
+TEST_F(ApiClientTest, AWatchRefusedIsAnsweredWhole) {
+  ApiClient::WatchCallbacks callbacks;
+  callbacks.on_event = [](absl::string_view) { return absl::InternalError("no event expected"); };
+  absl::StatusOr<HttpResponse> response =
+      ApiClient(Config()).Watch("/watch-forbidden", absl::Now() + absl::Seconds(5), callbacks);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 403);
+  EXPECT_THAT(response->body, HasSubstr("\"code\":403"));
+}
+
+TEST(LineSplitterTest, LinesAreWholeHoweverTheStreamIsCut) {
+  const std::string stream = "{\"a\":1}\r\n\n{\"b\":2}\n{\"c\"";
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    std::vector<std::string> lines;
+    LineSplitter splitter(64, [&](absl::string_view line) {
+      lines.emplace_back(line);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(splitter.Feed(absl::string_view(stream).substr(0, cut)).ok());
+    ASSERT_TRUE(splitter.Feed(absl::string_view(stream).substr(cut)).ok());
+    EXPECT_THAT(lines, ::testing::ElementsAre("{\"a\":1}", "{\"b\":2}")) << "cut at " << cut;
+  }
+  LineSplitter small(4, [](absl::string_view) { return absl::OkStatus(); });
+  EXPECT_TRUE(small.Feed("abcd").ok());
+  EXPECT_EQ(small.Feed("e").code(), absl::StatusCode::kResourceExhausted) << "a line over the bound";
 }
 
 TEST(ParseHttpResponseTest, WhatServersSend) {

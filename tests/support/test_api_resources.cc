@@ -824,7 +824,8 @@ constexpr int kMaxDevicesWithTaintsOrCounters = 64;
 constexpr int kMaxAttributesAndCapacities = 32;
 constexpr int kMaxIDLength = 32;
 constexpr int kMaxAttributeValueLength = 64;
-constexpr int kMaxTaints = 4;
+// DeviceTaintsMaxLength (k8s.io/api resource/v1 types.go, Kubernetes 1.36; 4 before).
+constexpr int kMaxTaints = 16;
 constexpr int kQualifiedNameKeyLength = kDriverNameMaxLength + 1 + kMaxIDLength;
 
 int64_t IntAt(const json& object, const char* field) {
@@ -1387,9 +1388,16 @@ void TestApiServer::ServeResourceClaims() {
 }
 
 void TestApiServer::ServeResourceSlices() {
-  // LIST, with a field selector.
+  // LIST, with a field selector; or WATCH.
   server_->Get(kSlicesPattern, [this](const httplib::Request& req, httplib::Response& res) {
     absl::MutexLock lock(&mu_);
+    const std::string watch = Query(req, "watch");
+    if (watch == "true" || watch == "1") {
+      slice_watches_++;
+      if (InjectedSliceFailure(res)) return;
+      return WatchSlices(req, res);
+    }
+    slice_lists_++;
     if (InjectedSliceFailure(res) || !Unimplemented(req, res)) return;
     std::vector<Requirement> selector;
     if (!ParseFieldSelector(Query(req, "fieldSelector"), selector, res)) return;
@@ -1474,6 +1482,7 @@ void TestApiServer::ServeResourceSlices() {
       // Another writer got there first: its write moved the resourceVersion on.
       slice_conflicts_left_--;
       stored["metadata"]["resourceVersion"] = std::to_string(++revision_);
+      SliceChanged("MODIFIED", stored);
       return Conflict(res, name, kModified);
     }
     const std::string version = StringAt(metadata, "resourceVersion");
@@ -1523,6 +1532,7 @@ void TestApiServer::ServeResourceSlices() {
     const json deleted = it->second;
     slices_.erase(it);
     revision_++;
+    SliceChanged("DELETED", deleted);
     slice_writes_++;
     res.set_content(deleted.dump(), "application/json");
   });
@@ -1540,6 +1550,7 @@ void TestApiServer::ServeResourceSlices() {
         deleted.push_back(it->second);
         it = slices_.erase(it);
         revision_++;
+        SliceChanged("DELETED", deleted.back());
       } else {
         ++it;
       }
@@ -1559,6 +1570,11 @@ bool TestApiServer::InjectedSliceFailure(httplib::Response& res) {
 void TestApiServer::DisableDeviceTaints() {
   absl::MutexLock lock(&mu_);
   device_taints_ = false;
+}
+
+void TestApiServer::EnableDeviceTaints() {
+  absl::MutexLock lock(&mu_);
+  device_taints_ = true;
 }
 
 void TestApiServer::PrepareTaints(nlohmann::json& spec, const nlohmann::json* old_spec) {
@@ -1587,6 +1603,7 @@ nlohmann::json TestApiServer::StoreSlice(nlohmann::json slice) {
   slice["apiVersion"] = kApiVersion;
   slice["metadata"]["resourceVersion"] = std::to_string(++revision_);
   const std::string name = Meta(slice, "name");
+  SliceChanged(slices_.count(name) != 0 ? "MODIFIED" : "ADDED", slice);
   slices_[name] = slice;
   // The garbage collector deletes a dependent whose owners are all gone; of owners only the
   // Node is known here, and it exists under its name with node_uid_.
@@ -1599,6 +1616,7 @@ nlohmann::json TestApiServer::StoreSlice(nlohmann::json slice) {
   if (orphan) {
     slices_.erase(name);
     revision_++;
+    SliceChanged("DELETED", slice);
     slices_collected_++;
   }
   return slice;
@@ -1759,8 +1777,10 @@ int TestApiServer::DeleteAllResourceSlices(const std::string& node_name,
     const json& spec = it->second["spec"];
     if (StringAt(spec, "nodeName") == node_name &&
         (driver.empty() || StringAt(spec, "driver") == driver)) {
+      const json gone = it->second;
       it = slices_.erase(it);
       revision_++;
+      SliceChanged("DELETED", gone);
       deleted++;
     } else {
       ++it;
@@ -1788,6 +1808,169 @@ void TestApiServer::FailNextSliceRequests(int status, int n) {
   absl::MutexLock lock(&mu_);
   slice_fail_status_ = status;
   slice_fail_left_ = n;
+}
+
+void TestApiServer::SliceChanged(const std::string& type, nlohmann::json object) {
+  object["metadata"]["resourceVersion"] = std::to_string(revision_);
+  slice_events_.push_back({revision_, type, std::move(object)});
+}
+
+void TestApiServer::WatchSlices(const httplib::Request& req, httplib::Response& res) {
+  if (watch_refusal_ != 0) {
+    // What RBAC answers a role without the verb (authorization.go's forbidden message).
+    return Answer(res, watch_refusal_, watch_refusal_ == 403 ? "Forbidden" : "MethodNotAllowed",
+                  absl::StrCat("resourceslices.", kGroup, " is forbidden: User \"system:serviceaccount:",
+                               "kube-system:edgeaccel-device-plugin\" cannot watch resource ",
+                               "\"resourceslices\" in API group \"", kGroup, "\" at the cluster scope"),
+                  Details("", "resourceslices"));
+  }
+  for (const char* parameter : {"labelSelector", "dryRun"}) {
+    if (!Query(req, parameter).empty()) {
+      return Answer(res, 501, "NotImplemented",
+                    absl::StrCat("the test API server does not implement ", parameter,
+                                 " on resourceslices"));
+    }
+  }
+  auto selector = std::make_shared<std::vector<Requirement>>();
+  if (!ParseFieldSelector(Query(req, "fieldSelector"), *selector, res)) return;
+  const std::string version = Query(req, "resourceVersion");
+  const bool bookmarks = Query(req, "allowWatchBookmarks") == "true";
+  int64_t timeout_seconds = 0;
+  const std::string timeout = Query(req, "timeoutSeconds");
+  if (!timeout.empty() && (!absl::SimpleAtoi(timeout, &timeout_seconds) || timeout_seconds < 0)) {
+    return Answer(res, 400, "BadRequest", absl::StrCat("invalid timeoutSeconds: ", timeout));
+  }
+  if (timeout_seconds == 0) {
+    thread_local std::mt19937 random(std::random_device{}());
+    timeout_seconds = std::uniform_int_distribution<int64_t>(1800, 3600)(random);
+  }
+  // What the stream holds before any change: ADDED for each slice (no version or "0"), or the
+  // 410 for a version older than the history.
+  std::vector<json> first;
+  uint64_t from = revision_;
+  bool expired = false;
+  if (version.empty() || version == "0") {
+    for (const auto& [name, slice] : slices_) {
+      if (Selected(slice, *selector)) first.push_back({{"type", "ADDED"}, {"object", slice}});
+    }
+  } else if (uint64_t asked = 0; !absl::SimpleAtoi(version, &asked)) {
+    return Answer(res, 400, "BadRequest", absl::StrCat("invalid resource version: ", version));
+  } else if (asked < slice_history_start_) {
+    json status = {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object()},
+                   {"status", "Failure"},
+                   {"message", absl::StrCat("too old resource version: ", asked, " (",
+                                            slice_history_start_, ")")},
+                   {"reason", "Expired"}, {"code", 410}};
+    first.push_back({{"type", "ERROR"}, {"object", status}});
+    expired = true;
+  } else {
+    from = asked;
+  }
+  open_slice_watches_++;
+  struct Stream {
+    uint64_t from;
+    std::vector<json> first;
+    bool expired;
+    absl::Time ends;
+    uint64_t ends_seen, bookmarks_seen;
+    bool bookmarks;
+    bool closed = false;
+  };
+  auto stream = std::make_shared<Stream>(Stream{from, std::move(first), expired,
+                                                absl::Now() + absl::Seconds(timeout_seconds),
+                                                watch_ends_, watch_bookmarks_, bookmarks});
+  res.set_chunked_content_provider(
+      "application/json",
+      [this, stream, selector](size_t, httplib::DataSink& sink) {
+        std::vector<json> out;
+        bool done = false;
+        {
+          absl::MutexLock lock(&mu_);
+          auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return !stream->first.empty() || closing_ || stream->expired ||
+                   watch_ends_ != stream->ends_seen ||
+                   (stream->bookmarks && watch_bookmarks_ != stream->bookmarks_seen) ||
+                   (!slice_events_.empty() && slice_events_.back().revision > stream->from);
+          };
+          // A bounded wait, so that a client gone is noticed (is_writable) between waits.
+          mu_.AwaitWithDeadline(absl::Condition(&ready),
+                                std::min(stream->ends, absl::Now() + absl::Milliseconds(200)));
+          out.swap(stream->first);
+          for (const SliceEvent& event : slice_events_) {
+            if (event.revision <= stream->from) continue;
+            stream->from = event.revision;
+            if (Selected(event.object, *selector)) {
+              out.push_back({{"type", event.type}, {"object", event.object}});
+            }
+          }
+          if (stream->bookmarks && watch_bookmarks_ != stream->bookmarks_seen) {
+            stream->bookmarks_seen = watch_bookmarks_;
+            stream->from = std::max(stream->from, revision_);
+            out.push_back({{"type", "BOOKMARK"},
+                           {"object",
+                            {{"kind", "ResourceSlice"},
+                             {"apiVersion", kApiVersion},
+                             {"metadata", {{"resourceVersion", std::to_string(stream->from)}}}}}});
+          }
+          done = stream->expired || closing_ || watch_ends_ != stream->ends_seen ||
+                 absl::Now() >= stream->ends;
+        }
+        for (const json& event : out) {
+          const std::string line = event.dump() + "\n";
+          if (!sink.write(line.data(), line.size())) done = true;
+        }
+        if (done || !sink.is_writable()) {
+          {
+            absl::MutexLock lock(&mu_);
+            if (!stream->closed) open_slice_watches_--;
+            stream->closed = true;
+          }
+          sink.done();
+        }
+        return true;
+      },
+      [this, stream](bool) {
+        absl::MutexLock lock(&mu_);
+        if (!stream->closed) open_slice_watches_--;
+        stream->closed = true;
+      });
+}
+
+int TestApiServer::resource_slice_lists() {
+  absl::MutexLock lock(&mu_);
+  return slice_lists_;
+}
+
+int TestApiServer::resource_slice_watches() {
+  absl::MutexLock lock(&mu_);
+  return slice_watches_;
+}
+
+int TestApiServer::open_slice_watches() {
+  absl::MutexLock lock(&mu_);
+  return open_slice_watches_;
+}
+
+void TestApiServer::CompactSliceHistory() {
+  absl::MutexLock lock(&mu_);
+  slice_events_.clear();
+  slice_history_start_ = revision_;
+}
+
+void TestApiServer::EndSliceWatches() {
+  absl::MutexLock lock(&mu_);
+  watch_ends_++;
+}
+
+void TestApiServer::BookmarkSliceWatches() {
+  absl::MutexLock lock(&mu_);
+  revision_++;  // the watch cache's progress: a bookmark tells of a revision nothing changed at
+  watch_bookmarks_++;
+}
+
+void TestApiServer::RefuseSliceWatches(int status) {
+  absl::MutexLock lock(&mu_);
+  watch_refusal_ = status;
 }
 
 }  // namespace edgeaccel::testing

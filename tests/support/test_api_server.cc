@@ -289,6 +289,10 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
 }
 
 TestApiServer::~TestApiServer() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;  // open watches end; their threads are the server's
+  }
   server_->stop();
   thread_.join();
 }

@@ -42,9 +42,20 @@
 //    already has some (strategy.go dropDisabledDRADeviceTaintsFields, pkg/registry/resource/
 //    resourceslice);
 //  * the garbage collector: a slice whose owners are all Nodes that do not exist (another name,
-//    or another uid than node_uid()) is deleted as soon as it is written.
-// Not served: WATCH, PATCH, labelSelector and dryRun on slices (501, said so), other resources and
-// versions (404 NotFound with a Status, as the real one answers a path it does not serve).
+//    or another uid than node_uid()) is deleted as soon as it is written;
+//  * WATCH of the collection (?watch=true, with the LIST's fieldSelector), as the apiserver's
+//    watch cache serves it (staging/src/k8s.io/apiserver/pkg/storage/cacher): a 200 answer,
+//    chunked, one JSON event per line ({"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR,
+//    "object": ...}); from resourceVersion R every change after R (R empty or "0": ADDED for each
+//    slice stored now first); R older than the history kept (CompactSliceHistory) is one ERROR
+//    event with a 410 Expired Status ("too old resource version: R (oldest)"), then the end; a
+//    DELETED event's object carries the deletion's resourceVersion; BOOKMARK events (only with
+//    allowWatchBookmarks=true) carry just metadata.resourceVersion; the server ends the stream
+//    after timeoutSeconds (default: 30 to 60 minutes, as --min-request-timeout 1800 s picks);
+//    an event is sent when the object, as written, matches the selector.
+// Not served: PATCH, labelSelector and dryRun on slices, a watch of one slice (501, said so),
+// other resources and versions (404 NotFound with a Status, as the real one answers a path it
+// does not serve).
 #ifndef EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 #define EDGEACCEL_TESTS_SUPPORT_TEST_API_SERVER_H_
 
@@ -67,6 +78,7 @@
 namespace httplib {
 class Server;
 class SSLServer;
+struct Request;
 struct Response;
 }
 
@@ -181,6 +193,22 @@ class TestApiServer {
   void FailNextSliceRequests(int status, int n);
   // As kube-apiserver with --feature-gates=DRADeviceTaints=false: taints are dropped on write.
   void DisableDeviceTaints();
+  // The gate turned on again (an API server restarted with it).
+  void EnableDeviceTaints();
+  // LISTs and WATCHes of the slices collection received (answered with any status).
+  int resource_slice_lists();
+  int resource_slice_watches();
+  // Watches whose stream is open now.
+  int open_slice_watches();
+  // Forgets the history of slice changes up to now, as etcd's compaction and the watch cache's
+  // window do: a watch from an older resourceVersion is answered 410 Expired.
+  void CompactSliceHistory();
+  // Ends every open watch now, as the server does at its timeoutSeconds.
+  void EndSliceWatches();
+  // Sends a BOOKMARK at the current resourceVersion on every open watch that asked for them.
+  void BookmarkSliceWatches();
+  // Answers every later watch with `status` (403: a role without the watch verb; 0: serve).
+  void RefuseSliceWatches(int status);
 
  private:
   TempDir dir_;
@@ -223,6 +251,27 @@ class TestApiServer {
   int slice_fail_status_ ABSL_GUARDED_BY(mu_) = 0;
   int slice_fail_left_ ABSL_GUARDED_BY(mu_) = 0;
   bool device_taints_ ABSL_GUARDED_BY(mu_) = true;
+  // The history of slice changes, for watches (oldest first).
+  struct SliceEvent {
+    uint64_t revision;
+    std::string type;  // ADDED, MODIFIED, DELETED
+    nlohmann::json object;
+  };
+  std::vector<SliceEvent> slice_events_ ABSL_GUARDED_BY(mu_);
+  uint64_t slice_history_start_ ABSL_GUARDED_BY(mu_) = 0;  // the oldest revision a watch can start at
+  int slice_lists_ ABSL_GUARDED_BY(mu_) = 0;
+  int slice_watches_ ABSL_GUARDED_BY(mu_) = 0;
+  int open_slice_watches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t watch_ends_ ABSL_GUARDED_BY(mu_) = 0;       // EndSliceWatches() calls
+  uint64_t watch_bookmarks_ ABSL_GUARDED_BY(mu_) = 0;  // BookmarkSliceWatches() calls
+  int watch_refusal_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs: watches end
+  // Records a change of the slice `object` (as stored, or as it was when deleted) at revision_.
+  void SliceChanged(const std::string& type, nlohmann::json object)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Serves GET ...resourceslices?watch=true.
+  void WatchSlices(const httplib::Request& req, httplib::Response& res)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PrepareForCreate/PrepareForUpdate for taints (`old_spec` null on create).
   void PrepareTaints(nlohmann::json& spec, const nlohmann::json* old_spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -31,7 +31,10 @@ struct DaemonConfig {
   // Families published through DRA (ResourceSlices, the kubelet's DRAPlugin) instead of the
   // device plugin API; empty: none (docs/dra.md).
   std::set<std::string> dra_families;
-  absl::Duration dra_resync = absl::Seconds(30);
+  absl::Duration dra_resync = absl::Minutes(5);
+  // Of dra_families, the GPU families (tegra, nvidia) whose devices several ResourceClaims may
+  // share (allowMultipleAllocations, KEP-5075); empty: every device goes to one claim at a time.
+  std::set<std::string> dra_shared;
   // Resources to register even where another plugin serves them (--take-over).
   std::set<std::string> take_over;
   // How long a resource another plugin served before a kubelet restart is left to it.
@@ -81,6 +84,9 @@ const std::map<std::string, std::string>& KnownFamilies();
 absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
 // --dra: "coral-pcie,coral-usb,tegra", "all", or empty (none).
 absl::StatusOr<std::set<std::string>> ParseDraFamilies(absl::string_view text);
+// --dra-shared: "tegra,nvidia", or empty / "none". An Edge TPU family is an error: Edge TPUs are
+// only ever given to one claim at a time.
+absl::StatusOr<std::set<std::string>> ParseDraShared(absl::string_view text);
 // "nvidia.com/gpu,coral.ai/edgetpu" (or empty).
 absl::StatusOr<std::set<std::string>> ParseTakeOver(absl::string_view text);
 // "nvidia.com/gpu=4,coral.ai/edgetpu=2" (or empty).

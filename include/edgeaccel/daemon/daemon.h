@@ -94,7 +94,10 @@ class Daemon {
   Resource* ResourceFor(const std::string& name);
   DraDriver* DraDriverFor(const std::string& driver);
   // Where a family's discoverer goes: its DRA driver (--dra) or its device plugin resource.
-  void AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer);
+  // Returns the discoverer as the watcher knows it (what RequestRescan takes).
+  Discoverer* AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer);
+  // The GPUs --dra-shared offers to several claims.
+  GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
   absl::Status StartDra();
   // Recomputes the node labels; logs and writes them (NFD) when they changed.

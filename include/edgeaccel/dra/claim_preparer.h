@@ -3,7 +3,9 @@
 //
 // Prepare, per claim: read the ResourceClaim from the API server (UID checked, allocated), take
 // the results of our driver on our node's pool, check each device is here and Healthy and not
-// prepared for another claim, write one CDI spec for the claim (devices "<claimUID>-<device>",
+// prepared for another claim (unless both claims hold it as shares: results with distinct
+// shareIDs, which the scheduler gives only on a device offered with allowMultipleAllocations;
+// each share is answered with its share_id), write one CDI spec for the claim (devices "<claimUID>-<device>",
 // containerEdits from discovery: device nodes with the host's mode and owner, envs), record the
 // claim (PreparedClaims) and answer the CDI ids. A claim with none of our devices is answered
 // with none and leaves nothing behind: no spec (CDI refuses one without devices) and no record.
@@ -68,9 +70,6 @@ absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& 
 inline constexpr char kClaimCleanedUpReason[] = "DRAClaimCleanedUp";
 // Where the node's boot id is read (under --host-root): Options::boot_id.
 inline constexpr char kDraBootIdPath[] = "/proc/sys/kernel/random/boot_id";
-// Cleanup() runs once every this many ResourceSlice resyncs (every 5 minutes with the default
-// --dra-resync of 30 s), on the slice publisher's thread.
-inline constexpr int kDraCleanupResyncs = 10;
 
 class ClaimPreparer {
  public:

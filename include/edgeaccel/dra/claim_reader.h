@@ -28,6 +28,10 @@ struct ClaimResult {
   std::string request;
   std::string device;
   bool admin_access = false;
+  // One share of a device several claims may hold at once (results[].shareID, KEP-5075: the
+  // scheduler sets it, a UUID, only on devices the slice offered with allowMultipleAllocations);
+  // empty for a device allocated to this claim alone.
+  std::string share_id;
 };
 
 struct ClaimAllocation {
@@ -39,7 +43,7 @@ inline constexpr size_t kMaxAllocationResults = 32;
 
 // Parses `body` (the ResourceClaim JSON) for `claim`, keeping the results of `driver` in pool
 // `pool`. Errors: not JSON or not a ResourceClaim, another UID ("replaced"), not allocated, a
-// result of ours in another pool, malformed fields.
+// result of ours in another pool, malformed fields (a shareID that is not a UID among them).
 absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
                                                     absl::string_view driver,
                                                     absl::string_view pool);

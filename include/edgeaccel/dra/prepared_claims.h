@@ -30,10 +30,14 @@ struct PreparedDevice {
   std::string device;       // the DRA device name
   std::string physical_id;  // the device's id in the device set
   std::vector<std::string> cdi_ids;
+  // The allocation's shareID when the device is shared with other claims (the kubelet's
+  // share_id); empty when this claim holds the device alone.
+  std::string share_id;
 
   bool operator==(const PreparedDevice& other) const {
     return requests == other.requests && pool == other.pool && device == other.device &&
-           physical_id == other.physical_id && cdi_ids == other.cdi_ids;
+           physical_id == other.physical_id && cdi_ids == other.cdi_ids &&
+           share_id == other.share_id;
   }
 };
 

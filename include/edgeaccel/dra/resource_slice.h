@@ -41,6 +41,22 @@ inline constexpr char kTaintNvmlUnresponsive[] = "edgeaccel.io/nvml-unresponsive
 // A problem without a kind of its own (or an Unhealthy device without a classified problem).
 inline constexpr char kTaintUnhealthy[] = "edgeaccel.io/unhealthy";
 
+// Which GPUs several claims may share (--dra-shared): Jetsons' integrated GPUs (family tegra),
+// discrete GPUs (family nvidia). An Edge TPU is never shared.
+struct GpuSharing {
+  bool integrated = false;
+  bool discrete = false;
+};
+// The least memory one share of a shared GPU consumes (requestPolicy.validRange.min): a claim
+// that asks for less, 0 included, is counted as this much, so it never fits beside a claim that
+// holds the whole GPU.
+inline constexpr char kDraMinimumShare[] = "1Mi";
+
+// `mib` mebibytes as the API server writes the quantity (Quantity.String(): the largest binary
+// suffix that keeps an integer, 3871 -> "3871Mi", 8192 -> "8Gi"), so a slice read back compares
+// equal to the one written.
+std::string MebibyteQuantity(int64_t mib);
+
 // What SliceDevices does with an Unhealthy device.
 enum class UnhealthyDevices {
   kTainted,   // in the slice, with a taint per kind of problem
@@ -60,13 +76,25 @@ std::string TaintValue(absl::string_view detail);
 nlohmann::json DeviceTaints(const Device& device);
 // One device of the slice: {"name", "attributes", "capacity"}. `notes` gets a line for each
 // fact left out because DRA cannot carry it (a version that is not semantic, a string too long).
-nlohmann::json SliceDevice(const Device& device, std::vector<std::string>* notes);
+//
+// A GPU that `sharing` names is offered to several claims at once (KEP-5075, DRAConsumable
+// Capacity: beta and on in Kubernetes 1.36): "allowMultipleAllocations": true, and its capacity
+// `memory` is what the claims share, with a requestPolicy whose default is the whole memory and
+// whose validRange.min is kDraMinimumShare. So a claim that asks for no memory takes the whole
+// GPU (as an unshared one would), and claims that ask for part of it
+// (`capacity.requests.memory`) share the GPU as long as their parts fit. The scheduler only
+// counts: nothing on the node limits what a sharer uses. A shared GPU whose memory is not known
+// (a discrete GPU without NVML) has nothing to count its shares in: it is offered unshared, with
+// a note.
+nlohmann::json SliceDevice(const Device& device, std::vector<std::string>* notes,
+                           GpuSharing sharing = {});
 
 // spec.devices for `snapshot`: the physical devices, sorted by name (so an unchanged set gives
 // an identical list and no write), the Unhealthy ones tainted or left out as `unhealthy` says;
 // at most kResourceSliceMaxDevices (64 when any device has taints, as the API server allows).
 nlohmann::json SliceDevices(const Snapshot& snapshot, std::vector<std::string>* notes,
-                            UnhealthyDevices unhealthy = UnhealthyDevices::kTainted);
+                            UnhealthyDevices unhealthy = UnhealthyDevices::kTainted,
+                            GpuSharing sharing = {});
 
 // The whole object to create: generateName "<node>-<driver>-", an ownerReference to the Node
 // (when its UID is known) so the slice goes with it, one pool named after the node.

@@ -18,6 +18,7 @@
 #ifndef EDGEACCEL_NODE_API_CLIENT_H_
 #define EDGEACCEL_NODE_API_CLIENT_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,31 @@ class ApiClient {
                                        absl::string_view content_type = "",
                                        absl::string_view body = "") const;
 
+  // A watch (GET `path`, which asks for one with watch=true): while the server answers 200, its
+  // body is a stream of watch events, one JSON object per line, and `on_event` is given each
+  // line as it arrives (without its newline; at most 8 MiB). Whenever `wake_fd` (an eventfd the
+  // caller owns; -1: none) is signalled, it is read and `on_wake` runs. Either callback ends the
+  // watch by returning an error, which Watch returns. Otherwise it returns when the server ends
+  // the stream (the head's status, no body), at `deadline` (DEADLINE_EXCEEDED), on Cancel()
+  // (CANCELLED), or on an error as Request()'s. An answer other than 200 is returned whole, as
+  // Request() returns it. The callbacks run on the caller's thread.
+  struct WatchCallbacks {
+    std::function<absl::Status(absl::string_view event)> on_event;
+    int wake_fd = -1;
+    std::function<absl::Status()> on_wake;
+  };
+  absl::StatusOr<HttpResponse> Watch(absl::string_view path, absl::Time deadline,
+                                     const WatchCallbacks& callbacks) const;
+
   const ApiServerConfig& config() const { return config_; }
 
  private:
+  // One request and its answer; the body goes to `body_sink` instead when one is given and the
+  // answer is 200.
+  absl::StatusOr<HttpResponse> Exchange(absl::string_view method, absl::string_view path,
+                                        absl::string_view content_type, absl::string_view body,
+                                        absl::Time deadline, const WatchCallbacks* watch) const;
+
   const ApiServerConfig config_;
   const int cancel_fd_;  // an eventfd, signalled by Cancel()
 };
@@ -70,6 +93,13 @@ class ApiClient {
 // kMaxApiResponseBytes). Request() feeds it every read; exposed for the tests and the fuzzer.
 class HttpResponseReader {
  public:
+  HttpResponseReader() = default;
+  // A reader that hands a 200 answer's body to `body_sink` as it is decoded, in pieces, instead
+  // of keeping it (no size limit then: the sink keeps what it needs); an error from the sink ends
+  // the answer with that error. Other answers are kept whole as before.
+  explicit HttpResponseReader(std::function<absl::Status(absl::string_view)> body_sink)
+      : body_sink_(std::move(body_sink)) {}
+
   // The next bytes the server sent: true once the answer is complete (anything after it is
   // ignored), false while more is needed, an error once it cannot be an answer (then always).
   absl::StatusOr<bool> Feed(absl::string_view data);
@@ -88,8 +118,24 @@ class HttpResponseReader {
   size_t scanned_ = 0;   // how much of pending_ is known to hold no line end (no rescans)
   uint64_t left_ = 0;    // of the Content-Length body, or of the current chunk
   bool received_ = false;
+  bool streaming_ = false;  // the body goes to body_sink_
   absl::Status error_;
   HttpResponse response_;
+  std::function<absl::Status(absl::string_view)> body_sink_;
+};
+
+// Splits a stream into lines ("\n"-ended; a "\r" before it is dropped) and hands each complete
+// line to `on_line`; a line over `max_line` bytes is an error. For watch streams.
+class LineSplitter {
+ public:
+  LineSplitter(size_t max_line, std::function<absl::Status(absl::string_view)> on_line)
+      : max_line_(max_line), on_line_(std::move(on_line)) {}
+  absl::Status Feed(absl::string_view data);
+
+ private:
+  const size_t max_line_;
+  std::function<absl::Status(absl::string_view)> on_line_;
+  std::string partial_;
 };
 
 // The parsed head and body of an HTTP/1.1 answer read to the end of the connection; exposed for

@@ -1,0 +1,91 @@
+#!/bin/bash
+# Idle API requests per node-hour, measured on a real API server (the 1.36 lab of
+# ../shared/lab, or any cluster an admin kubeconfig reaches).
+#
+#   bench/lab-idle-requests.sh [DAEMONS] [WINDOW_SECONDS]     (defaults: 3 daemons, 240 s)
+#
+# Runs DAEMONS copies of build/edgeaccel-device-plugin, each as its own node (a Node object
+# edgeaccel-idle-<i> it creates, two PCIe Edge TPUs of a fixture tree, `--dra=coral-pcie`,
+# labels and Events on, its own kubelet root so the lab's kubelet is left alone), lets them
+# settle, then reads the API server's own apiserver_request_total before and after WINDOW
+# seconds, counting the requests on the resources a daemon touches (resourceslices,
+# resourceclaims, nodes, events). A window of the same length without the daemons is measured
+# first and subtracted (the kubelet and controllers touch nodes and events too). Prints the
+# requests per node-hour by resource and verb. Leaves nothing behind (Nodes, slices, trees).
+#
+# Environment: KUBECONFIG (default /opt/k8s-lab-1.36/kubeconfig/admin.kubeconfig), KUBECTL
+# (default the lab's), DAEMON (default build/edgeaccel-device-plugin), FIXTURE (default
+# build/edgeaccel-fixture), EXTRA_FLAGS (more daemon flags).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DAEMONS=${1:-3}
+WINDOW=${2:-240}
+export KUBECONFIG=${KUBECONFIG:-/opt/k8s-lab-1.36/kubeconfig/admin.kubeconfig}
+KUBECTL=${KUBECTL:-/opt/k8s-lab-1.36/bin/kubectl}
+DAEMON=${DAEMON:-build/edgeaccel-device-plugin}
+FIXTURE=${FIXTURE:-build/edgeaccel-fixture}
+SETTLE=${SETTLE:-20}
+work=$(mktemp -d /tmp/edgeaccel-idle-requests.XXXXXX)
+pids=()
+
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for i in $(seq 1 "$DAEMONS"); do
+    "$KUBECTL" delete resourceslices --field-selector "spec.nodeName=edgeaccel-idle-$i" \
+      --ignore-not-found >/dev/null 2>&1 || true
+    "$KUBECTL" delete node "edgeaccel-idle-$i" --ignore-not-found >/dev/null 2>&1 || true
+  done
+  [ -n "${host:-}" ] && rm -rf "$host"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Counts by "resource verb" of the requests on what the daemons touch, summed over codes.
+counts() {
+  "$KUBECTL" get --raw /metrics | awk '
+    /^apiserver_request_total\{/ {
+      match($0, /resource="[^"]*"/); r = substr($0, RSTART + 10, RLENGTH - 11)
+      match($0, /verb="[^"]*"/); v = substr($0, RSTART + 6, RLENGTH - 7)
+      if (r == "resourceslices" || r == "resourceclaims" || r == "nodes" || r == "events") n[r " " v] += $NF
+    }
+    END { for (k in n) print k, n[k] }' | sort
+}
+
+# Per node-hour from two counts files over $WINDOW seconds and $1 nodes (0: the raw difference).
+rate() {
+  join -a 2 -e 0 -o 0,1.2,2.2 <(sed 's/ /:/' "$1" | sort) <(sed 's/ /:/' "$2" | sort) |
+    awk -v w="$WINDOW" -v nodes="$3" '{ d = $3 - $2; if (d > 0) printf "%s %.1f\n", $1, (nodes > 0 ? d * 3600 / w / nodes : d) }'
+}
+
+echo "baseline: ${WINDOW}s without the daemons"
+counts >"$work/base0"; sleep "$WINDOW"; counts >"$work/base1"
+
+host=$("$FIXTURE" coral-pcie)
+for i in $(seq 1 "$DAEMONS"); do
+  node=edgeaccel-idle-$i
+  "$KUBECTL" create -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "$node"}}
+EOF
+  mkdir -p "$work/kubelet-$i/device-plugins"
+  # shellcheck disable=SC2086
+  "$DAEMON" --host-root="$host" --kubelet_root="$work/kubelet-$i" \
+    --device_plugin_dir="$work/kubelet-$i/device-plugins" --node_name="$node" \
+    --kubeconfig="$KUBECONFIG" --dra=coral-pcie --label_node --node_events \
+    --metrics_address=127.0.0.1:0 --cdi_dir="$work/cdi-$i" ${EXTRA_FLAGS:-} \
+    >"$work/daemon-$i.log" 2>&1 &
+  pids+=($!)
+done
+sleep "$SETTLE"
+for i in $(seq 1 "$DAEMONS"); do
+  kill -0 "${pids[$((i - 1))]}" 2>/dev/null || { echo "daemon $i ended:"; cat "$work/daemon-$i.log"; exit 1; }
+done
+echo "with $DAEMONS daemons: ${WINDOW}s idle, after ${SETTLE}s to settle"
+counts >"$work/run0"; sleep "$WINDOW"; counts >"$work/run1"
+
+rate "$work/base0" "$work/base1" 0 >"$work/base"
+rate "$work/run0" "$work/run1" 0 >"$work/run"
+echo "requests per node-hour (resource:verb), the baseline window's subtracted:"
+join -a 1 -e 0 -o 0,1.2,2.2 <(sort "$work/run") <(sort "$work/base") |
+  awk -v w="$WINDOW" -v nodes="$DAEMONS" '{ d = $2 - $3; total += d; if (d != 0) printf "  %-28s %8.1f\n", $1, d * 3600 / w / nodes }
+    END { printf "  %-28s %8.1f\n", "total", total * 3600 / w / nodes }'
