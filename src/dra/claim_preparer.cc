@@ -18,7 +18,7 @@
 #include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/node/cdi_spec.h"
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {

@@ -1,10 +1,14 @@
 #include "edgeaccel/dra/claim_reader.h"
 
+#include <optional>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/dra_driver.h"
+#include "edgeaccel/host/json_fields.h"
 
 namespace edgeaccel {
 namespace {
@@ -13,14 +17,14 @@ using nlohmann::json;
 
 // The string at `key` of `object`, or an error naming the field.
 absl::StatusOr<std::string> StringField(const json& object, const char* key, const std::string& path) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) {
+  const json* member = JsonMember(object, key);
+  if (member == nullptr || member->is_null()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is missing"));
   }
-  if (!it->is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not a string"));
-  std::string value = it->get<std::string>();
-  if (value.size() > 253) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is too long"));
-  return value;
+  std::optional<std::string> value = JsonString(object, key);
+  if (!value) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not a string"));
+  if (value->size() > 253) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is too long"));
+  return *std::move(value);
 }
 
 // A ResourceClaim's metadata.uid and status.allocation (null when it has none).
@@ -35,21 +39,19 @@ absl::StatusOr<ParsedClaim> ParseClaim(absl::string_view body, const std::string
   if (object.is_discarded() || !object.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the API server's answer is not a JSON object"));
   }
-  auto kind = object.find("kind");
-  if (kind != object.end() && !(kind->is_string() && *kind == "ResourceClaim")) {
+  if (JsonMember(object, "kind") != nullptr && JsonString(object, "kind") != "ResourceClaim") {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the API server answered with another kind"));
   }
-  auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) {
+  const json* metadata = JsonMember(object, "metadata");
+  if (metadata == nullptr || !metadata->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": no metadata"));
   }
   absl::StatusOr<std::string> uid = StringField(*metadata, "uid", "metadata");
   if (!uid.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", uid.status().message()));
   parsed.uid = *std::move(uid);
-  auto status = object.find("status");
-  if (status != object.end() && status->is_object()) {
-    auto it = status->find("allocation");
-    if (it != status->end() && it->is_object()) parsed.allocation = *it;
+  if (const json* status = JsonMember(object, "status"); status != nullptr) {
+    const json* allocation = JsonMember(*status, "allocation");
+    if (allocation != nullptr && allocation->is_object()) parsed.allocation = *allocation;
   }
   return parsed;
 }
@@ -84,13 +86,13 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
   }
   const json& allocation = parsed->allocation;
   ClaimAllocation out;
-  auto devices = allocation.find("devices");
-  if (devices == allocation.end() || devices->is_null()) return out;
+  const json* devices = JsonMember(allocation, "devices");
+  if (devices == nullptr || devices->is_null()) return out;
   if (!devices->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": status.allocation.devices is not an object"));
   }
-  auto results = devices->find("results");
-  if (results == devices->end() || results->is_null()) return out;
+  const json* results = JsonMember(*devices, "results");
+  if (results == nullptr || results->is_null()) return out;
   if (!results->is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": status.allocation.devices.results is not a list"));
   }
@@ -119,18 +121,18 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
     // DRAH stripSubrequestNames: "main/sub" -> "main".
     entry.request = request->substr(0, request->find('/'));
     entry.device = *device;
-    auto admin = result.find("adminAccess");
-    entry.admin_access = admin != result.end() && admin->is_boolean() && admin->get<bool>();
-    if (auto share = result.find("shareID"); share != result.end() && !share->is_null()) {
+    entry.admin_access = JsonBool(result, "adminAccess").value_or(false);
+    if (const json* share = JsonMember(result, "shareID"); share != nullptr && !share->is_null()) {
       // A UUID (k8s-uuid) as the scheduler makes it; it goes back to the kubelet verbatim.
-      if (!share->is_string() || !IsClaimUid(share->get<std::string>())) {
+      std::optional<std::string> share_id = JsonString(result, "shareID");
+      if (!share_id || !IsClaimUid(*share_id)) {
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": ", path, ".shareID ",
-            share->is_string() ? absl::StrCat("\"", absl::CHexEscape(share->get<std::string>().substr(0, 80)), "\"")
-                               : std::string("(not a string)"),
+            share_id ? absl::StrCat("\"", absl::CHexEscape(share_id->substr(0, 80)), "\"")
+                     : std::string("(not a string)"),
             " is not a UID"));
       }
-      entry.share_id = share->get<std::string>();
+      entry.share_id = *std::move(share_id);
     }
     out.results.push_back(std::move(entry));
   }

@@ -121,219 +121,37 @@ void SetShareId(const PreparedDevice& device, drav1::Device* out) {
 }
 void SetShareId(const PreparedDevice&, drav1beta1::Device*) {}
 
+using HealthStreams = SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>;
+
+// The complete health list, for every new version of the device set.
+HealthStreams::Messages HealthMessages(const DraPluginService* service) {
+  HealthStreams::Messages messages;
+  messages.build = [service](const Snapshot& snapshot, drahealth::NodeWatchResourcesResponse* out) {
+    *out = service->HealthMessage(snapshot);
+  };
+  return messages;
+}
+
+SnapshotStreamsBase::Hooks HealthHooks(DraCounters* counters) {
+  SnapshotStreamsBase::Hooks hooks;
+  hooks.opened = [counters](bool serving) {
+    counters->health_streams.fetch_add(1);
+    if (serving) VLOG(1) << "DRA health stream opened";
+  };
+  hooks.ended = [](bool) { VLOG(1) << "DRA health stream ended"; };
+  return hooks;
+}
+
 }  // namespace
-
-// One NodeWatchResources call: the driver's health list, written again on every change of the
-// device set. Built like the ListAndWatch stream (kubelet/device_plugin_service.cc): every gRPC
-// operation starts on the loop thread; another thread hands the loop a wake-up (an alarm); the
-// DeviceSet listener reaches the stream through a gate closed before the stream is forgotten.
-class DraPluginService::HealthStream {
- public:
-  explicit HealthStream(DraPluginService* service)
-      : service_(service),
-        writer_(&context_),
-        arrived_(this, &HealthStream::OnArrived),
-        written_(this, &HealthStream::OnWriteDone),
-        finished_call_(this, &HealthStream::OnFinishDone),
-        done_(this, &HealthStream::OnCallDone),
-        woken_(this, &HealthStream::OnWoken) {
-    absl::MutexLock lock(&gate_->mu);
-    gate_->stream = this;
-  }
-
-  void Wait() {
-    context_.AsyncNotifyWhenDone(&done_);
-    grpc::ServerCompletionQueue* cq = service_->loop_->cq();
-    service_->health_service_->RequestNodeWatchResources(&context_, &request_, &writer_, cq, cq,
-                                                         &arrived_);
-  }
-
-  void Begin() {
-    listener_id_ = service_->set_->Subscribe([gate = gate_](std::shared_ptr<const Snapshot> snapshot) {
-      absl::MutexLock lock(&gate->mu);
-      if (gate->stream != nullptr) gate->stream->Deliver(std::move(snapshot));
-    });
-    Deliver(service_->set_->Current());
-  }
-
-  void Deliver(std::shared_ptr<const Snapshot> snapshot) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      if (!latest_ || snapshot->version > latest_->version) latest_ = std::move(snapshot);
-    }
-    Pump();
-  }
-
-  void End() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-      end_pending_ = true;
-    }
-    Pump();
-  }
-
- private:
-  struct Gate {
-    absl::Mutex mu;
-    HealthStream* stream ABSL_GUARDED_BY(mu) = nullptr;
-  };
-
-  class Event final : public CompletionTag {
-   public:
-    Event(HealthStream* stream, void (HealthStream::*handler)(bool)) : stream_(stream), handler_(handler) {}
-    void Proceed(bool ok) override { (stream_->*handler_)(ok); }
-
-   private:
-    HealthStream* const stream_;
-    void (HealthStream::*const handler_)(bool);
-  };
-
-  enum class Next { kNothing, kWrite, kFinish };
-
-  Next NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finishing_ || call_done_) return Next::kNothing;
-    if (end_pending_) {
-      end_pending_ = false;
-      finishing_ = true;
-      return Next::kFinish;
-    }
-    if (finished_ || !latest_ || (sent_any_ && latest_->version == sent_version_)) return Next::kNothing;
-    writing_ = true;
-    sent_any_ = true;
-    sent_version_ = latest_->version;
-    response_ = service_->HealthMessage(*latest_);
-    return Next::kWrite;
-  }
-
-  void Pump() {
-    absl::ReleasableMutexLock lock(&mu_);
-    if (call_done_) return;  // the call is over (and the service may be going)
-    if (service_->loop_->OnLoopThread()) {
-      const Next next = NextLocked();
-      lock.Release();
-      Start(next);
-      return;
-    }
-    if (wake_pending_) return;
-    wake_pending_ = service_->loop_->Post(&wake_, &woken_);
-  }
-
-  void Start(Next next) {
-    if (next == Next::kNothing) return;
-    const bool started = service_->loop_->StartOperation([&] {
-      if (next == Next::kWrite) writer_.Write(response_, &written_);
-      if (next == Next::kFinish) writer_.Finish(grpc::Status::OK, &finished_call_);
-    });
-    if (!started) {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      finishing_ = false;
-      finished_ = true;
-    }
-  }
-
-  void OnArrived(bool ok) {
-    if (!ok) {
-      delete this;
-      return;
-    }
-    service_->ArmHealthStream();
-    service_->Adopt(this);
-  }
-
-  void OnWoken(bool) {
-    Next next;
-    {
-      absl::MutexLock lock(&mu_);
-      wake_pending_ = false;
-      next = NextLocked();
-    }
-    Start(next);
-    MaybeForget();
-  }
-
-  void OnWriteDone(bool ok) {
-    Next next = Next::kNothing;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      if (ok) {
-        next = NextLocked();
-      } else {
-        finished_ = true;
-        end_pending_ = false;
-      }
-    }
-    Start(next);
-    MaybeForget();
-  }
-
-  void OnFinishDone(bool) {
-    {
-      absl::MutexLock lock(&mu_);
-      finishing_ = false;
-    }
-    MaybeForget();
-  }
-
-  void OnCallDone(bool) {
-    {
-      absl::MutexLock lock(&mu_);
-      call_done_ = true;
-      finished_ = true;
-      end_pending_ = false;
-    }
-    VLOG(1) << "DRA health stream ended";
-    MaybeForget();
-  }
-
-  void MaybeForget() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!call_done_ || writing_ || finishing_ || wake_pending_ || forgotten_) return;
-      forgotten_ = true;
-    }
-    {
-      absl::MutexLock lock(&gate_->mu);
-      gate_->stream = nullptr;
-    }
-    if (listener_id_ != 0) service_->set_->Unsubscribe(listener_id_);
-    service_->Forget(this);  // may destroy this object
-  }
-
-  DraPluginService* const service_;
-  grpc::ServerContext context_;
-  drahealth::NodeWatchResourcesRequest request_;
-  grpc::ServerAsyncWriter<drahealth::NodeWatchResourcesResponse> writer_;
-  Event arrived_, written_, finished_call_, done_, woken_;
-  grpc::Alarm wake_;
-  const std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
-  uint64_t listener_id_ = 0;
-  absl::Mutex mu_;
-  std::shared_ptr<const Snapshot> latest_ ABSL_GUARDED_BY(mu_);
-  bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t sent_version_ ABSL_GUARDED_BY(mu_) = 0;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool end_pending_ ABSL_GUARDED_BY(mu_) = false;
-  bool call_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool forgotten_ ABSL_GUARDED_BY(mu_) = false;
-  bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
-  drahealth::NodeWatchResourcesResponse response_;
-};
 
 DraPluginService::DraPluginService(ClaimPreparer* preparer, DeviceSet* set, std::string pool,
                                    DraCounters* counters)
-    : preparer_(preparer), set_(set), pool_(std::move(pool)), counters_(counters) {}
+    : preparer_(preparer),
+      pool_(std::move(pool)),
+      counters_(counters),
+      health_streams_(set, "DRA health", HealthMessages(this), HealthHooks(counters)) {}
 
-DraPluginService::~DraPluginService() {
-  absl::MutexLock lock(&mu_);
-  LOG_IF(DFATAL, !streams_.empty()) << "DraPluginService destroyed with open health streams";
-}
+DraPluginService::~DraPluginService() = default;
 
 template <typename Request, typename Response>
 grpc::Status DraPluginService::Prepare(const Request& request, Response* response) {
@@ -408,8 +226,6 @@ drahealth::NodeWatchResourcesResponse DraPluginService::HealthMessage(const Snap
 void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
                              drav1beta1::DRAPlugin::AsyncService* v1beta1,
                              drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop) {
-  loop_ = loop;
-  health_service_ = health;
   grpc::ServerCompletionQueue* cq = loop->cq();
   TransientThreads* calls = &calls_;
   OffLoopMethod<drav1::NodePrepareResourcesRequest, drav1::NodePrepareResourcesResponse>::Serve(
@@ -432,55 +248,11 @@ void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
         v1beta1->RequestNodeUnprepareResources(context, request, responder, cq, cq, tag);
       },
       [this](const auto& request, auto* response) { return Unprepare(request, response); });
-  ArmHealthStream();
-}
-
-void DraPluginService::ArmHealthStream() {
-  auto* stream = new HealthStream(this);
-  if (!loop_->StartOperation([stream] { stream->Wait(); })) delete stream;
-}
-
-void DraPluginService::Adopt(HealthStream* raw) {
-  std::shared_ptr<HealthStream> stream(raw);
-  bool ended;
-  {
-    absl::MutexLock lock(&mu_);
-    ended = ended_;
-    streams_[raw] = stream;
-  }
-  counters_->health_streams.fetch_add(1);
-  if (ended) {
-    stream->End();
-  } else {
-    VLOG(1) << "DRA health stream opened";
-    stream->Begin();
-  }
-}
-
-void DraPluginService::Forget(HealthStream* stream) {
-  std::shared_ptr<HealthStream> last;
-  absl::MutexLock lock(&mu_);
-  auto it = streams_.find(stream);
-  if (it == streams_.end()) return;
-  last = std::move(it->second);
-  streams_.erase(it);
-}
-
-void DraPluginService::EndStreams() {
-  std::vector<std::shared_ptr<HealthStream>> open;
-  {
-    absl::MutexLock lock(&mu_);
-    ended_ = true;
-    for (const auto& [ptr, stream] : streams_) open.push_back(stream);
-  }
-  for (const auto& stream : open) stream->End();
+  health_streams_.Serve(loop, [health, cq](auto* context, auto* request, auto* writer, void* tag) {
+    health->RequestNodeWatchResources(context, request, writer, cq, cq, tag);
+  });
 }
 
 void DraPluginService::JoinCalls() { calls_.Join(); }
-
-int DraPluginService::OpenHealthStreams() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(streams_.size());
-}
 
 }  // namespace edgeaccel

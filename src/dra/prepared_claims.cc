@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/host/atomic_file.h"
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 
 namespace edgeaccel {
 namespace {
@@ -26,14 +26,6 @@ using nlohmann::json;
 constexpr absl::string_view kCheckpointKind = "edgeaccel.io/dra-prepared-claims";
 constexpr int kCheckpointVersion = 1;
 constexpr char kFileName[] = "checkpoint.json";
-
-bool IsStringList(const json& value) {
-  if (!value.is_array()) return false;
-  for (const json& item : value) {
-    if (!item.is_string()) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -89,41 +81,41 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
     for (const auto& [key, target] : {std::pair<const char*, std::string*>{"namespace", &prepared.claim.namespace_name},
                                       {"name", &prepared.claim.name},
                                       {"cdiSpec", &prepared.cdi_spec}}) {
-      auto it = entry.find(key);
-      if (it == entry.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, key, " is not a string"));
-      *target = it->get<std::string>();
+      std::optional<std::string> value = JsonString(entry, key);
+      if (!value) return absl::DataLossError(absl::StrCat(what, key, " is not a string"));
+      *target = *std::move(value);
     }
-    if (auto boot = entry.find("bootId"); boot != entry.end()) {  // optional
-      if (!boot->is_string()) return absl::DataLossError(what + "bootId is not a string");
-      prepared.boot_id = boot->get<std::string>();
+    if (JsonMember(entry, "bootId") != nullptr) {  // optional
+      std::optional<std::string> boot = JsonString(entry, "bootId");
+      if (!boot) return absl::DataLossError(what + "bootId is not a string");
+      prepared.boot_id = *std::move(boot);
     }
     if (prepared.cdi_spec.find('/') != std::string::npos || prepared.cdi_spec.empty() ||
         prepared.cdi_spec[0] == '.') {
       return absl::DataLossError(what + "cdiSpec is not a file name");
     }
-    auto devices = entry.find("devices");
-    if (devices == entry.end() || !devices->is_array()) return absl::DataLossError(what + "devices is not a list");
+    const json* devices = JsonMember(entry, "devices");
+    if (devices == nullptr || !devices->is_array()) return absl::DataLossError(what + "devices is not a list");
     for (const json& device : *devices) {
       if (!device.is_object()) return absl::DataLossError(what + "a device is not an object");
       PreparedDevice parsed;
       for (const auto& [key, target] : {std::pair<const char*, std::string*>{"pool", &parsed.pool},
                                         {"device", &parsed.device},
                                         {"physicalId", &parsed.physical_id}}) {
-        auto it = device.find(key);
-        if (it == device.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a string"));
-        *target = it->get<std::string>();
+        std::optional<std::string> value = JsonString(device, key);
+        if (!value) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a string"));
+        *target = *std::move(value);
       }
       for (const auto& [key, target] : {std::pair<const char*, std::vector<std::string>*>{"requests", &parsed.requests},
                                         {"cdiIds", &parsed.cdi_ids}}) {
-        auto it = device.find(key);
-        if (it == device.end() || !IsStringList(*it)) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a list of strings"));
-        *target = it->get<std::vector<std::string>>();
+        std::optional<std::vector<std::string>> value = JsonStringList(device, key);
+        if (!value) return absl::DataLossError(absl::StrCat(what, "device ", key, " is not a list of strings"));
+        *target = *std::move(value);
       }
-      if (auto share = device.find("shareID"); share != device.end()) {  // optional: shared devices
-        if (!share->is_string() || !IsClaimUid(share->get<std::string>())) {
-          return absl::DataLossError(what + "device shareID is not a UID");
-        }
-        parsed.share_id = share->get<std::string>();
+      if (JsonMember(device, "shareID") != nullptr) {  // optional: shared devices
+        std::optional<std::string> share = JsonString(device, "shareID");
+        if (!share || !IsClaimUid(*share)) return absl::DataLossError(what + "device shareID is not a UID");
+        parsed.share_id = *std::move(share);
       }
       prepared.devices.push_back(std::move(parsed));
     }

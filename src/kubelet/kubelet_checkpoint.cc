@@ -7,6 +7,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/host/json_fields.h"
 
 namespace edgeaccel {
 namespace {
@@ -22,13 +23,10 @@ std::vector<std::string> Strings(const nlohmann::json& list) {
   return out;
 }
 
-// The field's string ("" when it is missing), or nullopt when it is of another type (json::value
-// would throw type_error.302 there, out of whichever thread read the file).
+// The field's string ("" when it is missing), or nullopt when it is of another type.
 std::optional<std::string> StringField(const nlohmann::json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end()) return std::string();
-  if (!it->is_string()) return std::nullopt;
-  return it->get<std::string>();
+  if (JsonMember(object, key) == nullptr) return std::string();
+  return JsonString(object, key);
 }
 
 std::vector<std::string> Sorted(std::vector<std::string> ids) {
@@ -53,19 +51,19 @@ absl::StatusOr<KubeletCheckpoint> ParseKubeletCheckpoint(absl::string_view json)
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("the kubelet checkpoint is not a JSON object");
   }
-  auto data = root.find("Data");
-  if (data == root.end() || !data->is_object()) {
+  const nlohmann::json* data = JsonMember(root, "Data");
+  if (data == nullptr || !data->is_object()) {
     return absl::InvalidArgumentError("the kubelet checkpoint has no \"Data\" object");
   }
   KubeletCheckpoint checkpoint;
-  if (auto registered = data->find("RegisteredDevices");
-      registered != data->end() && registered->is_object()) {
+  if (const nlohmann::json* registered = JsonMember(*data, "RegisteredDevices");
+      registered != nullptr && registered->is_object()) {
     for (const auto& [resource, ids] : registered->items()) {
       checkpoint.registered_devices[resource] = Strings(ids);
     }
   }
-  if (auto entries = data->find("PodDeviceEntries");
-      entries != data->end() && entries->is_array()) {
+  if (const nlohmann::json* entries = JsonMember(*data, "PodDeviceEntries");
+      entries != nullptr && entries->is_array()) {
     for (const nlohmann::json& item : *entries) {
       if (!item.is_object()) {
         ++checkpoint.unreadable_entries;
@@ -83,7 +81,7 @@ absl::StatusOr<KubeletCheckpoint> ParseKubeletCheckpoint(absl::string_view json)
       entry.pod_uid = *pod_uid;
       entry.container_name = *container;
       entry.resource_name = *resource;
-      if (auto ids = item.find("DeviceIDs"); ids != item.end()) {
+      if (const nlohmann::json* ids = JsonMember(item, "DeviceIDs"); ids != nullptr) {
         if (ids->is_array()) {
           entry.device_ids = Strings(*ids);
         } else if (ids->is_object()) {

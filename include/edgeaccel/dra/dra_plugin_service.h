@@ -4,7 +4,8 @@
 //    share_id): NodePrepareResources and NodeUnprepareResources, through ClaimPreparer;
 //  * v1alpha1.DRAResourceHealth/NodeWatchResources: the complete health list of the driver's
 //    devices, again whenever a device's health changes (kubelet 1.36 opens it for every DRA
-//    plugin; answering Unimplemented would make it retry and log every 5 s).
+//    plugin; answering Unimplemented would make it retry and log every 5 s): a SnapshotStreams
+//    method (kubelet/snapshot_stream.h), the machine the device plugin's ListAndWatch runs on.
 // Every claim of a request gets an entry in the answer, with its own error: a gRPC error would
 // make the kubelet drop the whole answer.
 // NodePrepareResources and NodeUnprepareResources are answered off the loop thread: each call
@@ -16,12 +17,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <map>
-#include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "dra_health_v1alpha1.grpc.pb.h"
 #include "dra_v1.grpc.pb.h"
 #include "dra_v1beta1.grpc.pb.h"
@@ -30,6 +27,7 @@
 #include "edgeaccel/dra/transient_threads.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/completion_loop.h"
+#include "edgeaccel/kubelet/snapshot_stream.h"
 
 namespace edgeaccel {
 
@@ -46,11 +44,11 @@ class DraPluginService {
   void Serve(drav1::DRAPlugin::AsyncService* v1, drav1beta1::DRAPlugin::AsyncService* v1beta1,
              drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop);
   // Ends the health streams (shutdown); call before the server shuts down.
-  void EndStreams();
+  void EndStreams() { health_streams_.EndStreams(); }
   // Waits for the calls still being answered off the loop; call once the loop has drained (their
   // answers then go nowhere) and before the server goes.
   void JoinCalls();
-  int OpenHealthStreams() const;
+  int OpenHealthStreams() const { return health_streams_.OpenStreams(); }
 
   // The two versions' calls, answered alike, counted in DraCounters (tests call them directly
   // too; the server calls them off the loop).
@@ -63,21 +61,12 @@ class DraPluginService {
   drahealth::NodeWatchResourcesResponse HealthMessage(const Snapshot& snapshot) const;
 
  private:
-  class HealthStream;
-  void ArmHealthStream();
-  void Adopt(HealthStream* stream);
-  void Forget(HealthStream* stream);
-
   ClaimPreparer* const preparer_;
-  DeviceSet* const set_;
   const std::string pool_;
   DraCounters* const counters_;
   TransientThreads calls_{"ea-dra-call"};
-  drahealth::DRAResourceHealth::AsyncService* health_service_ = nullptr;
-  CompletionLoop* loop_ = nullptr;
-  mutable absl::Mutex mu_;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<HealthStream*, std::shared_ptr<HealthStream>> streams_ ABSL_GUARDED_BY(mu_);
+  SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>
+      health_streams_;
 };
 
 }  // namespace edgeaccel

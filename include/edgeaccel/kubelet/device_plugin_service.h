@@ -1,12 +1,9 @@
 // The v1beta1 DevicePlugin service for one resource.
 //
 // The service runs on a CompletionLoop (gRPC's async API, one thread of ours; see
-// completion_loop.h). A ListAndWatch stream is an object with its own state (last version sent,
-// write in flight) that the DeviceSet wakes when the device list changes: it starts the write
-// from whichever thread delivered the change, and the loop thread starts the next one when a
-// write completes. No thread sleeps per stream, nothing polls, and every stream sees every
-// change: state is never shared between streams, so an abandoned stream cannot swallow an
-// update meant for a live one. The unary methods are answered inline on the loop thread.
+// completion_loop.h). ListAndWatch is a SnapshotStreams method (snapshot_stream.h): every stream
+// has its own state and sees every change, from whichever thread delivered it, and its writes
+// start on the loop thread. The unary methods are answered inline on the loop thread.
 #ifndef EDGEACCEL_KUBELET_DEVICE_PLUGIN_SERVICE_H_
 #define EDGEACCEL_KUBELET_DEVICE_PLUGIN_SERVICE_H_
 
@@ -15,15 +12,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <memory>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/plugin_options.h"
+#include "edgeaccel/kubelet/snapshot_stream.h"
 
 namespace edgeaccel {
 
@@ -47,16 +41,16 @@ class DevicePluginService final {
   void Serve(v1beta1::DevicePlugin::AsyncService* service, CompletionLoop* loop);
 
   // Finishes every open ListAndWatch stream with OK (shutdown, socket re-created).
-  void EndStreams();
+  void EndStreams() { streams_.EndStreams(); }
   // ListAndWatch streams open now.
-  int OpenStreams() const;
+  int OpenStreams() const { return streams_.OpenStreams(); }
   // Sends nothing more on any stream, open or new, while the streams stay open: another plugin
   // now feeds the kubelet's list for the resource, and ending our stream would make a kubelet
   // 1.25-1.36 disconnect that plugin (runClient disconnects the current client).
   void Silence() { silenced_.store(true); }
   // Sends every stream the current list again if what PluginOptions::advertise_now allows has
   // changed since its last message.
-  void Readvertise();
+  void Readvertise() { streams_.Recheck(); }
 
   // The unary methods, as answered on the loop.
   grpc::Status GetDevicePluginOptions(const v1beta1::Empty& request,
@@ -68,26 +62,12 @@ class DevicePluginService final {
   grpc::Status PreStartContainer(const v1beta1::PreStartContainerRequest& request,
                                  v1beta1::PreStartContainerResponse* response);
 
-  class Stream;  // one ListAndWatch call
-
  private:
-  friend class Stream;
-  // Waits for the next ListAndWatch call.
-  void ArmStream();
-  // A stream's call arrived: keep it (the map owns it from here) and start it.
-  void Adopt(Stream* stream);
-  void Forget(Stream* stream);
-
   DeviceSet* const set_;
   PluginCounters* const counters_;
   const PluginOptions options_;
-  const std::function<void()> on_stream_cancelled_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<Stream*, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> silenced_{false};
-  v1beta1::DevicePlugin::AsyncService* async_service_ = nullptr;
-  CompletionLoop* loop_ = nullptr;
+  SnapshotStreams<v1beta1::Empty, v1beta1::ListAndWatchResponse> streams_;
 };
 
 }  // namespace edgeaccel

@@ -1,4 +1,4 @@
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 
 namespace edgeaccel {
 
@@ -22,6 +22,25 @@ std::optional<int64_t> JsonInt(const nlohmann::json& object, absl::string_view k
     return std::nullopt;
   }
   return member->get<int64_t>();
+}
+
+std::optional<bool> JsonBool(const nlohmann::json& object, absl::string_view key) {
+  const nlohmann::json* member = JsonMember(object, key);
+  if (member == nullptr || !member->is_boolean()) return std::nullopt;
+  return member->get<bool>();
+}
+
+std::optional<std::vector<std::string>> JsonStringList(const nlohmann::json& object,
+                                                       absl::string_view key) {
+  const nlohmann::json* member = JsonMember(object, key);
+  if (member == nullptr || !member->is_array()) return std::nullopt;
+  std::vector<std::string> out;
+  out.reserve(member->size());
+  for (const nlohmann::json& item : *member) {
+    if (!item.is_string()) return std::nullopt;
+    out.push_back(item.get<std::string>());
+  }
+  return out;
 }
 
 }  // namespace edgeaccel

@@ -1,6 +1,9 @@
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace edgeaccel {
 namespace {
@@ -12,6 +15,8 @@ TEST(JsonFieldsTest, AMemberOfSomethingThatIsNotAnObjectIsAbsent) {
     EXPECT_EQ(JsonMember(not_an_object, "name"), nullptr) << not_an_object.dump();
     EXPECT_EQ(JsonString(not_an_object, "name"), std::nullopt);
     EXPECT_EQ(JsonInt(not_an_object, "name"), std::nullopt);
+    EXPECT_EQ(JsonBool(not_an_object, "name"), std::nullopt);
+    EXPECT_EQ(JsonStringList(not_an_object, "name"), std::nullopt);
   }
   const json object{{"name", "a"}};
   ASSERT_NE(JsonMember(object, "name"), nullptr);
@@ -33,9 +38,27 @@ TEST(JsonFieldsTest, AFieldOfAnotherTypeIsAbsentWhereValueWouldThrow) {
   EXPECT_EQ(JsonInt(object, "f"), std::nullopt) << "1.5 is not an integer";
   EXPECT_EQ(JsonInt(object, "s"), std::nullopt);
   EXPECT_EQ(JsonInt(object, "big"), std::nullopt) << "above INT64_MAX: not an int64";
+  EXPECT_EQ(JsonBool(object, "s"), std::nullopt);
+  EXPECT_EQ(JsonBool(object, "n"), std::nullopt) << "7 is not a boolean";
+  EXPECT_EQ(JsonBool(object, "null"), std::nullopt);
+  EXPECT_EQ(JsonStringList(object, "list"), std::vector<std::string>{"x"});
+  EXPECT_EQ(JsonStringList(object, "s"), std::nullopt);
+  EXPECT_EQ(JsonStringList(object, "missing"), std::nullopt);
   // What nlohmann does where these answer "absent": the reason they exist.
   EXPECT_THROW((void)object.value("n", ""), json::type_error);
   EXPECT_THROW((void)object["s"].value("x", ""), json::type_error);
+}
+
+TEST(JsonFieldsTest, BooleansAndListsOfStrings) {
+  const json object = json::parse(R"({"yes": true, "no": false, "strings": ["a", "b"], "empty": [],
+                                      "mixed": ["a", 1], "nested": [["a"]]})");
+  EXPECT_EQ(JsonBool(object, "yes"), true);
+  EXPECT_EQ(JsonBool(object, "no"), false);
+  EXPECT_EQ(JsonStringList(object, "strings"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(JsonStringList(object, "empty"), std::vector<std::string>{});
+  EXPECT_EQ(JsonStringList(object, "mixed"), std::nullopt) << "one item is not a string";
+  EXPECT_EQ(JsonStringList(object, "nested"), std::nullopt);
+  EXPECT_THROW((void)object["mixed"].get<std::vector<std::string>>(), json::type_error);
 }
 
 }  // namespace
