@@ -23,6 +23,13 @@
 namespace edgeaccel {
 namespace {
 
+// A file that cannot be written (disk full, directory gone, read-only remount) is written again
+// after 1 s, doubling to 60 s. The kernel has no event for "there is room again", so this is the
+// one place the daemon waits on a timer for a file, and only while a write is failing.
+SerialWorker::Retry FileRetry() {
+  return {.first = absl::Seconds(1), .max = absl::Seconds(60), .jitter = 0};
+}
+
 // edgeaccel-nvml-helper in the directory this executable is in (the images put both in
 // /usr/bin; a build tree has both in build/).
 std::string DefaultNvmlHelperPath() {
@@ -91,8 +98,6 @@ Daemon::Daemon(DaemonConfig config)
     options.register_timeout = config_.register_timeout;
     if (config_.cdi) {
       resource->cdi = std::make_unique<CdiSpecFile>(config_.cdi_dir, set->resource_name());
-      resource->cdi_writer = std::make_unique<RetryingFileWriter>(
-          absl::StrCat("the CDI spec ", resource->cdi->path()));
       // Only names a runtime can resolve now: those in the spec on disk.
       options.plugin.cdi_device_name = [cdi = resource->cdi.get()](absl::string_view id) {
         return cdi->NameOnDisk(id);
@@ -112,10 +117,6 @@ Daemon::Daemon(DaemonConfig config)
       RecordEvent({true, reason, message});
     };
     resource->registrar = std::make_unique<ResourceRegistrar>(options, set);
-  }
-  if (!config_.nfd_features_dir.empty()) {
-    nfd_writer_ = std::make_unique<RetryingFileWriter>(
-        absl::StrCat("the NFD feature file in ", config_.nfd_features_dir));
   }
 }
 
@@ -241,18 +242,17 @@ absl::Status Daemon::Start() {
     // The CDI spec is rewritten whenever the devices change, on the sink thread. ListAndWatch
     // names a new device only after that write (advertise_now), whatever order listeners run in.
     if (r->cdi != nullptr) {
-      r->cdi_listener = r->set->Subscribe([this, r](std::shared_ptr<const Snapshot>) {
-        sinks_.Post(absl::StrCat("cdi ", r->set->resource_name()), [this, r] { WriteCdi(r); });
-      });
+      r->cdi_listener =
+          r->set->Subscribe([this, r](std::shared_ptr<const Snapshot>) { PostCdi(r); });
     }
   }
   if (config_.label_node) {
     absl::StatusOr<ApiServerConfig> api = ApiConfig();
     if (!api.ok()) return api.status();
-    node_labeler_ = std::make_unique<NodeLabeler>(*api);
+    node_labeler_ = std::make_unique<NodeLabeler>(*api, &api_sinks_);
     node_labeler_->Start();
     if (config_.node_events) {
-      node_events_ = std::make_unique<NodeEventRecorder>(*api);
+      node_events_ = std::make_unique<NodeEventRecorder>(*api, &api_sinks_);
       node_events_->Start();
       // Before the first scan, so a device that is Unhealthy from the start is told too.
       for (auto& resource : resources_) {
@@ -271,9 +271,7 @@ absl::Status Daemon::Start() {
   // device (on the sink thread, as every other write of them).
   for (auto& resource : resources_) {
     Resource* r = resource.get();
-    if (r->cdi != nullptr) {
-      sinks_.Post(absl::StrCat("cdi ", r->set->resource_name()), [this, r] { WriteCdi(r); });
-    }
+    if (r->cdi != nullptr) PostCdi(r);
   }
   sinks_.Drain(absl::Seconds(10));  // a hung disk only delays the first ListAndWatch's devices
   // Registrars start when a resource first has devices, from whichever thread sees that, and
@@ -301,10 +299,10 @@ absl::Status Daemon::Start() {
   // after the first scan reaches every label sink at once.
   for (auto& resource : resources_) {
     resource->labels_listener = resource->set->Subscribe(
-        [this](std::shared_ptr<const Snapshot>) { sinks_.Post("labels", [this] { RefreshLabels(); }); },
+        [this](std::shared_ptr<const Snapshot>) { PostLabels(); },
         DeviceSet::Changes::kAdvertisedOrFacts);
   }
-  sinks_.Post("labels", [this] { RefreshLabels(); });
+  PostLabels();
   if (!config_.metrics_address.empty()) {
     metrics_ = std::make_unique<MetricsServer>(
         config_.metrics_address, [this] { return RenderMetrics(); },
@@ -329,28 +327,47 @@ LabelSet Daemon::Labels() const {
   return DeriveLabels(snapshots, options);
 }
 
-void Daemon::RefreshLabels() {
+void Daemon::PostLabels() {
+  sinks_.PostRetrying("labels", [this] { return RefreshLabels(); }, FileRetry());
+}
+
+SerialWorker::Outcome Daemon::RefreshLabels() {
   LabelSet labels = Labels();
   if (node_labeler_ != nullptr) node_labeler_->Set(labels);  // patches only on change
   absl::MutexLock lock(&labels_mu_);
-  if (labels == labels_ && labels_logged_) return;
+  const bool changed = !(labels == labels_ && labels_logged_);
+  if (!changed && nfd_error_.empty()) return SerialWorker::Outcome::kDone;
   labels_ = labels;
   labels_logged_ = true;
   // Write first, then say so: with an NFD sink, the line below comes after the file holds these
   // labels, or after the error line that says it could not be written.
-  if (nfd_writer_ != nullptr) {
-    absl::Status status = nfd_writer_->Write(
-        [dir = config_.nfd_features_dir, labels] { return WriteNfdFeatureFile(dir, labels); });
-    if (absl::IsCancelled(status) || absl::IsFailedPrecondition(status)) {
-      LOG(INFO) << "stopping: " << status.message();  // the writer was stopped: no retry to wait for
-    } else if (!status.ok()) {
-      LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
-                 << "; Node Feature Discovery will not show these labels until a retry succeeds";
+  bool failed = false;
+  if (!config_.nfd_features_dir.empty()) {
+    absl::Status status = WriteNfdFeatureFile(config_.nfd_features_dir, labels);
+    if (status.ok()) {
+      if (!nfd_error_.empty()) {
+        LOG(INFO) << "wrote the NFD feature file in " << config_.nfd_features_dir << " on retry "
+                  << nfd_failures_ << " (it had failed: " << nfd_error_ << ")";
+      }
+      nfd_error_.clear();
+      nfd_failures_ = 0;
+    } else {
+      failed = true;
+      ++nfd_failures_;
+      // One line per new reason, not one per retry: a disk stays full for a while.
+      if (status.message() != nfd_error_) {
+        LOG(ERROR) << "cannot write the NFD feature file: " << status.message()
+                   << "; Node Feature Discovery will not show these labels until a retry succeeds";
+        nfd_error_ = std::string(status.message());
+      }
     }
   }
-  std::vector<std::string> pairs;
-  for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
-  LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
+  if (changed) {
+    std::vector<std::string> pairs;
+    for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
+    LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
+  }
+  return failed ? SerialWorker::Outcome::kRetry : SerialWorker::Outcome::kDone;
 }
 
 std::string Daemon::RenderMetrics() const {
@@ -415,33 +432,50 @@ bool Daemon::Healthy(std::string* why) const {
   return problems.empty();
 }
 
-void Daemon::WriteCdi(Resource* resource) {
+void Daemon::PostCdi(Resource* resource) {
+  sinks_.PostRetrying(absl::StrCat("cdi ", resource->set->resource_name()),
+                      [this, resource] { return WriteCdi(resource); }, FileRetry());
+}
+
+SerialWorker::Outcome Daemon::WriteCdi(Resource* resource) {
   CdiSpecFile* cdi = resource->cdi.get();
   std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
-  // Already written (or failed, and being retried by cdi_writer): one attempt per change.
-  if (snapshot->version == resource->cdi_attempted_version) return;
-  resource->cdi_attempted_version = snapshot->version;
-  absl::Status status =
-      resource->cdi_writer->Write([cdi, snapshot] { return cdi->Write(*snapshot); });
-  if (absl::IsCancelled(status) || absl::IsFailedPrecondition(status)) {
-    // Stop() came first (the writer was stopped): the spec stays as it is on disk.
-    LOG(INFO) << resource->set->resource_name() << ": stopping: " << status.message();
-  } else if (!status.ok()) {
-    LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
-               << status.message()
-               << "; CDI-aware runtimes will not find these devices until a retry succeeds "
-                  "(Allocate answers their device nodes, without CDI names, meanwhile)";
-  }
-  {
-    // On disk now, or the write failed and Allocate names none of them (NameOnDisk): either
-    // way the kubelet may hear of them.
-    absl::MutexLock lock(&resource->cdi_mu);
-    resource->cdi_settled.clear();
-    for (const Device& device : snapshot->devices) {
-      resource->cdi_settled.insert(std::string(PhysicalIdOf(device.id)));
+  // Already on disk: one write per change.
+  if (snapshot->version == resource->cdi_written_version) return SerialWorker::Outcome::kDone;
+  absl::Status status = cdi->Write(*snapshot);
+  if (status.ok()) {
+    resource->cdi_written_version = snapshot->version;
+    if (!resource->cdi_error.empty()) {
+      LOG(INFO) << "wrote the CDI spec " << cdi->path() << " on retry " << resource->cdi_failures
+                << " (it had failed: " << resource->cdi_error << ")";
+    }
+    resource->cdi_error.clear();
+    resource->cdi_failures = 0;
+  } else {
+    ++resource->cdi_failures;
+    // One line per new reason, not one per retry: a disk stays full for a while.
+    if (status.message() != resource->cdi_error) {
+      LOG(ERROR) << resource->set->resource_name() << ": cannot write the CDI spec: "
+                 << status.message()
+                 << "; CDI-aware runtimes will not find these devices until a retry succeeds "
+                    "(Allocate answers their device nodes, without CDI names, meanwhile)";
+      resource->cdi_error = std::string(status.message());
     }
   }
-  if (resource->registrar != nullptr) resource->registrar->Readvertise();
+  if (snapshot->version != resource->cdi_attempted_version) {
+    resource->cdi_attempted_version = snapshot->version;
+    {
+      // On disk now, or the write failed and Allocate names none of them (NameOnDisk): either
+      // way the kubelet may hear of them.
+      absl::MutexLock lock(&resource->cdi_mu);
+      resource->cdi_settled.clear();
+      for (const Device& device : snapshot->devices) {
+        resource->cdi_settled.insert(std::string(PhysicalIdOf(device.id)));
+      }
+    }
+    if (resource->registrar != nullptr) resource->registrar->Readvertise();
+  }
+  return status.ok() ? SerialWorker::Outcome::kDone : SerialWorker::Outcome::kRetry;
 }
 
 void Daemon::StartRegistrar(Resource* resource) {
@@ -476,17 +510,14 @@ void Daemon::Stop() {
     // Waits for claim reads still under way (cancelled above), while dra_api_ still exists.
     if (driver->preparer != nullptr) driver->preparer->Stop();
   }
-  // The file writers before the sinks: a sink waiting in Write() on a hung disk is released at
-  // once (RetryingFileWriter::Stop never waits for the disk), so sinks_.Stop() does not wait
-  // for it either. The CDI specs stay on disk (see CdiSpecFile): containers that restart while
-  // we are away resolve their cached CDI names from them.
-  if (nfd_writer_ != nullptr) nfd_writer_->Stop();
-  for (auto& resource : resources_) {
-    if (resource->cdi_writer != nullptr) resource->cdi_writer->Stop();
-  }
+  // The file sinks never wait for the disk: a write in flight on a hung disk is abandoned (the
+  // destructor waits for it). The CDI specs stay on disk (see CdiSpecFile): containers that
+  // restart while we are away resolve their cached CDI names from them.
   sinks_.Stop();
-  if (node_labeler_ != nullptr) node_labeler_->Stop();
+  // Cancels the labeller's and the recorder's request in flight (their stop hooks), then joins.
   // After everything that records has stopped; what is still queued is dropped.
+  api_sinks_.Stop();
+  if (node_labeler_ != nullptr) node_labeler_->Stop();
   if (node_events_ != nullptr) node_events_->Stop();
 }
 

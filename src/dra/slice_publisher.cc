@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/host/backoff.h"
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {

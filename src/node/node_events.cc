@@ -1,7 +1,5 @@
 #include "edgeaccel/node/node_events.h"
 
-#include <pthread.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -107,60 +105,70 @@ std::string NodeEventObject(const NodeEvent& event, const std::string& node,
   return Json(object);
 }
 
-NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits)
-    : config_(std::move(config)), limits_(limits), client_(config_), tokens_(limits.spam_burst) {}
+NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits, SerialWorker* worker)
+    : config_(std::move(config)),
+      limits_(limits),
+      client_(config_),
+      own_worker_(worker == nullptr ? std::make_unique<SerialWorker>("ea-events") : nullptr),
+      worker_(worker == nullptr ? own_worker_.get() : worker),
+      tokens_(limits.spam_burst) {}
 
 NodeEventRecorder::~NodeEventRecorder() { Stop(); }
 
 void NodeEventRecorder::Start() {
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-events");
-    Run();
-  });
+  worker_->AddStopHook([this] { client_.Cancel(); });
+  absl::MutexLock lock(&mu_);
+  started_ = true;
+  if (!queue_.empty()) Post();
 }
 
 void NodeEventRecorder::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    queue_.clear();
   }
   client_.Cancel();  // a request in flight ends now, whatever the API server does
-  if (thread_.joinable()) thread_.join();
+  if (own_worker_ != nullptr) own_worker_->Stop();
 }
 
 void NodeEventRecorder::Record(NodeEvent event) {
   absl::MutexLock lock(&mu_);
+  if (stopping_) return;
   if (queue_.size() >= limits_.queue) {
     queue_.pop_front();
     dropped_.fetch_add(1);
   }
   queue_.push_back(std::move(event));
+  if (started_) Post();
 }
 
-void NodeEventRecorder::Run() {
-  while (true) {
-    NodeEvent event;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      event = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    // Nothing may end the process from here: an exception out of a std::thread's function is
-    // std::terminate. None is expected (the bodies are built not to throw); one that comes
-    // anyway (a bug, or no memory) costs this event, is counted as failed, and is said once.
-    try {
-      Send(event);
-    } catch (const std::exception& e) {
-      Unexpected(e.what());
-    } catch (...) {
-      Unexpected("an exception that is not a std::exception");
-    }
+void NodeEventRecorder::Post() {
+  // One task drains the queue an event at a time; a post while it waits replaces it (the same
+  // work), and each send posts the next, so other keys of a shared worker take their turns.
+  worker_->Post("node events", [this] { SendNext(); });
+}
+
+void NodeEventRecorder::SendNext() {
+  NodeEvent event;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || queue_.empty()) return;
+    event = std::move(queue_.front());
+    queue_.pop_front();
   }
+  // Nothing may end the process from here: an exception out of a worker's task is
+  // std::terminate. None is expected (the bodies are built not to throw); one that comes
+  // anyway (a bug, or no memory) costs this event, is counted as failed, and is said once.
+  try {
+    Send(event);
+  } catch (const std::exception& e) {
+    Unexpected(e.what());
+  } catch (...) {
+    Unexpected("an exception that is not a std::exception");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!stopping_ && !queue_.empty()) Post();
 }
 
 void NodeEventRecorder::Unexpected(const std::string& what) {

@@ -1,14 +1,11 @@
 #include "edgeaccel/node/node_labeler.h"
 
-#include <pthread.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "edgeaccel/host/backoff.h"
-#include "edgeaccel/node/json_fields.h"
+#include "edgeaccel/host/json_fields.h"
 #include "edgeaccel/node/label_ownership.h"
 #include "glog/logging.h"
 
@@ -35,15 +32,19 @@ std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& 
   return patch.dump();
 }
 
-NodeLabeler::NodeLabeler(ApiServerConfig config) : config_(std::move(config)), client_(config_) {}
+NodeLabeler::NodeLabeler(ApiServerConfig config, SerialWorker* worker)
+    : config_(std::move(config)),
+      client_(config_),
+      own_worker_(worker == nullptr ? std::make_unique<SerialWorker>("ea-nodelabels") : nullptr),
+      worker_(worker == nullptr ? own_worker_.get() : worker) {}
 
 NodeLabeler::~NodeLabeler() { Stop(); }
 
 void NodeLabeler::Start() {
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-nodelabels");
-    Run();
-  });
+  worker_->AddStopHook([this] { client_.Cancel(); });
+  absl::MutexLock lock(&mu_);
+  started_ = true;
+  if (desired_.has_value()) Post();
 }
 
 void NodeLabeler::Stop() {
@@ -52,7 +53,7 @@ void NodeLabeler::Stop() {
     stopping_ = true;
   }
   client_.Cancel();  // a request in flight ends now, whatever the API server does
-  if (thread_.joinable()) thread_.join();
+  if (own_worker_ != nullptr) own_worker_->Stop();
 }
 
 void NodeLabeler::Set(const LabelSet& labels) {
@@ -60,6 +61,16 @@ void NodeLabeler::Set(const LabelSet& labels) {
   if (desired_.has_value() && *desired_ == labels) return;
   desired_ = labels;
   desired_version_++;
+  if (started_) Post();
+}
+
+void NodeLabeler::Post() {
+  if (stopping_) return;
+  worker_->PostRetrying("node labels", [this] { return Apply(); },
+                        {.first = config_.initial_backoff,
+                         .max = config_.max_backoff,
+                         .jitter = 0.5,
+                         .newer_waits_for_retry = true});
 }
 
 absl::StatusOr<NodeLabeler::NodeLabels> NodeLabeler::ReadNode() {
@@ -116,83 +127,64 @@ absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::stri
   }
 }
 
-void NodeLabeler::Run() {
-  Backoff backoff(config_.initial_backoff, config_.max_backoff, /*jitter=*/0.5);
-  std::optional<std::set<std::string>> managed;  // our keys on the node, once known
-  std::optional<LabelSet> applied;
-  std::set<std::string> left_to_others;
-  uint64_t applied_version = 0;
-  std::string last_error;
-  absl::Time retry_at = absl::InfinitePast();
-  while (true) {
-    LabelSet want;
-    uint64_t version;
-    {
-      absl::MutexLock lock(&mu_);
-      // Sleep until there is something new to apply, a retry is due, or Stop().
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (desired_.has_value() && desired_version_ != applied_version &&
-                             absl::Now() >= retry_at);
-      };
-      if (retry_at > absl::Now()) {
-        mu_.AwaitWithDeadline(absl::Condition(&ready), retry_at);
-      } else {
-        mu_.Await(absl::Condition(&ready));
+SerialWorker::Outcome NodeLabeler::Apply() {
+  LabelSet want;
+  uint64_t version;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return SerialWorker::Outcome::kDone;
+    if (!desired_.has_value() || desired_version_ == applied_version_) {
+      return SerialWorker::Outcome::kDone;
+    }
+    want = *desired_;
+    version = desired_version_;
+  }
+  // Read the Node first: whose keys are whose is decided against what is on it now.
+  absl::StatusOr<NodeLabels> node = ReadNode();
+  absl::Status status = node.status();
+  if (status.ok() && !managed_.has_value()) managed_ = node->managed;
+  LabelSet ours = want;
+  std::set<std::string> patch_managed;
+  if (status.ok()) {
+    const std::set<std::string> others =
+        KeysHeldByOthers(want, node->labels, *managed_, applied_.value_or(LabelSet()));
+    for (const std::string& key : others) ours.erase(key);
+    // A key left to another writer is not ours to remove either.
+    for (const std::string& key : *managed_) {
+      if (others.count(key) == 0) patch_managed.insert(key);
+    }
+    if (others != left_to_others_) {
+      left_to_others_ = others;
+      if (!others.empty()) {
+        LOG(INFO) << "node " << config_.node_name << ": leaving "
+                  << absl::StrJoin(others, ", ")
+                  << " to the other writer that holds them on the node (GPU feature discovery?)";
       }
-      if (stopping_) return;
-      if (!desired_.has_value() || desired_version_ == applied_version) continue;
-      want = *desired_;
-      version = desired_version_;
-    }
-    // Read the Node first: whose keys are whose is decided against what is on it now.
-    absl::StatusOr<NodeLabels> node = ReadNode();
-    absl::Status status = node.status();
-    if (status.ok() && !managed.has_value()) managed = node->managed;
-    LabelSet ours = want;
-    std::set<std::string> patch_managed;
-    if (status.ok()) {
-      const std::set<std::string> others =
-          KeysHeldByOthers(want, node->labels, *managed, applied.value_or(LabelSet()));
-      for (const std::string& key : others) ours.erase(key);
-      // A key left to another writer is not ours to remove either.
-      for (const std::string& key : *managed) {
-        if (others.count(key) == 0) patch_managed.insert(key);
-      }
-      if (others != left_to_others) {
-        left_to_others = others;
-        if (!others.empty()) {
-          LOG(INFO) << "node " << config_.node_name << ": leaving "
-                    << absl::StrJoin(others, ", ")
-                    << " to the other writer that holds them on the node (GPU feature discovery?)";
-        }
-      }
-    }
-    if (status.ok() && applied.has_value() && *applied == ours) {
-      applied_version = version;
-      continue;
-    }
-    if (status.ok()) status = Patch(ours, patch_managed);
-    if (status.ok()) {
-      patches_.fetch_add(1);
-      applied = ours;
-      applied_version = version;
-      managed = std::set<std::string>();
-      for (const auto& [key, value] : ours) managed->insert(key);
-      backoff.Reset();
-      retry_at = absl::InfinitePast();
-      last_error.clear();
-      LOG(INFO) << "node " << config_.node_name << " labelled (" << ours.size() << " labels)";
-      continue;
-    }
-    if (client_.cancelled()) return;  // Stop() cut the request short: not a failure
-    failures_.fetch_add(1);
-    retry_at = absl::Now() + backoff.Next();
-    if (std::string(status.message()) != last_error) {
-      last_error = std::string(status.message());
-      LOG(ERROR) << "cannot label node " << config_.node_name << ": " << status.message()
-                 << "; retrying with backoff";
     }
   }
+  if (status.ok() && applied_.has_value() && *applied_ == ours) {
+    applied_version_ = version;
+    return SerialWorker::Outcome::kDone;
+  }
+  if (status.ok()) status = Patch(ours, patch_managed);
+  if (status.ok()) {
+    patches_.fetch_add(1);
+    applied_ = ours;
+    applied_version_ = version;
+    managed_ = std::set<std::string>();
+    for (const auto& [key, value] : ours) managed_->insert(key);
+    last_error_.clear();
+    LOG(INFO) << "node " << config_.node_name << " labelled (" << ours.size() << " labels)";
+    return SerialWorker::Outcome::kDone;
+  }
+  if (client_.cancelled()) return SerialWorker::Outcome::kDone;  // Stop() cut it short
+  failures_.fetch_add(1);
+  if (std::string(status.message()) != last_error_) {
+    last_error_ = std::string(status.message());
+    LOG(ERROR) << "cannot label node " << config_.node_name << ": " << status.message()
+               << "; retrying with backoff";
+  }
+  return SerialWorker::Outcome::kRetry;
 }
 
 }  // namespace edgeaccel

@@ -2,9 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -83,6 +86,150 @@ TEST(SerialWorkerTest, StopDropsWhatWaitsAndFinishesWhatRuns) {
   worker->Post("after", [&] { dropped_ran = true; });  // ignored once stopped
   worker.reset();
   EXPECT_FALSE(dropped_ran);
+}
+
+TEST(SerialWorkerTest, AnAttemptThatFailsIsRetriedWithBackoff) {
+  SerialWorker worker("test-worker");
+  std::atomic<int> attempts{0};
+  absl::Notification done;
+  const absl::Time start = absl::Now();
+  worker.PostRetrying(
+      "labels",
+      [&] {
+        if (++attempts < 3) return SerialWorker::Outcome::kRetry;
+        done.Notify();
+        return SerialWorker::Outcome::kDone;
+      },
+      {.first = absl::Milliseconds(20), .max = absl::Milliseconds(40)});
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(60));  // 20 ms, then 40 ms
+  EXPECT_EQ(attempts.load(), 3);
+  EXPECT_EQ(worker.retries(), 2u);
+  EXPECT_FALSE(worker.retrying("labels"));
+}
+
+TEST(SerialWorkerTest, ARetryThatWaitsHoldsUpNoOtherKey) {
+  SerialWorker worker("test-worker");
+  std::atomic<int> api{0};
+  worker.PostRetrying(
+      "api",
+      [&] {
+        api++;
+        return SerialWorker::Outcome::kRetry;  // an API server that never answers well
+      },
+      {.first = absl::Hours(1), .max = absl::Hours(1)});
+  ASSERT_TRUE(worker.Drain(absl::Seconds(5)));  // a retry not yet due does not count
+  EXPECT_TRUE(worker.retrying("api"));
+  absl::Notification cdi;
+  worker.Post("cdi", [&] { cdi.Notify(); });
+  EXPECT_TRUE(cdi.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(api.load(), 1);
+}
+
+TEST(SerialWorkerTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
+  for (const bool waits : {false, true}) {
+    SCOPED_TRACE(waits ? "newer waits for the retry" : "newer runs at once");
+    SerialWorker worker("test-worker");
+    const SerialWorker::Retry retry{.first = absl::Milliseconds(300),
+                                    .max = absl::Milliseconds(300),
+                                    .newer_waits_for_retry = waits};
+    std::atomic<int> old_runs{0};
+    worker.PostRetrying(
+        "file",
+        [&] {
+          old_runs++;
+          return SerialWorker::Outcome::kRetry;
+        },
+        retry);
+    ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
+    const absl::Time posted = absl::Now();
+    absl::Notification newer;
+    absl::Time newer_ran;
+    worker.PostRetrying(
+        "file",
+        [&] {
+          newer_ran = absl::Now();
+          newer.Notify();
+          return SerialWorker::Outcome::kDone;
+        },
+        retry);
+    ASSERT_TRUE(newer.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_EQ(old_runs.load(), 1);  // replaced, never retried
+    if (waits) {
+      EXPECT_GE(newer_ran - posted, absl::Milliseconds(200));
+    } else {
+      EXPECT_LT(newer_ran - posted, absl::Milliseconds(200));
+    }
+    EXPECT_FALSE(worker.retrying("file"));
+  }
+}
+
+TEST(SerialWorkerTest, StopCallsItsHooksSoARunningTaskEndsAtOnce) {
+  SerialWorker worker("test-worker");
+  absl::Notification started, cancelled;
+  worker.Post("request", [&] {  // a request to an API server that never answers
+    started.Notify();
+    cancelled.WaitForNotification();
+  });
+  worker.AddStopHook([&] { cancelled.Notify(); });  // ApiClient::Cancel
+  started.WaitForNotification();
+  const absl::Time start = absl::Now();
+  worker.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  bool late_hook = false;
+  worker.AddStopHook([&] { late_hook = true; });  // after Stop: called at once
+  EXPECT_TRUE(late_hook);
+}
+
+TEST(SerialWorkerTest, AnIdleWorkerHoldsNoThreadAndStartsOneForTheNextTask) {
+  SerialWorker worker("test-idle", {.exit_when_idle = true});
+  EXPECT_FALSE(worker.thread_running());
+  for (int round = 0; round < 3; ++round) {
+    absl::Notification ran;
+    std::string name;
+    worker.Post("cdi", [&] {
+      char buffer[16] = {};
+      pthread_getname_np(pthread_self(), buffer, sizeof(buffer));
+      name = buffer;
+      ran.Notify();
+    });
+    ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_EQ(name, "test-idle");
+    ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
+    for (int i = 0; i < 500 && worker.thread_running(); ++i) absl::SleepFor(absl::Milliseconds(2));
+    EXPECT_FALSE(worker.thread_running());
+  }
+  // A retry waiting keeps the thread: it is the one that runs it.
+  worker.PostRetrying(
+      "api", [] { return SerialWorker::Outcome::kRetry; },
+      {.first = absl::Hours(1), .max = absl::Hours(1)});
+  ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
+  EXPECT_TRUE(worker.thread_running());
+  EXPECT_EQ(worker.completed(), 4u);
+}
+
+TEST(SerialWorkerTest, StopCanAbandonATaskStuckInTheKernel) {
+  auto worker = std::make_unique<SerialWorker>(
+      "test-worker", SerialWorker::Options{.stop_abandons_running_task = true});
+  absl::Notification started, release;
+  std::atomic<bool> finished{false};
+  worker->Post("fsync", [&] {  // an fsync on a dying SD card
+    started.Notify();
+    release.WaitForNotification();
+    finished = true;
+  });
+  started.WaitForNotification();
+  const absl::Time start = absl::Now();
+  worker->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_FALSE(finished);
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    release.Notify();
+  });
+  worker.reset();  // waits for the task: what it uses goes next
+  EXPECT_TRUE(finished);
+  releaser.join();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "captured_log.h"
+#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/node/node_labeler.h"
 #include "eventually.h"
 #include "fixture_host.h"
 #include "test_api_server.h"
@@ -210,6 +213,61 @@ TEST(NodeEventRecorderTest, RecordingNeverWaitsForTheApiServer) {
   const absl::Time stop = absl::Now();
   recorder.Stop();
   EXPECT_LT(absl::Now() - stop, absl::Seconds(1));
+}
+
+// The daemon's way: the labeller and the recorder share one worker (one thread, and only while
+// there is work). Labels and Events both reach the API server, the Events in the order recorded.
+TEST_F(EventsApiTest, TheLabellerAndTheRecorderShareOneWorker) {
+  SerialWorker worker("test-api", {.exit_when_idle = true});
+  NodeLabeler labeler(Config(), &worker);
+  NodeEventRecorder recorder(Config(), &worker);
+  labeler.Start();
+  recorder.Start();
+  labeler.Set({{"coral.ai/edgetpu.present", "true"}});
+  recorder.Record(kHot);
+  recorder.Record({false, "EdgeTPUHealthy", "0000:03:00.0: healthy again"});
+  ASSERT_TRUE(Eventually([&] { return labeler.patches() == 1 && recorder.created() == 2; }));
+  EXPECT_EQ(api_.Node()["metadata"]["labels"]["coral.ai/edgetpu.present"], "true");
+  ASSERT_TRUE(Eventually([&] { return !worker.thread_running(); }));  // idle: no thread
+  std::vector<nlohmann::json> events = api_.Events();
+  ASSERT_EQ(events.size(), 2u);
+  std::sort(events.begin(), events.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a["metadata"]["name"].get<std::string>() < b["metadata"]["name"].get<std::string>();
+  });
+  EXPECT_EQ(events[0]["reason"], "EdgeTPUUnhealthy");
+  EXPECT_EQ(events[1]["reason"], "EdgeTPUHealthy");
+  worker.Stop();
+}
+
+// One request in flight against an API server that never answers: stopping the shared worker
+// cancels it (the labeller's and the recorder's stop hooks) instead of waiting out its timeout,
+// and what waits behind it is dropped.
+TEST(SharedApiWorkerTest, StopCancelsTheRequestInFlightOfEitherSink) {
+  SilentTcpServer silent;
+  TempDir dir;
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = silent.port();
+  config.ca_file = dir.path() + "/ca.crt";
+  config.node_name = "node-1";
+  config.timeout = absl::Minutes(10);
+  SerialWorker worker("test-api", {.exit_when_idle = true});
+  NodeLabeler labeler(config, &worker);
+  NodeEventRecorder recorder(config, &worker);
+  labeler.Start();
+  recorder.Start();
+  labeler.Set({{"coral.ai/edgetpu.present", "true"}});
+  recorder.Record(kHot);
+  ASSERT_TRUE(silent.WaitForConnections(1, absl::Seconds(10)));  // the labeller's GET hangs
+  const absl::Time start = absl::Now();
+  worker.Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(labeler.failures(), 0u) << "a cancelled request is the stop, not a failure";
+  EXPECT_EQ(recorder.created(), 0u);
+  EXPECT_EQ(recorder.failed(), 0u);
+  labeler.Stop();
+  recorder.Stop();
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include "edgeaccel/dra/dra_plugin_server.h"
 #include "edgeaccel/dra/dra_plugin_service.h"
 #include "edgeaccel/dra/slice_publisher.h"
-#include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/host/host.h"
 #include "edgeaccel/host/serial_worker.h"
 #include "edgeaccel/inventory/device_set.h"
@@ -62,12 +61,17 @@ class Daemon {
     std::vector<std::unique_ptr<Discoverer>> discoverers;
     std::unique_ptr<ResourceRegistrar> registrar;
     std::unique_ptr<CdiSpecFile> cdi;  // with --cdi
-    std::unique_ptr<RetryingFileWriter> cdi_writer;
     uint64_t listener = 0;
     uint64_t cdi_listener = 0;
+    // The sink thread's own: the snapshot version last written, and last attempted (on disk, or
+    // the write failed and is retried), the reason the last write failed and how many failed
+    // since the last success.
+    uint64_t cdi_written_version = 0;
+    uint64_t cdi_attempted_version = 0;
+    std::string cdi_error;
+    int cdi_failures = 0;
     // Physical ids a CDI write has been attempted for (on disk, or the write failed): the ones
     // ListAndWatch may name (PluginOptions::advertise_now).
-    uint64_t cdi_attempted_version = 0;  // the snapshot last handed to cdi_writer (sink thread)
     absl::Mutex cdi_mu;
     absl::flat_hash_set<std::string> cdi_settled ABSL_GUARDED_BY(cdi_mu);
     // Health of each physical device in the last snapshot seen, for Node events.
@@ -100,13 +104,17 @@ class Daemon {
   GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
   absl::Status StartDra();
-  // Recomputes the node labels; logs and writes them (NFD) when they changed.
-  void RefreshLabels();
+  // Recomputes the node labels; logs and writes them (NFD) when they changed. kRetry when the
+  // NFD file could not be written (the sink worker retries with backoff).
+  SerialWorker::Outcome RefreshLabels();
   std::string RenderMetrics() const;
   bool Healthy(std::string* why) const;
   void StartRegistrar(Resource* resource);
   // Writes the CDI spec for the resource's current devices, then lets ListAndWatch name them.
-  void WriteCdi(Resource* resource);
+  // kRetry when the write failed (the sink worker retries with backoff).
+  SerialWorker::Outcome WriteCdi(Resource* resource);
+  void PostCdi(Resource* resource);
+  void PostLabels();
   // Events on our Node for what changed between `resource`'s last snapshot and `snapshot`.
   void RecordHealthEvents(Resource* resource, const Snapshot& snapshot);
   void RecordEvent(NodeEvent event);
@@ -121,19 +129,28 @@ class Daemon {
   std::vector<std::unique_ptr<Resource>> resources_;
   std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
   std::unique_ptr<ApiClient> dra_api_;  // with --dra
-  // Slow sinks (CDI specs, the NFD file, label refreshes) run here, in order, so the host
-  // watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk.
-  SerialWorker sinks_{"ea-sinks"};
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex labels_mu_;
   LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
   bool labels_logged_ ABSL_GUARDED_BY(labels_mu_) = false;
-  std::unique_ptr<RetryingFileWriter> nfd_writer_;  // with --nfd-features-dir
+  // With --nfd-features-dir: why the last write of the file failed (empty: it did not), and how
+  // many failed since the last success.
+  std::string nfd_error_ ABSL_GUARDED_BY(labels_mu_);
+  int nfd_failures_ ABSL_GUARDED_BY(labels_mu_) = 0;
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<NodeLabeler> node_labeler_;
   // With --label-node and --node-events; set in Start() before any thread that records.
   std::unique_ptr<NodeEventRecorder> node_events_;
+  // The sinks' two workers, last so that they go first: a task they still run (one Stop()
+  // abandoned on a hung disk) uses everything above. Each holds a thread only while it has work.
+  // Requests to the API server (the node labels, Events) run on ea-api, so a server that hangs
+  // never delays a file; Stop() cancels their request in flight (ApiClient::Cancel).
+  SerialWorker api_sinks_{"ea-api", {.exit_when_idle = true}};
+  // The files (CDI specs, the NFD file) and label refreshes run on ea-sinks, in order, so the
+  // host watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk. A
+  // failed write is retried with backoff; Stop() never waits for the disk.
+  SerialWorker sinks_{"ea-sinks", {.exit_when_idle = true, .stop_abandons_running_task = true}};
 };
 
 }  // namespace edgeaccel

@@ -14,7 +14,9 @@
 //  * a spam filter per Node: a token bucket of 25, refilled one per 5 minutes, so a flapping
 //    device cannot flood the API server; what it drops is counted, and said once in the log.
 // Recording never blocks: events are queued (at most 256; the oldest beyond that are dropped and
-// counted) and sent by one thread ("ea-events"). An answer the API server refuses (403, 422,
+// counted) and sent one at a time, in the order recorded, by a SerialWorker (under the key
+// "node events"): the daemon's API sink worker, shared with the node labeller, or one of the
+// recorder's own ("ea-events"). An answer the API server refuses (403, 422,
 // 429, ...) or a failed connection is logged once per reason and the event dropped: device
 // serving never waits on the API server.
 #ifndef EDGEACCEL_NODE_NODE_EVENTS_H_
@@ -25,13 +27,14 @@
 #include <deque>
 #include <list>
 #include <string>
-#include <thread>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/host/serial_worker.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 
@@ -59,8 +62,12 @@ class NodeEventRecorder {
     size_t queue = 256;
   };
 
-  explicit NodeEventRecorder(ApiServerConfig config) : NodeEventRecorder(std::move(config), Limits()) {}
-  NodeEventRecorder(ApiServerConfig config, Limits limits);
+  // With `worker`, events are sent there, and the worker, which must be stopped before the
+  // recorder is destroyed, cancels our request in flight when it stops. Without, the recorder
+  // has a worker of its own.
+  explicit NodeEventRecorder(ApiServerConfig config, SerialWorker* worker = nullptr)
+      : NodeEventRecorder(std::move(config), Limits(), worker) {}
+  NodeEventRecorder(ApiServerConfig config, Limits limits, SerialWorker* worker = nullptr);
   ~NodeEventRecorder();
 
   void Start();
@@ -81,7 +88,9 @@ class NodeEventRecorder {
     int count = 0;
     absl::Time first_seen;
   };
-  void Run();
+  void Post() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the oldest queued event, on the worker's thread; posts again while more wait.
+  void SendNext();
   void Send(const NodeEvent& event);
   bool TakeToken(absl::Time now);
   void Fail(const std::string& why, const std::string& detail);
@@ -91,11 +100,13 @@ class NodeEventRecorder {
   const ApiServerConfig config_;
   const Limits limits_;
   const ApiClient client_;
-  std::thread thread_;
+  std::unique_ptr<SerialWorker> own_worker_;  // without a shared one
+  SerialWorker* const worker_;
   absl::Mutex mu_;
   std::deque<NodeEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The sending thread's own state.
+  // The sender's own state (the worker sends one event at a time).
   double tokens_;
   absl::Time tokens_at_ = absl::InfinitePast();
   std::list<std::string> lru_;  // most recent first

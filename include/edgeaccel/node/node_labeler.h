@@ -9,6 +9,10 @@
 // holds on the Node (GFD's nvidia.com/gpu.*, say) is left to it (label_ownership.h), so the Node
 // is read before each patch. One node's steady-state load on the API server: one GET and one
 // PATCH per hardware change.
+// The requests run as one key ("node labels") of a SerialWorker: the daemon's API sink worker,
+// shared with the Event recorder, or one of its own ("ea-nodelabels"). Each attempt applies the
+// newest labels set; a failed one is retried after the backoff, and labels set meanwhile wait for
+// that retry time too (the API server is not asked more often because the labels change).
 #ifndef EDGEACCEL_NODE_NODE_LABELER_H_
 #define EDGEACCEL_NODE_NODE_LABELER_H_
 
@@ -17,12 +21,12 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/host/serial_worker.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 #include "edgeaccel/node/node_labels.h"
@@ -36,7 +40,10 @@ std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& 
 
 class NodeLabeler {
  public:
-  explicit NodeLabeler(ApiServerConfig config);
+  // With `worker`, requests run there (under the key "node labels"), and the worker, which must
+  // be stopped before the labeller is destroyed, cancels our request in flight when it stops.
+  // Without, the labeller has a worker of its own.
+  explicit NodeLabeler(ApiServerConfig config, SerialWorker* worker = nullptr);
   ~NodeLabeler();
 
   void Start();
@@ -49,7 +56,9 @@ class NodeLabeler {
   uint64_t failures() const { return failures_.load(); }
 
  private:
-  void Run();
+  // One try at applying the newest labels set, on the worker's thread.
+  SerialWorker::Outcome Apply();
+  void Post() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GET the node: which keys did we manage before?
   struct NodeLabels {
     LabelSet labels;                // on the Node now
@@ -60,13 +69,21 @@ class NodeLabeler {
 
   const ApiServerConfig config_;
   const ApiClient client_;
-  std::thread thread_;
+  std::unique_ptr<SerialWorker> own_worker_;  // without a shared one
+  SerialWorker* const worker_;
   std::atomic<uint64_t> patches_{0};
   std::atomic<uint64_t> failures_{0};
   absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<LabelSet> desired_ ABSL_GUARDED_BY(mu_);
   uint64_t desired_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Apply()'s own state (the worker runs one attempt at a time).
+  std::optional<std::set<std::string>> managed_;  // our keys on the node, once known
+  std::optional<LabelSet> applied_;
+  std::set<std::string> left_to_others_;
+  uint64_t applied_version_ = 0;
+  std::string last_error_;
 };
 
 }  // namespace edgeaccel
