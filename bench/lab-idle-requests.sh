@@ -85,6 +85,9 @@ counts >"$work/run0"; sleep "$WINDOW"; counts >"$work/run1"
 
 rate "$work/base0" "$work/base1" 0 >"$work/base"
 rate "$work/run0" "$work/run1" 0 >"$work/run"
+echo "requests in each ${WINDOW}s window (resource:verb: without the daemons, with them):"
+join -a 1 -a 2 -e 0 -o 0,1.2,2.2 <(sort "$work/base") <(sort "$work/run") |
+  awk '{ printf "  %-28s %6d %6d\n", $1, $2, $3 }'
 echo "requests per node-hour (resource:verb), the baseline window's subtracted:"
 join -a 1 -e 0 -o 0,1.2,2.2 <(sort "$work/run") <(sort "$work/base") |
   awk -v w="$WINDOW" -v nodes="$DAEMONS" '{ d = $2 - $3; total += d; if (d != 0) printf "  %-28s %8.1f\n", $1, d * 3600 / w / nodes }

@@ -673,10 +673,6 @@ std::string Daemon::Describe() const {
     }
     for (const Device& device : snapshot->devices) {
       DescribeDevice(device, &out);
-      if (device.health != Health::kHealthy) {
-        absl::StrAppend(&out, "    DRA: left out of the ResourceSlice while Unhealthy\n");
-        continue;
-      }
       // What the slice holds for it (computed once, above, for the whole slice).
       const std::string name = DraDeviceName(device);
       const nlohmann::json* published_entry = nullptr;
@@ -705,6 +701,10 @@ std::string Daemon::Describe() const {
       }
       if (entry.value("allowMultipleAllocations", false)) {
         absl::StrAppend(&out, "      shared (--dra-shared): several claims may hold it at once\n");
+      }
+      for (const nlohmann::json& taint : entry.value("taints", nlohmann::json::array())) {
+        absl::StrAppend(&out, "      taint ", taint.value("key", ""), "=", taint.value("value", ""), ":",
+                        taint.value("effect", ""), " (a claim that does not tolerate it is not given the device)\n");
       }
     }
   }

@@ -2,6 +2,7 @@
 // stand-in (ResourceSlices, ResourceClaims: test_api_server.h) and the DRA kubelet double
 // (plugin watcher, DRAPlugin v1/v1beta1, health stream: dra_kubelet.h), beside the device
 // plugin kubelet double, which must not hear of the families published through DRA.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <sys/stat.h>
@@ -201,6 +202,14 @@ TEST_F(DraE2eTest, ATpuOverItsTemperatureStaysInTheSliceTaintedAndIsUntaintedWhe
   ASSERT_TRUE(SliceTaintsAre(
       "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/temperature=threshold-99.8C:NoSchedule "))
       << daemon->Log();
+  // --discover says the same of the device.
+  ::edgeaccel::testing::CommandResult discover = ::edgeaccel::testing::RunCommand(
+      EDGEACCEL_DAEMON_PATH, {"--discover", "--host-root=" + host_.root(), "--dra=coral-pcie,coral-usb",
+                "--node-name=node-1", "--kubelet-root=" + kubelet_.root()});
+  EXPECT_EQ(discover.exit_code, 0) << discover.err;
+  EXPECT_THAT(discover.out, ::testing::HasSubstr("DRA device: tpu-0000-04-00-0\n"));
+  EXPECT_THAT(discover.out, ::testing::HasSubstr(
+                                "taint edgeaccel.io/temperature=threshold-99.8C:NoSchedule"));
   ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
     for (const auto& entry : entries) {
       if (entry.device == "tpu-0000-04-00-0") return entry.health == "Unhealthy";
