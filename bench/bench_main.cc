@@ -667,7 +667,13 @@ void BenchIdleWithProbe(absl::Duration window) {
   TempDir dir("edgeaccel-floor");
   DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {dir.path() + "/floor.sock"});
   if (!floor.WaitForLog("ready")) exit(1);
+  // And with every file sink on (--label-node and --node-events need an API server: not here).
+  mkdir((dir.path() + "/cdi").c_str(), 0755);
+  mkdir((dir.path() + "/nfd").c_str(), 0755);
+  RunningDaemon sinks("5s", {"--cdi", "--cdi-dir=" + dir.path() + "/cdi",
+                             "--nfd-features-dir=" + dir.path() + "/nfd", "--seed-labels"});
   MeasureIdle({{"daemon probe=5s (default; stream open, metrics on)", running.daemon->pid()},
+               {"daemon probe=5s --cdi --nfd-features-dir --seed-labels", sinks.daemon->pid()},
                {"echo-floor (bare sync gRPC server, no calls)", floor.pid()}},
               window);
 }

@@ -7,14 +7,17 @@
 namespace edgeaccel {
 
 void ScanInputs::Clear() {
-  reads_.clear();
+  reads_.clear();  // and the files they kept open
+  grouped_ = 0;
   started_ = true;
 }
 
 absl::StatusOr<std::string> ScanInputs::ReadFile(absl::string_view host_path, size_t max_bytes,
                                                  Reread reread) {
   absl::StatusOr<std::string> content = host_->ReadFile(host_path, max_bytes);
-  Read read{Kind::kRead, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kRead;
+  read.path = std::string(host_path);
   read.max_bytes = max_bytes;
   read.reread = reread;
   read.status = content.status();
@@ -26,7 +29,9 @@ absl::StatusOr<std::string> ScanInputs::ReadFile(absl::string_view host_path, si
 absl::StatusOr<std::string> ScanInputs::ReadPart(absl::string_view host_path, Part part) {
   absl::StatusOr<std::string> content = host_->ReadFile(host_path);
   if (content.ok()) *content = part(*content);
-  Read read{Kind::kRead, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kRead;
+  read.path = std::string(host_path);
   read.max_bytes = 64 * 1024;
   read.part = part;
   read.status = content.status();
@@ -45,7 +50,9 @@ absl::StatusOr<int64_t> ScanInputs::ReadInteger(absl::string_view host_path, Rer
 
 absl::StatusOr<std::vector<std::string>> ScanInputs::ListDirectory(absl::string_view host_path) {
   absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(host_path);
-  Read read{Kind::kList, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kList;
+  read.path = std::string(host_path);
   read.status = names.status();
   if (names.ok()) read.names = *names;
   reads_.push_back(std::move(read));
@@ -54,7 +61,9 @@ absl::StatusOr<std::vector<std::string>> ScanInputs::ListDirectory(absl::string_
 
 absl::StatusOr<FileInfo> ScanInputs::Stat(absl::string_view host_path) {
   absl::StatusOr<FileInfo> info = host_->Stat(host_path);
-  Read read{Kind::kStat, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kStat;
+  read.path = std::string(host_path);
   read.status = info.status();
   if (info.ok()) read.info = *info;
   reads_.push_back(std::move(read));
@@ -63,7 +72,9 @@ absl::StatusOr<FileInfo> ScanInputs::Stat(absl::string_view host_path) {
 
 absl::StatusOr<FileInfo> ScanInputs::Lstat(absl::string_view host_path) {
   absl::StatusOr<FileInfo> info = host_->Lstat(host_path);
-  Read read{Kind::kLstat, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kLstat;
+  read.path = std::string(host_path);
   read.status = info.status();
   if (info.ok()) read.info = *info;
   reads_.push_back(std::move(read));
@@ -72,7 +83,9 @@ absl::StatusOr<FileInfo> ScanInputs::Lstat(absl::string_view host_path) {
 
 bool ScanInputs::Exists(absl::string_view host_path) {
   const bool exists = host_->Exists(host_path);
-  Read read{Kind::kExists, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kExists;
+  read.path = std::string(host_path);
   read.exists = exists;
   reads_.push_back(std::move(read));
   return exists;
@@ -80,7 +93,9 @@ bool ScanInputs::Exists(absl::string_view host_path) {
 
 std::string ScanInputs::ResolveHostPath(absl::string_view host_path) {
   std::string resolved = host_->ResolveHostPath(host_path);
-  Read read{Kind::kResolve, std::string(host_path)};
+  Read read;
+  read.kind = Kind::kResolve;
+  read.path = std::string(host_path);
   read.text = resolved;
   reads_.push_back(std::move(read));
   return resolved;
@@ -101,40 +116,67 @@ bool SplitPath(const std::string& path, std::string* parent, absl::string_view* 
 
 }  // namespace
 
+void ScanInputs::Group() const {
+  if (grouped_ == reads_.size() && grouped_ != 0) return;
+  std::map<std::string, int> entries_in;
+  std::vector<std::string> parents(reads_.size());
+  std::vector<size_t> names(reads_.size(), 0);
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const Read& read = reads_[i];
+    if (read.kind == Kind::kList || read.kind == Kind::kResolve) continue;
+    absl::string_view name;
+    if (!SplitPath(read.path, &parents[i], &name)) {
+      parents[i].clear();
+      continue;
+    }
+    names[i] = read.path.size() - name.size();
+    // A value read once is not looked at again: it does not make its directory worth resolving.
+    if (!(read.reread == Reread::kUntilRead && read.status.ok())) ++entries_in[parents[i]];
+  }
+  std::map<std::string, int> index;
+  directories_.clear();
+  directory_of_.assign(reads_.size(), -1);
+  name_at_ = std::move(names);
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    if (parents[i].empty() || entries_in[parents[i]] < 2) continue;
+    auto [it, added] = index.emplace(parents[i], static_cast<int>(directories_.size()));
+    if (added) directories_.push_back(parents[i]);
+    directory_of_[i] = it->second;
+  }
+  listed_.assign(directories_.size(), false);
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    if (reads_[i].kind != Kind::kList) continue;
+    auto it = index.find(reads_[i].path);
+    if (it == index.end()) continue;
+    directory_of_[i] = it->second;
+    listed_[it->second] = true;
+  }
+  grouped_ = reads_.size();
+}
+
 bool ScanInputs::Unchanged() const {
   if (!started_) return false;
-  // A directory with more than one entry to look at is resolved once, for this look; an entry
-  // alone in its directory is read by its path.
-  std::map<std::string, int> entries_in;
-  for (const Read& read : reads_) {
-    if (read.reread == Reread::kUntilRead && read.status.ok()) continue;
-    std::string parent;
-    absl::string_view name;
-    if (read.kind != Kind::kList && read.kind != Kind::kResolve &&
-        SplitPath(read.path, &parent, &name)) {
-      ++entries_in[parent];
+  Group();
+  // Each directory is resolved when first needed in this call, as its entries are read.
+  std::vector<std::unique_ptr<HostDirectory>> directories(directories_.size());
+  auto directory_of = [&](size_t i) -> const HostDirectory* {
+    const int d = directory_of_[i];
+    if (d < 0) return nullptr;
+    if (directories[d] == nullptr) {
+      directories[d] = std::make_unique<HostDirectory>(host_, directories_[d], listed_[d]);
     }
-  }
-  std::map<std::string, std::unique_ptr<HostDirectory>> directories;
-  // The directory `path` is read through, and its entry's name; null: read the path whole.
-  auto split = [&](const std::string& path, absl::string_view* name) -> const HostDirectory* {
-    std::string parent;
-    if (!SplitPath(path, &parent, name) || entries_in[parent] < 2) return nullptr;
-    auto it = directories.find(parent);
-    if (it == directories.end()) {
-      it = directories.emplace(parent, std::make_unique<HostDirectory>(host_, parent)).first;
-    }
-    return it->second.get();
+    return directories[d].get();
   };
-  for (const Read& read : reads_) {
-    absl::string_view name;
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const Read& read = reads_[i];
+    const absl::string_view name = absl::string_view(read.path).substr(name_at_[i]);
     switch (read.kind) {
       case Kind::kRead: {
         if (read.reread == Reread::kUntilRead && read.status.ok()) break;
-        const HostDirectory* directory = split(read.path, &name);
-        absl::StatusOr<std::string> content = directory != nullptr
-                                                  ? directory->ReadFile(name, read.max_bytes)
-                                                  : host_->ReadFile(read.path, read.max_bytes);
+        const HostDirectory* directory = directory_of(i);
+        absl::StatusOr<std::string> content =
+            directory != nullptr ? directory->ReadFile(name, read.max_bytes, &read.kept)
+                                 : host_->ReadFile(read.path, read.max_bytes);
         if (content.ok() && read.part != nullptr) *content = read.part(*content);
         if (content.status() != read.status || (content.ok() && *content != read.text)) {
           return false;
@@ -142,13 +184,15 @@ bool ScanInputs::Unchanged() const {
         break;
       }
       case Kind::kList: {
-        absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(read.path);
+        const HostDirectory* directory = directory_of(i);
+        absl::StatusOr<std::vector<std::string>> names =
+            directory != nullptr ? directory->ListDirectory() : host_->ListDirectory(read.path);
         if (names.status() != read.status || (names.ok() && *names != read.names)) return false;
         break;
       }
       case Kind::kStat:
       case Kind::kLstat: {
-        const HostDirectory* directory = split(read.path, &name);
+        const HostDirectory* directory = directory_of(i);
         const bool lstat = read.kind == Kind::kLstat;
         absl::StatusOr<FileInfo> info =
             directory != nullptr ? (lstat ? directory->Lstat(name) : directory->Stat(name))
@@ -157,7 +201,7 @@ bool ScanInputs::Unchanged() const {
         break;
       }
       case Kind::kExists: {
-        const HostDirectory* directory = split(read.path, &name);
+        const HostDirectory* directory = directory_of(i);
         const bool exists =
             directory != nullptr ? directory->Exists(name) : host_->Exists(read.path);
         if (exists != read.exists) return false;

@@ -30,8 +30,18 @@
 namespace edgeaccel {
 namespace {
 
+// The C locale's text of `err`, as strerror(3) gives it in the daemon (which never sets a
+// locale), without strerror's look-up of a translation on every call: the probe makes a few
+// such errors (a family's files not there) every few seconds.
+const char* ErrnoText(int err) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+  if (const char* text = strerrordesc_np(err); text != nullptr) return text;
+#endif
+  return strerror(err);
+}
+
 absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path) {
-  std::string message = absl::StrCat(what, " ", path, ": ", strerror(err));
+  std::string message = absl::StrCat(what, " ", path, ": ", ErrnoText(err));
   switch (err) {
     case ENOENT:
     case ENOTDIR:
@@ -109,16 +119,17 @@ FileInfo InfoOf(const struct stat& st) {
   return info;
 }
 
-// Reads the regular file `fd`, whose fstat(2) gave `size`, to its end; an error, or more than
-// `max_bytes`, is nullopt. A read that returns less than asked, of a file that says how big it
-// is, has reached its end: a file on disk or tmpfs gives what it holds, a sysfs attribute (which
-// says 4096) all its value at once. A file that says 0 (procfs, whose seq_files give a page at a
-// time) is read until a read returns nothing.
+// Reads the regular file `fd`, whose fstat(2) gave `size`, from its start to its end, with pread
+// (the descriptor's offset is neither used nor moved, so a kept descriptor reads it all again);
+// an error, or more than `max_bytes`, is nullopt. A read that returns less than asked, of a file
+// that says how big it is, has reached its end: a file on disk or tmpfs gives what it holds, a
+// sysfs attribute (which says 4096) all its value at once. A file that says 0 (procfs, whose
+// seq_files give a page at a time) is read until a read returns nothing.
 std::optional<std::string> ReadRegularFile(int fd, off_t size, size_t max_bytes) {
   std::string content;
   char buffer[4096];
   while (true) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
+    ssize_t n = pread(fd, buffer, sizeof(buffer), static_cast<off_t>(content.size()));
     if (n < 0) {
       if (errno == EINTR) continue;
       return std::nullopt;
@@ -131,6 +142,31 @@ std::optional<std::string> ReadRegularFile(int fd, off_t size, size_t max_bytes)
       return content;
     }
   }
+}
+
+// The entries of the directory open for reading as `fd`, from its start, sorted, without "." and
+// "..". getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB
+// allocation on every probe's list of a class directory.
+absl::StatusOr<std::vector<std::string>> ListOpenDirectory(int fd, absl::string_view host_path) {
+  std::vector<std::string> names;
+  alignas(8) char buffer[8192];
+  while (true) {
+    // The system call itself: glibc before 2.30 has no getdents64().
+    const ssize_t n = syscall(SYS_getdents64, fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot list", host_path);
+    }
+    if (n == 0) break;
+    for (ssize_t at = 0; at < n;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buffer + at);
+      absl::string_view name = entry->d_name;
+      if (name != "." && name != "..") names.emplace_back(name);
+      at += entry->d_reclen;
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 int OpenRoot(const std::string& root) {
@@ -263,12 +299,47 @@ Host::Host(std::string root, Resolution resolution) : resolution_(resolution) {
   // Normalise: "/" -> "", "/host/" -> "/host".
   while (!root.empty() && root.back() == '/') root.pop_back();
   root_ = std::move(root);
+  root_fd_.store(OpenRoot(root_));
+}
+
+Host::~Host() {
+  const int fd = root_fd_.load();
+  if (fd >= 0) close(fd);
+}
+
+Host::Host(const Host& other) : root_(other.root_), resolution_(other.resolution_) {
+  const int fd = other.root_fd_.load(std::memory_order_acquire);
+  root_fd_.store(fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : OpenRoot(root_));
+}
+
+Host& Host::operator=(const Host& other) {
+  if (this == &other) return *this;
+  const int other_fd = other.root_fd_.load(std::memory_order_acquire);
+  const int fd = other_fd >= 0 ? fcntl(other_fd, F_DUPFD_CLOEXEC, 0) : OpenRoot(other.root_);
+  root_ = other.root_;
+  resolution_ = other.resolution_;
+  const int old = root_fd_.exchange(fd);
+  if (old >= 0) close(old);
+  return *this;
+}
+
+int Host::RootFd() const {
+  const int kept = root_fd_.load(std::memory_order_acquire);
+  if (kept >= 0) return kept;
+  const int fd = OpenRoot(root_);
+  if (fd < 0) return -1;
+  int expected = -1;
+  if (!root_fd_.compare_exchange_strong(expected, fd, std::memory_order_acq_rel)) {
+    close(fd);  // another thread opened it first
+    return expected;
+  }
+  return fd;
 }
 
 std::string Host::Resolve(absl::string_view host_path) const {
-  Fd root(OpenRoot(root_));
+  const int root = RootFd();
   std::string resolved;
-  if (root.get() < 0 || !WalkInRoot(root.get(), host_path, /*follow_last=*/true, &resolved).ok()) {
+  if (root < 0 || !WalkInRoot(root, host_path, /*follow_last=*/true, &resolved).ok()) {
     resolved = Lexical(host_path);  // unreadable root or a symlink loop: no links to follow
   }
   if (resolved == "/") return root_.empty() ? "/" : root_;
@@ -281,8 +352,8 @@ std::string Host::ResolveHostPath(absl::string_view host_path) const {
 }
 
 absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
-  Fd root(OpenRoot(root_));
-  if (root.get() < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
+  const int root = RootFd();
+  if (root < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
   if (resolution_ == Resolution::kKernel && KernelResolvesInRoot()) {
     const std::string relative = RelativePath(host_path);
     struct open_how how = {};
@@ -291,12 +362,12 @@ absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
     for (int attempt = 0; attempt < 3; ++attempt) {
       // EAGAIN: a rename or mount anywhere on the host raced with a ".." step (the kernel's
       // check is global). On a busy node that can repeat; the walk below never needs to retry.
-      int fd = static_cast<int>(syscall(SYS_openat2, root.get(), relative.c_str(), &how, sizeof(how)));
+      int fd = static_cast<int>(syscall(SYS_openat2, root, relative.c_str(), &how, sizeof(how)));
       if (fd >= 0) return fd;
       if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
     }
   }
-  return OpenWithWalk(root.get(), host_path, flags);
+  return OpenWithWalk(root, host_path, flags);
 }
 
 absl::StatusOr<int> Host::OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const {
@@ -407,21 +478,8 @@ absl::StatusOr<std::vector<std::string>> Host::ListDirectory(absl::string_view h
     return absl::Status(opened.status().code(),
                         absl::StrReplaceAll(opened.status().message(), {{"cannot open", "cannot list"}}));
   }
-  DIR* dir = fdopendir(*opened);
-  if (dir == nullptr) {
-    const int err = errno;
-    close(*opened);
-    return ErrnoStatus(err, "cannot list", host_path);
-  }
-  std::vector<std::string> names;
-  while (struct dirent* entry = readdir(dir)) {
-    absl::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    names.emplace_back(name);
-  }
-  closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
+  Fd fd(*opened);
+  return ListOpenDirectory(fd.get(), host_path);
 }
 
 absl::StatusOr<FileInfo> Host::Stat(absl::string_view host_path) const {
@@ -479,8 +537,16 @@ bool FileInfo::operator==(const FileInfo& other) const {
          modified.tv_nsec == other.modified.tv_nsec;
 }
 
-HostDirectory::HostDirectory(const Host* host, std::string host_path)
+HostDirectory::HostDirectory(const Host* host, std::string host_path, bool listable)
     : host_(host), host_path_(std::move(host_path)) {
+  if (listable) {
+    absl::StatusOr<int> opened = host_->Open(host_path_, O_RDONLY | O_DIRECTORY);
+    if (opened.ok()) {
+      fd_ = *opened;
+      listable_ = true;
+      return;
+    }
+  }
   absl::StatusOr<int> opened = host_->Open(host_path_, O_PATH | O_DIRECTORY);
   if (opened.ok()) fd_ = *opened;
 }
@@ -490,8 +556,19 @@ HostDirectory::~HostDirectory() {
 }
 
 HostDirectory::HostDirectory(HostDirectory&& other) noexcept
-    : host_(other.host_), host_path_(std::move(other.host_path_)), fd_(other.fd_) {
+    : host_(other.host_),
+      host_path_(std::move(other.host_path_)),
+      fd_(other.fd_),
+      listable_(other.listable_),
+      listed_(other.listed_) {
   other.fd_ = -1;
+}
+
+absl::StatusOr<std::vector<std::string>> HostDirectory::ListDirectory() const {
+  if (!listable_) return host_->ListDirectory(host_path_);
+  if (listed_ && lseek(fd_, 0, SEEK_SET) != 0) return host_->ListDirectory(host_path_);
+  listed_ = true;
+  return ListOpenDirectory(fd_, host_path_);
 }
 
 std::string HostDirectory::PathOf(absl::string_view name) const {
@@ -522,6 +599,75 @@ absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name,
     }
   }
   return host_->ReadFile(PathOf(name), max_bytes);
+}
+
+absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name, size_t max_bytes,
+                                                    KeptFile* kept) const {
+  struct stat seen;
+  const bool here = StatHere(name, &seen) && S_ISREG(seen.st_mode);
+  if (here && !kept->empty() && kept->Holds(seen)) {
+    std::optional<std::string> content = ReadRegularFile(kept->fd_, seen.st_size, max_bytes);
+    if (content.has_value() && !content->empty()) return *std::move(content);
+  }
+  kept->Close();
+  if (here) {
+    Fd fd(openat(fd_, std::string(name).c_str(),
+                 O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() >= 0 && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_ino == seen.st_ino && st.st_dev == seen.st_dev) {
+      std::optional<std::string> content = ReadRegularFile(fd.get(), st.st_size, max_bytes);
+      if (content.has_value()) {
+        kept->Keep(fd.release(), st);
+        return *std::move(content);
+      }
+    }
+  }
+  return host_->ReadFile(PathOf(name), max_bytes);
+}
+
+KeptFile::KeptFile(KeptFile&& other) noexcept
+    : fd_(other.fd_),
+      device_(other.device_),
+      inode_(other.inode_),
+      mode_(other.mode_),
+      uid_(other.uid_),
+      gid_(other.gid_) {
+  other.fd_ = -1;
+}
+
+KeptFile& KeptFile::operator=(KeptFile&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    device_ = other.device_;
+    inode_ = other.inode_;
+    mode_ = other.mode_;
+    uid_ = other.uid_;
+    gid_ = other.gid_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void KeptFile::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+void KeptFile::Keep(int fd, const struct stat& st) {
+  Close();
+  fd_ = fd;
+  device_ = st.st_dev;
+  inode_ = st.st_ino;
+  mode_ = st.st_mode;
+  uid_ = st.st_uid;
+  gid_ = st.st_gid;
+}
+
+bool KeptFile::Holds(const struct stat& st) const {
+  return fd_ >= 0 && st.st_dev == device_ && st.st_ino == inode_ && st.st_mode == mode_ &&
+         st.st_uid == uid_ && st.st_gid == gid_;
 }
 
 absl::StatusOr<FileInfo> HostDirectory::Stat(absl::string_view name) const {

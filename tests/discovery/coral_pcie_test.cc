@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdio.h>
+
 #include <atomic>
 #include <set>
 #include <thread>
@@ -242,6 +244,50 @@ TEST_F(CoralTest, ScansWhileATpuIsUnpluggedAndReplugged) {
   stop.store(true);
   churn.join();
   EXPECT_GT(churns.load(), 0);
+}
+
+// The probe's look (InputsUnchanged) reads the attributes through descriptors it keeps from its
+// first look on. Between two looks a TPU is removed, or removed and added again with the same
+// values under the same name, with nothing in /dev to announce it: the next look sees it.
+TEST_F(CoralTest, ARemovedOrReAddedTpuIsSeenByTheNextLookThroughKeptFiles) {
+  fixture_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  fixture_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  ASSERT_EQ(Scan().size(), 2u);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());  // opens and keeps the attributes
+  EXPECT_TRUE(discoverer_->InputsUnchanged());  // reads through them
+
+  // Its sysfs tree moved away whole: the kept files still hold their values, the paths do not.
+  const std::string tree = fixture_.Path("/sys/devices/pci0000:00/0000:04:00.0");
+  ASSERT_EQ(rename(tree.c_str(), (tree + ".gone").c_str()), 0);
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+  ASSERT_EQ(Scan().size(), 1u);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+
+  // Back: what the last scan could not read (its PCI address) is there again.
+  ASSERT_EQ(rename((tree + ".gone").c_str(), tree.c_str()), 0);
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+  ASSERT_EQ(Scan().size(), 2u);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+
+  // Removed and added again under the same name with the same values, /dev left as it was.
+  fixture_.Remove("/sys/class/apex/apex_1");
+  fixture_.Remove("/sys/devices/pci0000:00/0000:04:00.0");
+  fixture_.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+  ASSERT_EQ(Scan().size(), 2u);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+
+  // A reading written in place (the same file) is seen through the kept descriptor.
+  fixture_.OverwriteInPlace("/sys/devices/pci0000:00/0000:03:00.0/apex/apex_0/status", "DEAD\n",
+                            {1, 0});
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0].health, Health::kUnhealthy);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
 }
 
 TEST_F(CoralTest, IdFallsBackToDriverNameWithoutAValidPciAddress) {

@@ -4,7 +4,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdio.h>
+#include <sys/stat.h>
 
+#include "absl/strings/str_cat.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -127,6 +130,125 @@ TEST(HostDirectoryTest, AnswersAsHostDoes) {
   HostDirectory missing(&host, "/sys/class/none");
   EXPECT_EQ(missing.ReadFile("temp", 4096).status(), host.ReadFile("/sys/class/none/temp", 4096).status());
   EXPECT_FALSE(missing.Exists("temp"));
+}
+
+// A file kept open answers as Host does for its path at every read: a value written in place (the
+// same inode) and one written by replacing the file are both read; a file removed, moved away,
+// made unreadable, swapped for a link or a device node, or a directory that now resolves
+// elsewhere give Host's answer, not the kept file's.
+TEST(HostDirectoryTest, AKeptFileAnswersAsHostDoesForItsPath) {
+  FixtureHost fixture;
+  const std::string dir = "/sys/class/thing/thing0";
+  fixture.WriteFile("/sys/devices/thing0/temp", "45050\n");
+  fixture.WriteFile("/sys/devices/thing1/temp", "51050\n");
+  fixture.Symlink("../../devices/thing0", dir);
+  Host host(fixture.root());
+  KeptFile kept;
+  auto read_and_compare = [&](const char* step) {
+    SCOPED_TRACE(step);
+    HostDirectory directory(&host, dir);  // resolved again, as each probe does
+    absl::StatusOr<std::string> read = directory.ReadFile("temp", 64 * 1024, &kept);
+    absl::StatusOr<std::string> want = host.ReadFile(dir + "/temp");
+    EXPECT_EQ(read.status(), want.status());
+    if (read.ok() && want.ok()) {
+      EXPECT_EQ(*read, *want);
+    }
+    return read;
+  };
+  EXPECT_EQ(*read_and_compare("first read"), "45050\n");
+  EXPECT_FALSE(kept.empty());
+  EXPECT_EQ(*read_and_compare("through the kept file"), "45050\n");
+  fixture.OverwriteInPlace("/sys/devices/thing0/temp", "46050\n", {1, 0});
+  EXPECT_EQ(*read_and_compare("written in place"), "46050\n");
+  fixture.OverwriteInPlace("/sys/devices/thing0/temp", "7\n", {2, 0});  // shorter
+  EXPECT_EQ(*read_and_compare("shorter, in place"), "7\n");
+  fixture.WriteFile("/sys/devices/thing0/temp", "47050\n");
+  EXPECT_EQ(*read_and_compare("replaced"), "47050\n");
+  // Moved away: the kept file still holds its value, the path has none.
+  ASSERT_EQ(rename(fixture.Path("/sys/devices/thing0/temp").c_str(),
+                   fixture.Path("/sys/devices/thing0/temp.old").c_str()),
+            0);
+  EXPECT_EQ(read_and_compare("moved away").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(rename(fixture.Path("/sys/devices/thing0/temp.old").c_str(),
+                   fixture.Path("/sys/devices/thing0/temp").c_str()),
+            0);
+  EXPECT_EQ(*read_and_compare("moved back"), "47050\n");
+  EXPECT_EQ(*read_and_compare("moved back, kept again"), "47050\n");
+  // Its permissions changed: opened again, as Host opens it (root reads it all the same).
+  ASSERT_EQ(chmod(fixture.Path("/sys/devices/thing0/temp").c_str(), 0), 0);
+  (void)read_and_compare("made unreadable");
+  ASSERT_EQ(chmod(fixture.Path("/sys/devices/thing0/temp").c_str(), 0644), 0);
+  EXPECT_EQ(*read_and_compare("readable again"), "47050\n");
+  // The directory's link now names another device.
+  fixture.Symlink("../../devices/thing1", dir);
+  EXPECT_EQ(*read_and_compare("another directory"), "51050\n");
+  // A link in the file's place is followed by Host, and nothing is kept for it.
+  fixture.Symlink("/sys/devices/thing0/temp", "/sys/devices/thing1/temp.link");
+  ASSERT_EQ(rename(fixture.Path("/sys/devices/thing1/temp.link").c_str(),
+                   fixture.Path("/sys/devices/thing1/temp").c_str()),
+            0);
+  EXPECT_EQ(*read_and_compare("a link in its place"), "47050\n");
+  EXPECT_TRUE(kept.empty());
+  // A device node in its place is never opened (that resets an Edge TPU).
+  fixture.Remove("/sys/devices/thing1/temp");
+  fixture.MakeCharDevice("/sys/devices/thing1/temp", 120, 0);
+  EXPECT_EQ(read_and_compare("a device node").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(kept.empty());
+  // Removed with its device.
+  fixture.Remove("/sys/devices/thing1");
+  EXPECT_EQ(read_and_compare("device removed").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(kept.empty());
+}
+
+// An empty file is read through a new descriptor each time (a seq_file that gave nothing may
+// give nothing again at offset 0 on older kernels), and still answers as Host does.
+TEST(HostDirectoryTest, AnEmptyFileIsOpenedAgain) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/class/thing/thing0/label", "");
+  Host host(fixture.root());
+  KeptFile kept;
+  HostDirectory directory(&host, "/sys/class/thing/thing0");
+  EXPECT_EQ(*directory.ReadFile("label", 4096, &kept), "");
+  fixture.OverwriteInPlace("/sys/class/thing/thing0/label", "gpu\n", {1, 0});
+  EXPECT_EQ(*directory.ReadFile("label", 4096, &kept), "gpu\n");
+  fixture.OverwriteInPlace("/sys/class/thing/thing0/label", std::string(5000, 'x'), {2, 0});
+  EXPECT_EQ(directory.ReadFile("label", 4096, &kept).status(),
+            host.ReadFile("/sys/class/thing/thing0/label", 4096).status());
+}
+
+// The probe reads through kept files from its second look on: a value written in place, a device
+// whose attributes are gone, and one back with the same values, are each seen.
+TEST(ScanInputsTest, KeptFilesSeeEveryChange) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/devices/thing0/temp", "45050\n");
+  fixture.WriteFile("/sys/devices/thing0/status", "ALIVE\n");
+  fixture.Symlink("../../devices/thing0", "/sys/class/thing/thing0");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  (void)inputs.ReadAttribute("/sys/class/thing/thing0/temp");
+  (void)inputs.ReadAttribute("/sys/class/thing/thing0/status");
+  EXPECT_TRUE(inputs.Unchanged());  // opens and keeps them
+  EXPECT_TRUE(inputs.Unchanged());  // reads through them
+  fixture.OverwriteInPlace("/sys/devices/thing0/temp", "46050\n", {1, 0});
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.OverwriteInPlace("/sys/devices/thing0/temp", "45050\n", {2, 0});
+  EXPECT_TRUE(inputs.Unchanged());
+  ASSERT_EQ(rename(fixture.Path("/sys/devices/thing0").c_str(),
+                   fixture.Path("/sys/devices/thing0.gone").c_str()),
+            0);
+  EXPECT_FALSE(inputs.Unchanged());
+  EXPECT_FALSE(inputs.Unchanged());
+  // Added again: new files with the same values read the same (the entry that names a device is
+  // what tells one device from another; the discoverer reads it too).
+  fixture.WriteFile("/sys/devices/thing0/temp", "45050\n");
+  fixture.WriteFile("/sys/devices/thing0/status", "ALIVE\n");
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.WriteFile("/sys/devices/thing0/status", "DEAD\n");
+  EXPECT_FALSE(inputs.Unchanged());
+  inputs.Clear();
+  EXPECT_TRUE(inputs.Unchanged());
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -162,11 +166,74 @@ TEST_P(ResolutionTest, MissingTailIsAppendedAsWritten) {
   EXPECT_EQ(host.Resolve("/"), fixture_.root());
 }
 
+// The root is opened once and every path resolved from that descriptor: links made after the
+// Host was, and a Host copied from it, are still confined to the root.
+TEST_P(ResolutionTest, TheRootOpenedOnceStillConfinesEveryPath) {
+  fixture_.MakeDirectory("/sys");
+  Host host = MakeHost();
+  fixture_.Symlink("/etc/passwd", "/sys/absolute");
+  fixture_.Symlink("../../../../../../../../../../etc/passwd", "/sys/relative");
+  fixture_.Symlink("/..", "/sys/up");
+  fixture_.Symlink("/proc/self/root/etc/passwd", "/sys/magic");
+  std::optional<Host> copy(host);
+  Host assigned("/");
+  assigned = host;
+  for (const Host* h : {&host, &*copy, &assigned}) {
+    for (const char* path : {"/sys/absolute", "/sys/relative", "/sys/up/etc/passwd",
+                             "/sys/up/../../etc/passwd", "/sys/magic", "/../etc/passwd"}) {
+      SCOPED_TRACE(path);
+      EXPECT_EQ(h->ReadFile(path).status().code(), absl::StatusCode::kNotFound);
+      EXPECT_FALSE(h->Exists(path));
+      EXPECT_EQ(h->Stat(path).status().code(), absl::StatusCode::kNotFound);
+    }
+    EXPECT_EQ(h->Resolve("/sys/up/etc"), fixture_.root() + "/etc");
+  }
+  fixture_.WriteFile("/etc/passwd", "fixture\n");
+  copy.reset();  // the others hold their own descriptors
+  EXPECT_EQ(*host.ReadAttribute("/sys/absolute"), "fixture");
+  EXPECT_EQ(*assigned.ReadAttribute("/sys/relative"), "fixture");
+}
+
+// A root that is not there yet is opened by the first call that finds it, and kept from then.
+TEST_P(ResolutionTest, ARootMadeAfterTheHostIsFoundThen) {
+  const std::string root = fixture_.root() + "/later";
+  Host host(root, GetParam());
+  EXPECT_EQ(host.ReadFile("/etc/hostname").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(host.Exists("/"));
+  fixture_.WriteFile("/later/etc/hostname", "node-1\n");
+  fixture_.Symlink("/../../etc/hostname", "/later/sys/name");
+  EXPECT_EQ(*host.ReadAttribute("/etc/hostname"), "node-1");
+  EXPECT_EQ(*host.ReadAttribute("/sys/name"), "node-1");
+  EXPECT_TRUE(host.Exists("/"));
+}
+
 INSTANTIATE_TEST_SUITE_P(KernelAndWalk, ResolutionTest,
                          ::testing::Values(Host::Resolution::kKernel, Host::Resolution::kWalk),
                          [](const ::testing::TestParamInfo<Host::Resolution>& info) {
                            return info.param == Host::Resolution::kKernel ? "Kernel" : "Walk";
                          });
+
+// More entries than one getdents64 call returns: all of them, sorted, without "." and "..".
+TEST(HostTest, ListsADirectoryLargerThanOneRead) {
+  FixtureHost fixture;
+  std::vector<std::string> want;
+  for (int i = 0; i < 400; ++i) {
+    want.push_back(absl::StrCat("entry_with_a_rather_long_name_", 1000 + i));
+    fixture.WriteFile(absl::StrCat("/sys/many/", want.back()), "");
+  }
+  std::sort(want.begin(), want.end());
+  Host host(fixture.root());
+  EXPECT_EQ(*host.ListDirectory("/sys/many"), want);
+  EXPECT_EQ(host.ListDirectory("/sys/many/entry_with_a_rather_long_name_1000").status().code(),
+            absl::StatusCode::kNotFound);  // ENOTDIR, as before
+  HostDirectory listable(&host, "/sys/many", /*listable=*/true);
+  EXPECT_EQ(*listable.ListDirectory(), want);
+  EXPECT_EQ(*listable.ListDirectory(), want);  // again, from the start
+  HostDirectory not_listable(&host, "/sys/many");
+  EXPECT_EQ(*not_listable.ListDirectory(), want);
+  HostDirectory missing(&host, "/sys/none", /*listable=*/true);
+  EXPECT_EQ(missing.ListDirectory().status(), host.ListDirectory("/sys/none").status());
+}
 
 TEST(HostTest, SysAndProcAreSilentToInotify) {
   FixtureHost fixture;

@@ -63,8 +63,11 @@ class ScanInputs {
   std::string ResolveHostPath(absl::string_view host_path);
 
   // Reads again what was recorded since Clear() (the entries of a directory read more than once
-  // through one HostDirectory) and says whether every answer is the one recorded. Stops at the
-  // first that is not. False before the first Clear(): nothing was scanned yet.
+  // through one HostDirectory, resolved again for each call) and says whether every answer is
+  // the one recorded. Stops at the first that is not. False before the first Clear(): nothing
+  // was scanned yet. A file read through a HostDirectory is kept open until the next Clear()
+  // (KeptFile): read again through it while its directory's entry is still that file, it costs
+  // one fstatat and one pread instead of an open, fstat, read and close.
   bool Unchanged() const;
 
   // How many reads are recorded (for tests).
@@ -73,7 +76,7 @@ class ScanInputs {
  private:
   enum class Kind { kRead, kList, kStat, kLstat, kExists, kResolve };
   struct Read {
-    Kind kind;
+    Kind kind = Kind::kRead;
     std::string path;
     size_t max_bytes = 0;  // kRead
     Reread reread = Reread::kEveryProbe;
@@ -83,11 +86,23 @@ class ScanInputs {
     std::vector<std::string> names;  // kList
     FileInfo info;                  // kStat, kLstat
     bool exists = false;            // kExists
+    mutable KeptFile kept;          // kRead through a HostDirectory: the file, held open
   };
+
+  // Which reads Unchanged() makes through a HostDirectory: a directory with more than one entry
+  // to look at is resolved once per call, and listed through the same descriptor where it is
+  // listed too; an entry alone in its directory is read by its path. Worked out once for what is
+  // recorded (directory_of: an index into directories, or -1).
+  void Group() const;
 
   const Host* host_;
   bool started_ = false;
   std::vector<Read> reads_;
+  mutable size_t grouped_ = 0;  // reads_.size() when Group() last ran; 0: not since Clear()
+  mutable std::vector<int> directory_of_;   // parallel to reads_
+  mutable std::vector<size_t> name_at_;     // parallel to reads_: where the entry's name starts
+  mutable std::vector<std::string> directories_;
+  mutable std::vector<bool> listed_;  // parallel to directories_: one of the reads lists it
 };
 
 }  // namespace edgeaccel

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +42,38 @@ struct FileInfo {
 };
 
 class Host;
+class HostDirectory;
+
+// A regular file read through a HostDirectory, held open so that reading it again need not open
+// it: the probe reads the same sysfs attributes every few seconds. Empty until
+// HostDirectory::ReadFile keeps a file in it. Owns its descriptor.
+class KeptFile {
+ public:
+  KeptFile() = default;
+  ~KeptFile() { Close(); }
+  KeptFile(KeptFile&& other) noexcept;
+  KeptFile& operator=(KeptFile&& other) noexcept;
+  KeptFile(const KeptFile&) = delete;
+  KeptFile& operator=(const KeptFile&) = delete;
+
+  bool empty() const { return fd_ < 0; }
+  void Close();
+
+ private:
+  friend class HostDirectory;
+  // Holds `fd`, whose fstat(2) is `st`.
+  void Keep(int fd, const struct stat& st);
+  // Whether `st` (an fstatat of the entry now) is the file held, as an open would find it: the
+  // same inode on the same filesystem, with the same type, permissions and owner.
+  bool Holds(const struct stat& st) const;
+
+  int fd_ = -1;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
+  mode_t mode_ = 0;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+};
 
 // One directory, resolved inside the root once, to read several entries of it again and again
 // without resolving its path each time (the HostWatcher's probe). Every answer is what the Host
@@ -50,7 +83,9 @@ class Host;
 // Owns its descriptor.
 class HostDirectory {
  public:
-  HostDirectory(const Host* host, std::string host_path);
+  // `listable`: open the directory for reading (where it can be), so that ListDirectory() reads
+  // its entries through the same descriptor.
+  HostDirectory(const Host* host, std::string host_path, bool listable = false);
   ~HostDirectory();
   HostDirectory(HostDirectory&& other) noexcept;
   HostDirectory& operator=(HostDirectory&& other) = delete;
@@ -58,9 +93,20 @@ class HostDirectory {
   HostDirectory& operator=(const HostDirectory&) = delete;
 
   absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes) const;
+  // The same answer as ReadFile(name, max_bytes), read through `kept` where it holds the very
+  // file that `name` is now (looked at with fstatat: the same inode, type, permissions and
+  // owner) from offset 0, which gives what opening and reading it gives: a file's content, a
+  // sysfs or procfs attribute's value formatted again. Otherwise, and where that read fails or
+  // gives nothing (a removed sysfs attribute answers ENODEV), the name is read as ReadFile reads
+  // it, and the regular file opened for that is kept in `kept` for the next call; `kept` is left
+  // empty where nothing was opened here.
+  absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes,
+                                       KeptFile* kept) const;
   absl::StatusOr<FileInfo> Stat(absl::string_view name) const;
   absl::StatusOr<FileInfo> Lstat(absl::string_view name) const;
   bool Exists(absl::string_view name) const;
+  // Host::ListDirectory of the directory itself.
+  absl::StatusOr<std::vector<std::string>> ListDirectory() const;
 
  private:
   std::string PathOf(absl::string_view name) const;
@@ -69,7 +115,11 @@ class HostDirectory {
 
   const Host* host_;
   std::string host_path_;
-  int fd_ = -1;  // O_PATH; -1 when the directory could not be opened (then Host answers)
+  // O_PATH, or open for reading where listable_; -1 when the directory could not be opened
+  // (then Host answers).
+  int fd_ = -1;
+  bool listable_ = false;  // fd_ is open for reading (not O_PATH)
+  mutable bool listed_ = false;  // its offset has moved
 };
 
 class Host {
@@ -79,8 +129,15 @@ class Host {
     kWalk,    // always the walk (tests compare the two)
   };
 
-  // `root` is where the host's / is visible to this process: "/" on the node itself.
+  // `root` is where the host's / is visible to this process: "/" on the node itself. The root
+  // directory is opened here (O_PATH), or by the first call that finds it where it was not there
+  // yet, and that descriptor is what every path is resolved from for the Host's life: a
+  // directory mounted over `root` afterwards is not seen (mounts below it are).
   explicit Host(std::string root, Resolution resolution = Resolution::kKernel);
+  ~Host();
+  // A copy holds its own descriptor of the same root directory.
+  Host(const Host& other);
+  Host& operator=(const Host& other);
 
   const std::string& root() const { return root_; }
 
@@ -137,9 +194,12 @@ class Host {
  private:
   // The walk, from the already opened root directory `root_fd`.
   absl::StatusOr<int> OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const;
+  // The root's O_PATH descriptor, opened now if it was not yet; -1 (errno set) while it cannot be.
+  int RootFd() const;
 
   std::string root_;  // without trailing slash; empty for "/"
   Resolution resolution_;
+  mutable std::atomic<int> root_fd_{-1};
 };
 
 // Human-readable name of a file type, for log lines ("a regular file").
