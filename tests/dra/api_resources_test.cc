@@ -365,6 +365,48 @@ TEST_F(ApiResourcesTest, EachValidationRuleIs422NamingItsField) {
          s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {{"default", "1Gi"}};
        },
        "spec.devices[0].capacity[memory].requestPolicy", "FieldValueForbidden"},
+      // validateRequestPolicy (pkg/apis/resource/validation, 1.36); the capacity is 3871Mi.
+      {"validRange min over the capacity",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "4Gi"}, {"validRange", {{"min", "4Gi"}}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy.validRange.min", "FieldValueInvalid"},
+      {"validRange default below its min",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "1Mi"}, {"validRange", {{"min", "1Gi"}}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy.validRange.min", "FieldValueInvalid"},
+      {"validRange without a default",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {{"validRange", {{"min", "1Mi"}}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy.default", "FieldValueRequired"},
+      {"validValues and validRange both",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "1Gi"}, {"validValues", {"1Gi"}}, {"validRange", {{"min", "1Mi"}}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy", "FieldValueForbidden"},
+      {"a default not among validValues",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "2Gi"}, {"validValues", {"1Gi", "3Gi"}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy.validValues", "FieldValueInvalid"},
+      {"validValues out of order",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "1Gi"}, {"validValues", {"2Gi", "1Gi"}}};
+       },
+       "spec.devices[0].capacity[memory].requestPolicy.validValues[1]", "FieldValueInvalid"},
       {"seventeen taints (DeviceTaintsMaxLength is 16 in 1.36)",
        [](json& s) {
          s["spec"]["devices"][0]["taints"] = Devices(1, true)[0]["taints"];
@@ -441,6 +483,18 @@ TEST_F(ApiResourcesTest, WhatIsAtTheLimitsIsValid) {
   const std::vector<std::pair<const char*, std::function<void(json&)>>> good = {
       {"128 devices", [](json& s) { s["spec"]["devices"] = Devices(128); }},
       {"64 devices with taints", [](json& s) { s["spec"]["devices"] = Devices(64, true); }},
+      {"a shared GPU's memory as the daemon publishes it (--dra-shared)",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "3871Mi"}, {"validRange", {{"min", "1Mi"}}}};
+       }},
+      {"validValues with their default",
+       [](json& s) {
+         s["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+         s["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+             {"default", "1Gi"}, {"validValues", {"512Mi", "1Gi", "3871Mi"}}};
+       }},
       {"sixteen taints",
        [](json& s) {
          for (int i = 0; i < 16; i++) {

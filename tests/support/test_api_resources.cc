@@ -31,12 +31,15 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -890,6 +893,129 @@ void ValidateQualifiedName(const std::string& name, const std::string& field, Er
 }
 
 // A map key in a field path, cut in the middle when long (truncateIfTooLong).
+// A canonical quantity's value as a number, for comparing two (Quantity.Cmp); nullopt where it
+// is not one. Exact for what slices carry (integers of a binary or decimal suffix).
+std::optional<long double> QuantityNumber(const std::string& text) {
+  std::string canonical, error;
+  if (text.empty() || !CanonicalQuantity(text, canonical, error)) return std::nullopt;
+  static const std::pair<const char*, long double> kSuffixes[] = {
+      {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
+      {"Pi", 1125899906842624.0L}, {"Ei", 1152921504606846976.0L}, {"n", 1e-9L}, {"u", 1e-6L},
+      {"m", 1e-3L}, {"k", 1e3L}, {"M", 1e6L}, {"G", 1e9L}, {"T", 1e12L}, {"P", 1e15L}, {"E", 1e18L}};
+  long double scale = 1;
+  std::string number = canonical;
+  for (const auto& [suffix, factor] : kSuffixes) {
+    if (absl::EndsWith(number, suffix) && number.size() > strlen(suffix)) {
+      number.resize(number.size() - strlen(suffix));
+      scale = factor;
+      break;
+    }
+  }
+  if (const size_t e = number.find_first_of("eE"); e != std::string::npos) {
+    int exponent = 0;
+    if (!absl::SimpleAtoi(number.substr(e + 1), &exponent)) return std::nullopt;
+    scale = std::pow(10.0L, exponent);
+    number.resize(e);
+  }
+  double mantissa = 0;
+  if (!absl::SimpleAtod(number, &mantissa)) return std::nullopt;
+  return static_cast<long double>(mantissa) * scale;
+}
+
+// validateRequestPolicy, validateRequestPolicyValidValues and validateRequestPolicyRange
+// (pkg/apis/resource/validation/validation.go, 1.36) for a capacity `value` of a device with
+// allowMultipleAllocations. Quantities that do not parse are the decoder's error, not these.
+void ValidateRequestPolicy(const std::string& value, const json& policy, const std::string& field,
+                           Errors& errors) {
+  const json values = policy.value("validValues", json::array());
+  const bool has_values = values.is_array() && !values.empty();
+  const bool has_range = policy.contains("validRange") && policy["validRange"].is_object();
+  const std::optional<long double> capacity = QuantityNumber(value);
+  const std::string default_text = StringAt(policy, "default");
+  const std::optional<long double> default_value = QuantityNumber(default_text);
+  auto canonical = [](const std::string& text) {
+    std::string out, error;
+    CanonicalQuantity(text, out, error);
+    return out;
+  };
+  if (has_values && has_range) {
+    errors.push_back(Forbidden(field, "exactly one policy can be specified, cannot specify "
+                                      "\"validValues\" and \"validRange\" at the same time"));
+    return;
+  }
+  if (has_values) {
+    if (!policy.contains("default")) {
+      errors.push_back(Required(field + ".default", "required when validValues is defined"));
+      return;
+    }
+    const std::string at = field + ".validValues";
+    for (size_t i = 0; i + 1 < values.size(); i++) {
+      const auto a = QuantityNumber(values[i].is_string() ? values[i].get<std::string>() : "");
+      const auto b = QuantityNumber(values[i + 1].is_string() ? values[i + 1].get<std::string>() : "");
+      if (a && b && *a > *b) {
+        errors.push_back(Invalid(absl::StrCat(at, "[", i + 1, "]"), canonical(values[i + 1].get<std::string>()),
+                                 "values must be sorted in ascending order"));
+      }
+    }
+    constexpr size_t kMaxOptions = 10;  // CapacityRequestPolicyDiscreteMaxOptions
+    if (values.size() > kMaxOptions) {
+      errors.push_back(TooMany(at, values.size(), kMaxOptions));
+    }
+    bool found_default = false;
+    for (size_t i = 0; i < values.size(); i++) {
+      const std::string option = values[i].is_string() ? values[i].get<std::string>() : "";
+      const auto number = QuantityNumber(option);
+      if (number && capacity && *number > *capacity) {
+        errors.push_back(Invalid(absl::StrCat(at, "[", i, "]"), canonical(option),
+                                 "option is larger than capacity value: " + canonical(value)));
+      }
+      found_default = found_default || (number && default_value && *number == *default_value);
+    }
+    if (!found_default) {
+      errors.push_back(Invalid(at, canonical(default_text),
+                               "default value is not valid according to the requestPolicy"));
+    }
+    return;
+  }
+  if (!has_range) return;
+  if (!policy.contains("default")) {
+    errors.push_back(Required(field + ".default", "required when validRange is defined"));
+    return;
+  }
+  const json& range = policy["validRange"];
+  const std::string at = field + ".validRange";
+  if (!range.contains("min")) {
+    errors.push_back(Required(at + ".min", "required when validRange is defined"));
+    return;
+  }
+  const std::string min_text = StringAt(range, "min");
+  const auto min = QuantityNumber(min_text);
+  if (min && capacity && *min > *capacity) {
+    errors.push_back(Invalid(at + ".min", canonical(min_text),
+                             "min is larger than capacity value: " + canonical(value)));
+  }
+  if (min && default_value && *default_value < *min) {
+    errors.push_back(Invalid(at + ".min", canonical(default_text),
+                             "default is less than min: " + canonical(min_text)));
+  }
+  if (range.contains("max")) {
+    const std::string max_text = StringAt(range, "max");
+    const auto max = QuantityNumber(max_text);
+    if (min && max && *min > *max) {
+      errors.push_back(Invalid(at + ".max", canonical(min_text), "min is larger than max: " + canonical(max_text)));
+    }
+    if (max && capacity && *max > *capacity) {
+      errors.push_back(Invalid(at + ".max", canonical(max_text),
+                               "max is larger than capacity value: " + canonical(value)));
+    }
+    if (max && default_value && *default_value > *max) {
+      errors.push_back(Invalid(at + ".max", canonical(default_text),
+                               "default is more than max: " + canonical(max_text)));
+    }
+  }
+  // validRange.step is not checked here: nothing of ours sets one.
+}
+
 std::string Key(const std::string& field, const std::string& key, size_t max) {
   max = std::max<size_t>(max, 16);
   if (key.size() <= max) return field + "[" + key + "]";
@@ -957,10 +1083,12 @@ void ValidateDevice(const json& device, const json* old_device, const std::strin
     const bool multiple = device.value("allowMultipleAllocations", false);
     for (const auto& [key, value] : capacity.items()) {
       ValidateQualifiedName(key, field + ".capacity", errors);
+      const std::string policy_field =
+          Key(field + ".capacity", key, kQualifiedNameKeyLength) + ".requestPolicy";
       if (!multiple && value.contains("requestPolicy")) {
-        errors.push_back(
-            Forbidden(Key(field + ".capacity", key, kQualifiedNameKeyLength) + ".requestPolicy",
-                      "allowMultipleAllocations must be true"));
+        errors.push_back(Forbidden(policy_field, "allowMultipleAllocations must be true"));
+      } else if (value.contains("requestPolicy") && value["requestPolicy"].is_object()) {
+        ValidateRequestPolicy(StringAt(value, "value"), value["requestPolicy"], policy_field, errors);
       }
     }
   }
