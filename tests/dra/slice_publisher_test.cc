@@ -325,20 +325,18 @@ TEST_F(SlicePublisherTest, AWatchKeepsTheViewAndPutsBackWhatOthersDeleteOrChange
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(api_.requests_received(), requests) << "idle: no request but the open watch";
 
+  // Put back from the watch's events: no Resync, no LIST, and the resync is an hour away. (How
+  // fast is the lab's and the bench's to say, not a unit test's.)
   api_.DeleteAllResourceSlices("node-1");
-  EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; },
-                                         absl::Seconds(1)))
-      << "a deleted slice is put back within a second";
+  EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }))
+      << "a deleted slice is put back";
 
   json changed = Ours()[0];
   changed["spec"]["devices"] = json::array();
   api_.AddResourceSlice(changed);  // another writer's update of the same slice
-  EXPECT_TRUE(api_.WaitForResourceSlices(
-      [](const std::vector<json>& slices) {
-        return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
-      },
-      absl::Seconds(1)))
-      << "a changed slice is put back within a second";
+  EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) {
+    return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
+  })) << "a changed slice is put back";
   EXPECT_EQ(publisher.status().lists, 1u) << "the view came from one LIST and the watch";
   EXPECT_EQ(publisher.status().conflicts, 0u);
   publisher.Stop();
