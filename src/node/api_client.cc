@@ -726,7 +726,10 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
   Tls tls;
   if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
   Fd fd;
-  if (absl::Status connected = Connect(config_, deadline, cancel_fd_, fd); !connected.ok()) {
+  // Connecting, the handshake and sending the request get the configured timeout even in a watch,
+  // whose own deadline (minutes) is for the answer: a server that never accepts is an error soon.
+  const absl::Time setup_deadline = std::min(deadline, absl::Now() + config_.timeout);
+  if (absl::Status connected = Connect(config_, setup_deadline, cancel_fd_, fd); !connected.ok()) {
     return connected;
   }
 
@@ -741,7 +744,7 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
   if (rc != 0) return absl::InternalError(absl::StrCat("TLS session: ", MbedError(rc)));
   int socket_fd = fd.get();
   mbedtls_ssl_set_bio(&tls.ssl, &socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
-  absl::StatusOr<int> handshake = Drive(socket_fd, deadline, "TLS handshake", cancel_fd_,
+  absl::StatusOr<int> handshake = Drive(socket_fd, setup_deadline, "TLS handshake", cancel_fd_,
                                         [&] { return mbedtls_ssl_handshake(&tls.ssl); });
   if (!handshake.ok() || *handshake != 0) {
     const uint32_t flags = mbedtls_ssl_get_verify_result(&tls.ssl);
@@ -782,7 +785,7 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
   absl::StrAppend(&request, "\r\n", body);
   size_t sent = 0;
   while (sent < request.size()) {
-    absl::StatusOr<int> n = Drive(socket_fd, deadline, what, cancel_fd_, [&] {
+    absl::StatusOr<int> n = Drive(socket_fd, setup_deadline, what, cancel_fd_, [&] {
       return mbedtls_ssl_write(&tls.ssl, reinterpret_cast<const unsigned char*>(request.data()) + sent,
                                request.size() - sent);
     });

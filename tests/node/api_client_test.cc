@@ -334,6 +334,15 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("TLS handshake: timed out"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // A watch with minutes for its answer still gets only the configured timeout to connect and
+  // shake hands: a server that never answers is an error soon, not at the watch's end.
+  ApiClient::WatchCallbacks callbacks;
+  callbacks.on_event = [](absl::string_view) { return absl::OkStatus(); };
+  const absl::Time watched = absl::Now();
+  status = ApiClient(config).Watch("/?watch=true", absl::Now() + absl::Seconds(20), callbacks).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("TLS handshake: timed out"));
+  EXPECT_LT(absl::Now() - watched, absl::Seconds(10)) << "the watch's own deadline, not the timeout";
   close(listener);
 }
 

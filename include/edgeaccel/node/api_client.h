@@ -65,8 +65,10 @@ class ApiClient {
   // caller owns; -1: none) is signalled, it is read and `on_wake` runs. Either callback ends the
   // watch by returning an error, which Watch returns. Otherwise it returns when the server ends
   // the stream (the head's status, no body), at `deadline` (DEADLINE_EXCEEDED), on Cancel()
-  // (CANCELLED), or on an error as Request()'s. An answer other than 200 is returned whole, as
-  // Request() returns it. The callbacks run on the caller's thread.
+  // (CANCELLED), or on an error as Request()'s. Connecting, the TLS handshake and sending the
+  // request are bounded by the configured timeout, as a Request() is; only the answer has until
+  // `deadline`. An answer other than 200 is returned whole, as Request() returns it. The callbacks
+  // run on the caller's thread.
   struct WatchCallbacks {
     std::function<absl::Status(absl::string_view event)> on_event;
     int wake_fd = -1;
