@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "edgeaccel/discovery/coral_pcie.h"
 #include "edgeaccel/discovery/coral_usb.h"
 #include "edgeaccel/discovery/nvidia.h"
