@@ -12,31 +12,31 @@ void ScanInputs::Clear() {
   started_ = true;
 }
 
+ScanInputs::Read& ScanInputs::Record(Kind kind, absl::string_view host_path, absl::Status status) {
+  Read& read = reads_.emplace_back();
+  read.kind = kind;
+  read.path = std::string(host_path);
+  read.status = std::move(status);
+  return read;
+}
+
 absl::StatusOr<std::string> ScanInputs::ReadFile(absl::string_view host_path, size_t max_bytes,
                                                  Reread reread) {
   absl::StatusOr<std::string> content = host_->ReadFile(host_path, max_bytes);
-  Read read;
-  read.kind = Kind::kRead;
-  read.path = std::string(host_path);
+  Read& read = Record(Kind::kRead, host_path, content.status());
   read.max_bytes = max_bytes;
   read.reread = reread;
-  read.status = content.status();
   if (content.ok()) read.text = *content;
-  reads_.push_back(std::move(read));
   return content;
 }
 
 absl::StatusOr<std::string> ScanInputs::ReadPart(absl::string_view host_path, Part part) {
   absl::StatusOr<std::string> content = host_->ReadFile(host_path);
   if (content.ok()) *content = part(*content);
-  Read read;
-  read.kind = Kind::kRead;
-  read.path = std::string(host_path);
+  Read& read = Record(Kind::kRead, host_path, content.status());
   read.max_bytes = 64 * 1024;
   read.part = part;
-  read.status = content.status();
   if (content.ok()) read.text = *content;
-  reads_.push_back(std::move(read));
   return content;
 }
 
@@ -50,54 +50,34 @@ absl::StatusOr<int64_t> ScanInputs::ReadInteger(absl::string_view host_path, Rer
 
 absl::StatusOr<std::vector<std::string>> ScanInputs::ListDirectory(absl::string_view host_path) {
   absl::StatusOr<std::vector<std::string>> names = host_->ListDirectory(host_path);
-  Read read;
-  read.kind = Kind::kList;
-  read.path = std::string(host_path);
-  read.status = names.status();
+  Read& read = Record(Kind::kList, host_path, names.status());
   if (names.ok()) read.names = *names;
-  reads_.push_back(std::move(read));
   return names;
 }
 
 absl::StatusOr<FileInfo> ScanInputs::Stat(absl::string_view host_path) {
   absl::StatusOr<FileInfo> info = host_->Stat(host_path);
-  Read read;
-  read.kind = Kind::kStat;
-  read.path = std::string(host_path);
-  read.status = info.status();
+  Read& read = Record(Kind::kStat, host_path, info.status());
   if (info.ok()) read.info = *info;
-  reads_.push_back(std::move(read));
   return info;
 }
 
 absl::StatusOr<FileInfo> ScanInputs::Lstat(absl::string_view host_path) {
   absl::StatusOr<FileInfo> info = host_->Lstat(host_path);
-  Read read;
-  read.kind = Kind::kLstat;
-  read.path = std::string(host_path);
-  read.status = info.status();
+  Read& read = Record(Kind::kLstat, host_path, info.status());
   if (info.ok()) read.info = *info;
-  reads_.push_back(std::move(read));
   return info;
 }
 
 bool ScanInputs::Exists(absl::string_view host_path) {
   const bool exists = host_->Exists(host_path);
-  Read read;
-  read.kind = Kind::kExists;
-  read.path = std::string(host_path);
-  read.exists = exists;
-  reads_.push_back(std::move(read));
+  Record(Kind::kExists, host_path, absl::OkStatus()).exists = exists;
   return exists;
 }
 
 std::string ScanInputs::ResolveHostPath(absl::string_view host_path) {
   std::string resolved = host_->ResolveHostPath(host_path);
-  Read read;
-  read.kind = Kind::kResolve;
-  read.path = std::string(host_path);
-  read.text = resolved;
-  reads_.push_back(std::move(read));
+  Record(Kind::kResolve, host_path, absl::OkStatus()).text = resolved;
   return resolved;
 }
 

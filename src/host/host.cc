@@ -585,31 +585,22 @@ bool HostDirectory::StatHere(absl::string_view name, struct stat* st) const {
 
 absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name,
                                                     size_t max_bytes) const {
-  // As Host::ReadFile: look first (a device node is never opened: that resets an Edge TPU), then
-  // open without following a link, and check that the file looked at is the one opened.
-  struct stat seen;
-  if (StatHere(name, &seen) && S_ISREG(seen.st_mode)) {
-    Fd fd(openat(fd_, std::string(name).c_str(),
-                 O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
-    struct stat st;
-    if (fd.get() >= 0 && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_ino == seen.st_ino && st.st_dev == seen.st_dev) {
-      std::optional<std::string> content = ReadRegularFile(fd.get(), st.st_size, max_bytes);
-      if (content.has_value()) return *std::move(content);
-    }
-  }
-  return host_->ReadFile(PathOf(name), max_bytes);
+  return ReadFile(name, max_bytes, /*kept=*/nullptr);
 }
 
 absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name, size_t max_bytes,
                                                     KeptFile* kept) const {
+  // As Host::ReadFile: look first (a device node is never opened: that resets an Edge TPU), then
+  // open without following a link, and check that the file looked at is the one opened.
   struct stat seen;
   const bool here = StatHere(name, &seen) && S_ISREG(seen.st_mode);
-  if (here && !kept->empty() && kept->Holds(seen)) {
-    std::optional<std::string> content = ReadRegularFile(kept->fd_, seen.st_size, max_bytes);
-    if (content.has_value() && !content->empty()) return *std::move(content);
+  if (kept != nullptr) {
+    if (here && !kept->empty() && kept->Holds(seen)) {
+      std::optional<std::string> content = ReadRegularFile(kept->fd_, seen.st_size, max_bytes);
+      if (content.has_value() && !content->empty()) return *std::move(content);
+    }
+    kept->Close();
   }
-  kept->Close();
   if (here) {
     Fd fd(openat(fd_, std::string(name).c_str(),
                  O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
@@ -618,7 +609,7 @@ absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name, size
         st.st_ino == seen.st_ino && st.st_dev == seen.st_dev) {
       std::optional<std::string> content = ReadRegularFile(fd.get(), st.st_size, max_bytes);
       if (content.has_value()) {
-        kept->Keep(fd.release(), st);
+        if (kept != nullptr) kept->Keep(fd.release(), st);
         return *std::move(content);
       }
     }

@@ -89,6 +89,10 @@ class ScanInputs {
     mutable KeptFile kept;          // kRead through a HostDirectory: the file, held open
   };
 
+  // A new record of a `kind` look at `host_path` whose answer was `status`; the caller fills in
+  // what the answer held.
+  Read& Record(Kind kind, absl::string_view host_path, absl::Status status);
+
   // Which reads Unchanged() makes through a HostDirectory: a directory with more than one entry
   // to look at is resolved once per call, and listed through the same descriptor where it is
   // listed too; an entry alone in its directory is read by its path. Worked out once for what is

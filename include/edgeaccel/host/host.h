@@ -99,7 +99,7 @@ class HostDirectory {
   // sysfs or procfs attribute's value formatted again. Otherwise, and where that read fails or
   // gives nothing (a removed sysfs attribute answers ENODEV), the name is read as ReadFile reads
   // it, and the regular file opened for that is kept in `kept` for the next call; `kept` is left
-  // empty where nothing was opened here.
+  // empty where nothing was opened here. A null `kept` is ReadFile(name, max_bytes): nothing kept.
   absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes,
                                        KeptFile* kept) const;
   absl::StatusOr<FileInfo> Stat(absl::string_view name) const;
