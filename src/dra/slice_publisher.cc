@@ -394,19 +394,6 @@ std::string SlicePublisher::NodeUid() {
   return node_uid_;
 }
 
-absl::StatusOr<json> SlicePublisher::ListSlices() const {
-  absl::StatusOr<HttpResponse> response = client_->Request(
-      "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector(options_.driver, options_.node_name)));
-  if (!response.ok()) return response.status();
-  if (response->status != 200) return HttpError("listing ResourceSlices", *response);
-  json list = json::parse(response->body, nullptr, false);
-  const json* items = JsonMember(list, "items");
-  if (items == nullptr || !items->is_array()) {
-    return absl::UnavailableError("listing ResourceSlices: the answer is not a ResourceSliceList");
-  }
-  return *items;
-}
-
 absl::Status SlicePublisher::List(View& view) {
   absl::StatusOr<HttpResponse> response = client_->Request(
       "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector(options_.driver, options_.node_name)));
@@ -615,12 +602,9 @@ absl::Status SlicePublisher::Reconcile(View& view) {
 }
 
 absl::Status SlicePublisher::RemoveAll() {
-  absl::StatusOr<json> items = ListSlices();
-  if (!items.ok()) return items.status();
-  for (const json& item : *items) {
-    const json* metadata = JsonMember(item, "metadata");
-    const std::string name = metadata == nullptr ? "" : JsonString(*metadata, "name").value_or("");
-    if (name.empty()) continue;  // a DELETE without a name would address the collection
+  View view;  // holds only slices with a name: a DELETE without one would address the collection
+  if (absl::Status listed = List(view); !listed.ok()) return listed;
+  for (const auto& [name, item] : view.slices) {
     absl::StatusOr<HttpResponse> response = client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", name));
     if (!response.ok()) return response.status();
     if (response->status != 200 && response->status != 202 && response->status != 404) {

@@ -125,7 +125,6 @@ class SlicePublisher {
   absl::Status List(View& view);
   // One watch from view.resource_version; updates the view from its events.
   absl::StatusOr<WatchEnd> WatchOnce(View& view);
-  absl::StatusOr<nlohmann::json> ListSlices() const;
   std::string NodeUid();
   void Wake();
   // Waits until Resync(), Stop() or `deadline`; false when stopping.
