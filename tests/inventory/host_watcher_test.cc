@@ -337,7 +337,9 @@ TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
   EXPECT_EQ(watcher_->scans(), scans);
   fixture_.WriteFile("/proc/meminfo", "MemTotal:        7929312 kB\nMemFree:          654321 kB\n");
   EXPECT_TRUE(::edgeaccel::testing::Eventually([&] {
-    for (const Device& d : gpus.Current()->devices) {
+    // Hold the snapshot: a range-for over a temporary's member frees it before the loop runs.
+    const std::shared_ptr<const Snapshot> snapshot = gpus.Current();
+    for (const Device& d : snapshot->devices) {
       if (d.facts.count("memory_mib") > 0 && d.facts.at("memory_mib") == "7743") return true;
     }
     return false;
