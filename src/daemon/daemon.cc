@@ -201,7 +201,8 @@ absl::Status Daemon::StartDra() {
     };
     prepare.counters = &driver->counters;
     driver->preparer = std::make_unique<ClaimPreparer>(std::move(prepare), driver->set.get());
-    driver->preparer->Start();  // an unreadable checkpoint is logged; the driver still serves
+    // An unreadable checkpoint is logged by Start(); the driver still serves.
+    (void)driver->preparer->Start();
     SlicePublisher::Options publish;
     publish.driver = name;
     publish.node_name = config_.node_name;

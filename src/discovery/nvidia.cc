@@ -105,8 +105,8 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   // one always holds "version"), or deleted outright (no links). The GPUs would simply vanish
   // from a pod whose view can never come back; say so, and fail /healthz so it is restarted.
   std::string stale;
-  if (absl::StatusOr<FileInfo> dir = inputs_.Stat("/proc/driver/nvidia");
-      dir.ok() && dir->type == FileInfo::Type::kDirectory &&
+  absl::StatusOr<FileInfo> dir = inputs_.Stat("/proc/driver/nvidia");
+  if (dir.ok() && dir->type == FileInfo::Type::kDirectory &&
       (dir->links == 0 || absl::IsNotFound(inputs_.Stat("/proc/driver/nvidia/version").status()))) {
     stale = "/proc/driver/nvidia is a stale mount (the NVIDIA driver was unloaded or reloaded "
             "since this pod started): restart the pod for a fresh one";
@@ -117,6 +117,8 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   }
   if (!stale.empty()) log_.Warn(stale);  // once /healthz says it too
   if (!stale.empty()) return devices;
+  // No driver: its GPUs directory is not there either (not looked at: the probe need not either).
+  if (absl::IsNotFound(dir.status())) return devices;
   absl::StatusOr<std::vector<std::string>> buses = inputs_.ListDirectory(kGpusDir);
   if (!buses.ok()) return devices;  // no driver: nothing to say beyond the start-up hint
   std::string driver_version;

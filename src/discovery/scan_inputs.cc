@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 namespace edgeaccel {
@@ -81,6 +82,18 @@ std::string ScanInputs::ResolveHostPath(absl::string_view host_path) {
   return resolved;
 }
 
+bool ScanInputs::Settled(const Read& read) {
+  switch (read.reread) {
+    case Reread::kEveryProbe:
+      return false;
+    case Reread::kUntilRead:
+      return read.status.ok();
+    case Reread::kFixedAtBoot:
+      return true;
+  }
+  return false;
+}
+
 namespace {
 
 // The directory a path's last step is in ("/" for "/etc"), and that step; false where the path has
@@ -111,7 +124,7 @@ void ScanInputs::Group() const {
     }
     names[i] = read.path.size() - name.size();
     // A value read once is not looked at again: it does not make its directory worth resolving.
-    if (!(read.reread == Reread::kUntilRead && read.status.ok())) ++entries_in[parents[i]];
+    if (!Settled(read)) ++entries_in[parents[i]];
   }
   std::map<std::string, int> index;
   directories_.clear();
@@ -152,11 +165,15 @@ bool ScanInputs::Unchanged() const {
     const absl::string_view name = absl::string_view(read.path).substr(name_at_[i]);
     switch (read.kind) {
       case Kind::kRead: {
-        if (read.reread == Reread::kUntilRead && read.status.ok()) break;
-        const HostDirectory* directory = directory_of(i);
-        absl::StatusOr<std::string> content =
-            directory != nullptr ? directory->ReadFile(name, read.max_bytes, &read.kept)
-                                 : host_->ReadFile(read.path, read.max_bytes);
+        if (Settled(read)) break;
+        absl::StatusOr<std::string> content;
+        if (std::optional<std::string> again = read.kept.ReadIfKernelFile(read.max_bytes)) {
+          content = *std::move(again);  // its directory need not be resolved
+        } else if (const HostDirectory* directory = directory_of(i); directory != nullptr) {
+          content = directory->ReadFile(name, read.max_bytes, &read.kept);
+        } else {
+          content = host_->ReadFile(read.path, read.max_bytes);
+        }
         if (content.ok() && read.part != nullptr) *content = read.part(*content);
         if (content.status() != read.status || (content.ok() && *content != read.text)) {
           return false;

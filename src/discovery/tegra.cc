@@ -199,9 +199,8 @@ std::optional<std::pair<std::string, std::string>> TegraGpuDiscoverer::ReadDevic
     absl::string_view name) {
   for (absl::string_view dir : kDeviceTreeDirs) {
     std::string path = absl::StrCat(dir, "/", name);
-    // Fixed while the system runs.
     if (absl::StatusOr<std::string> value =
-            inputs_.ReadFile(path, 64 * 1024, ScanInputs::Reread::kUntilRead);
+            inputs_.ReadFile(path, 64 * 1024, ScanInputs::Reread::kFixedAtBoot);
         value.ok()) {
       return std::make_pair(std::move(path), *std::move(value));
     }
@@ -399,7 +398,7 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   }
   std::string family;
   if (absl::StatusOr<std::string> f =
-          inputs_.ReadAttribute("/sys/devices/soc0/family", ScanInputs::Reread::kUntilRead);
+          inputs_.ReadAttribute("/sys/devices/soc0/family", ScanInputs::Reread::kFixedAtBoot);
       f.ok()) {
     family = *f;
   }

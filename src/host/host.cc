@@ -144,6 +144,23 @@ std::optional<std::string> ReadRegularFile(int fd, off_t size, size_t max_bytes)
   }
 }
 
+// A directory entry's name, NUL-terminated on the stack: the probe looks at a dozen names every
+// few seconds, and "trip_point0_temp" is one character too long for std::string's own buffer.
+// A name longer than any entry's is the empty name, which no *at call finds.
+class NameBuffer {
+ public:
+  explicit NameBuffer(absl::string_view name) {
+    text_[0] = '\0';
+    if (name.size() > NAME_MAX) return;
+    memcpy(text_, name.data(), name.size());
+    text_[name.size()] = '\0';
+  }
+  const char* c_str() const { return text_; }
+
+ private:
+  char text_[NAME_MAX + 1];
+};
+
 // The entries of the directory open for reading as `fd`, from its start, sorted, without "." and
 // "..". getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB
 // allocation on every probe's list of a class directory.
@@ -580,7 +597,7 @@ bool HostDirectory::StatHere(absl::string_view name, struct stat* st) const {
       name.find('/') != absl::string_view::npos) {
     return false;
   }
-  return fstatat(fd_, std::string(name).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0;
+  return fstatat(fd_, NameBuffer(name).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name,
@@ -602,7 +619,7 @@ absl::StatusOr<std::string> HostDirectory::ReadFile(absl::string_view name, size
     kept->Close();
   }
   if (here) {
-    Fd fd(openat(fd_, std::string(name).c_str(),
+    Fd fd(openat(fd_, NameBuffer(name).c_str(),
                  O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
     struct stat st;
     if (fd.get() >= 0 && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -623,7 +640,9 @@ KeptFile::KeptFile(KeptFile&& other) noexcept
       inode_(other.inode_),
       mode_(other.mode_),
       uid_(other.uid_),
-      gid_(other.gid_) {
+      gid_(other.gid_),
+      size_(other.size_),
+      kernel_file_(other.kernel_file_) {
   other.fd_ = -1;
 }
 
@@ -636,6 +655,8 @@ KeptFile& KeptFile::operator=(KeptFile&& other) noexcept {
     mode_ = other.mode_;
     uid_ = other.uid_;
     gid_ = other.gid_;
+    size_ = other.size_;
+    kernel_file_ = other.kernel_file_;
     other.fd_ = -1;
   }
   return *this;
@@ -654,6 +675,17 @@ void KeptFile::Keep(int fd, const struct stat& st) {
   mode_ = st.st_mode;
   uid_ = st.st_uid;
   gid_ = st.st_gid;
+  size_ = st.st_size;
+  struct statfs fs;
+  kernel_file_ = fstatfs(fd, &fs) == 0 && (static_cast<uint64_t>(fs.f_type) == SYSFS_MAGIC ||
+                                           static_cast<uint64_t>(fs.f_type) == PROC_SUPER_MAGIC);
+}
+
+std::optional<std::string> KeptFile::ReadIfKernelFile(size_t max_bytes) const {
+  if (fd_ < 0 || !kernel_file_) return std::nullopt;
+  std::optional<std::string> content = ReadRegularFile(fd_, size_, max_bytes);
+  if (!content.has_value() || content->empty()) return std::nullopt;
+  return content;
 }
 
 bool KeptFile::Holds(const struct stat& st) const {

@@ -78,6 +78,28 @@ TEST(ScanInputsTest, AFixedValueOnceReadIsNotReadAgainAndOneNotYetReadIs) {
   EXPECT_FALSE(inputs.Unchanged());  // there now: a scan would read it
 }
 
+TEST(ScanInputsTest, AValueFixedAtBootIsNotReadAgainThereOrNot) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/devices/soc0/family", "Tegra\n");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  EXPECT_TRUE(inputs.ReadAttribute("/sys/devices/soc0/family", Reread::kFixedAtBoot).ok());
+  EXPECT_FALSE(inputs.ReadFile("/proc/device-tree/compatible", 4096, Reread::kFixedAtBoot).ok());
+  EXPECT_EQ(inputs.size(), 2u);
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.WriteFile("/sys/devices/soc0/family", "Other\n");
+  fixture.WriteFile("/proc/device-tree/compatible", std::string("nvidia,tegra234\0", 16));
+  EXPECT_TRUE(inputs.Unchanged());
+  // The same reads through kUntilRead: the missing one is looked at again.
+  inputs.Clear();
+  fixture.Remove("/proc/device-tree/compatible");
+  EXPECT_FALSE(inputs.ReadFile("/proc/device-tree/compatible", 4096, Reread::kUntilRead).ok());
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.WriteFile("/proc/device-tree/compatible", std::string("nvidia,tegra234\0", 16));
+  EXPECT_FALSE(inputs.Unchanged());
+}
+
 TEST(ScanInputsTest, OnlyThePartThatMattersOfAFileIsCompared) {
   FixtureHost fixture;
   fixture.WriteFile("/proc/meminfo", "MemTotal: 100 kB\nMemFree: 50 kB\n");
@@ -203,6 +225,27 @@ TEST(HostDirectoryTest, AKeptFileAnswersAsHostDoesForItsPath) {
 
 // An empty file is read through a new descriptor each time (a seq_file that gave nothing may
 // give nothing again at offset 0 on older kernels), and still answers as Host does.
+// A kernel attribute (procfs here, sysfs alike) is read again through its descriptor alone: the
+// kernel fails the read of one that was removed. A file elsewhere is looked at by name first.
+TEST(HostDirectoryTest, OnlyAKernelFileIsReadAgainWithoutLookingAtItsName) {
+  Host node("/");
+  KeptFile kernel;
+  HostDirectory sysctl(&node, "/proc/sys/kernel");
+  absl::StatusOr<std::string> ostype = sysctl.ReadFile("ostype", 4096, &kernel);
+  ASSERT_TRUE(ostype.ok()) << ostype.status();
+  EXPECT_EQ(kernel.ReadIfKernelFile(4096), std::optional<std::string>(*ostype));
+
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/class/thing/thing0/temp", "45050\n");
+  Host host(fixture.root());
+  KeptFile kept;
+  HostDirectory directory(&host, "/sys/class/thing/thing0");
+  EXPECT_EQ(*directory.ReadFile("temp", 4096, &kept), "45050\n");
+  EXPECT_FALSE(kept.empty());
+  EXPECT_EQ(kept.ReadIfKernelFile(4096), std::nullopt);
+  EXPECT_EQ(KeptFile().ReadIfKernelFile(4096), std::nullopt);
+}
+
 TEST(HostDirectoryTest, AnEmptyFileIsOpenedAgain) {
   FixtureHost fixture;
   fixture.WriteFile("/sys/class/thing/thing0/label", "");

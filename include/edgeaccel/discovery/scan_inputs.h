@@ -11,9 +11,10 @@
 // state that the same reads leave as it is), so the HostWatcher's probe need not run it.
 //
 // What is read through Host directly instead is only what the family's WatchPaths announce
-// (its device nodes) and, with Reread::kUntilRead, what cannot change while the thing it belongs
+// (its device nodes); with Reread::kUntilRead, what cannot change while the thing it belongs
 // to stays (a device's PCI address, while the sysfs entry that names the device, read with
-// kEveryProbe, is the same one).
+// kEveryProbe, is the same one); and with Reread::kFixedAtBoot, what cannot change while the
+// system runs.
 #ifndef EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
 #define EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
 
@@ -35,6 +36,9 @@ class ScanInputs {
     // A value fixed while what it belongs to stays: read again only while it could not be read
     // (an error may pass; a value, once there, does not change).
     kUntilRead,
+    // A value the system fixes at boot (the firmware's device tree, the SoC's identity): never
+    // read again, whether it was there or not.
+    kFixedAtBoot,
   };
 
   // `host` must outlive this object.
@@ -92,6 +96,9 @@ class ScanInputs {
   // A new record of a `kind` look at `host_path` whose answer was `status`; the caller fills in
   // what the answer held.
   Read& Record(Kind kind, absl::string_view host_path, absl::Status status);
+
+  // Whether Unchanged() leaves `read` alone: its answer cannot differ now.
+  static bool Settled(const Read& read);
 
   // Which reads Unchanged() makes through a HostDirectory: a directory with more than one entry
   // to look at is resolved once per call, and listed through the same descriptor where it is

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,16 @@ class KeptFile {
   bool empty() const { return fd_ < 0; }
   void Close();
 
+  // The content read again through the descriptor, without looking at the name, where the file
+  // is a kernel attribute (sysfs, procfs): the kernel fails every read of one that was removed
+  // (ENODEV, EIO), a device's or a driver's going with it, and never puts another file in place
+  // of one that stays, so what the descriptor reads is what opening the name would. A change of
+  // permissions is not seen here, which matters only to a reader without CAP_DAC_OVERRIDE.
+  // nullopt where the file is on another filesystem (a file there can be replaced under its
+  // name: HostDirectory::ReadFile looks first), or the read fails or gives nothing: then
+  // HostDirectory::ReadFile answers.
+  std::optional<std::string> ReadIfKernelFile(size_t max_bytes) const;
+
  private:
   friend class HostDirectory;
   // Holds `fd`, whose fstat(2) is `st`.
@@ -73,6 +84,8 @@ class KeptFile {
   mode_t mode_ = 0;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
+  off_t size_ = 0;
+  bool kernel_file_ = false;  // on sysfs or procfs
 };
 
 // One directory, resolved inside the root once, to read several entries of it again and again
