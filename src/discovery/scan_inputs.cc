@@ -18,6 +18,7 @@ ScanInputs::Read& ScanInputs::Record(Kind kind, absl::string_view host_path, abs
   read.kind = kind;
   read.path = std::string(host_path);
   read.status = std::move(status);
+  read.absent = Host::IsAbsence(read.status);
   return read;
 }
 
@@ -72,7 +73,9 @@ absl::StatusOr<FileInfo> ScanInputs::Lstat(absl::string_view host_path) {
 
 bool ScanInputs::Exists(absl::string_view host_path) {
   const bool exists = host_->Exists(host_path);
-  Record(Kind::kExists, host_path, absl::OkStatus()).exists = exists;
+  Read& read = Record(Kind::kExists, host_path, absl::OkStatus());
+  read.exists = exists;
+  read.absent = !exists;
   return exists;
 }
 
@@ -123,8 +126,9 @@ void ScanInputs::Group() const {
       continue;
     }
     names[i] = read.path.size() - name.size();
-    // A value read once is not looked at again: it does not make its directory worth resolving.
-    if (!Settled(read)) ++entries_in[parents[i]];
+    // A value read once is not looked at again, and a missing path is looked at from the root:
+    // neither makes its directory worth resolving.
+    if (!Settled(read) && !read.absent) ++entries_in[parents[i]];
   }
   std::map<std::string, int> index;
   directories_.clear();
@@ -163,9 +167,12 @@ bool ScanInputs::Unchanged() const {
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
     const absl::string_view name = absl::string_view(read.path).substr(name_at_[i]);
+    if (Settled(read)) continue;
+    // Still nothing there: the same answer, without making it (a missing path's answer is an
+    // error message, built anew each time).
+    if (read.absent && host_->Absent(read.path, read.kind != Kind::kLstat)) continue;
     switch (read.kind) {
       case Kind::kRead: {
-        if (Settled(read)) break;
         absl::StatusOr<std::string> content;
         if (std::optional<std::string> again = read.kept.ReadIfKernelFile(read.max_bytes)) {
           content = *std::move(again);  // its directory need not be resolved

@@ -524,6 +524,28 @@ bool Host::Exists(absl::string_view host_path) const {
   return true;
 }
 
+bool Host::Absent(absl::string_view host_path, bool follow_last) const {
+  const int root = RootFd();
+  if (root < 0 || resolution_ != Resolution::kKernel || !KernelResolvesInRoot()) return false;
+  const std::string relative = RelativePath(host_path);
+  struct open_how how = {};
+  how.flags = static_cast<uint64_t>(O_PATH | O_CLOEXEC | (follow_last ? 0 : O_NOFOLLOW));
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = static_cast<int>(syscall(SYS_openat2, root, relative.c_str(), &how, sizeof(how)));
+    if (fd >= 0) {
+      close(fd);
+      return false;
+    }
+    if (errno != EAGAIN && errno != EINTR) return errno == ENOENT;
+  }
+  return false;
+}
+
+bool Host::IsAbsence(const absl::Status& status) {
+  return absl::IsNotFound(status) && absl::EndsWith(status.message(), ErrnoText(ENOENT));
+}
+
 bool Host::IsSilentToInotify(absl::string_view host_path) const {
   const std::string path = Lexical(host_path);
   if (path == "/sys" || path == "/proc" || absl::StartsWith(path, "/sys/") ||

@@ -100,6 +100,34 @@ TEST(ScanInputsTest, AValueFixedAtBootIsNotReadAgainThereOrNot) {
   EXPECT_FALSE(inputs.Unchanged());
 }
 
+// Missing paths are asked about with one open that makes no answer; whatever appears at one,
+// a link that goes nowhere included, is seen.
+TEST(ScanInputsTest, AMissingPathIsSeenToAppearWhateverItIs) {
+  FixtureHost fixture;
+  fixture.MakeDirectory("/sys/class");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  EXPECT_FALSE(inputs.ReadFile("/etc/nv_tegra_release").ok());
+  EXPECT_FALSE(inputs.ListDirectory("/sys/class/apex").ok());
+  EXPECT_FALSE(inputs.Lstat("/sys/class/thing").ok());
+  EXPECT_FALSE(inputs.Exists("/proc/driver/nvidia"));
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.Symlink("../nowhere", "/sys/class/thing");  // Lstat finds the link itself
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/sys/class/thing");
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.MakeDirectory("/sys/class/apex");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/sys/class/apex");
+  fixture.WriteFile("/proc/driver/nvidia/version", "NVRM\n");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/proc/driver/nvidia");
+  fixture.WriteFile("/etc/nv_tegra_release", "# R36 (release), REVISION: 4.3\n");
+  EXPECT_FALSE(inputs.Unchanged());
+}
+
 TEST(ScanInputsTest, OnlyThePartThatMattersOfAFileIsCompared) {
   FixtureHost fixture;
   fixture.WriteFile("/proc/meminfo", "MemTotal: 100 kB\nMemFree: 50 kB\n");

@@ -143,6 +143,26 @@ TEST_P(ResolutionTest, LstatSeesTheLinkAndStatItsTarget) {
   EXPECT_EQ(host.Lstat("/dev/missing").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Absent() says a path is missing only where every look at it would find nothing: with the
+// kernel's resolution; the walk leaves each call to answer for itself.
+TEST_P(ResolutionTest, AbsentOnlyWhereEveryLookFindsNothing) {
+  fixture_.WriteFile("/etc/os-release", "ID=debian\n");
+  fixture_.Symlink("../nowhere", "/sys/class/dangling");
+  Host host = MakeHost();
+  const bool kernel = GetParam() == Host::Resolution::kKernel;
+  EXPECT_EQ(host.Absent("/etc/nv_tegra_release"), kernel);
+  EXPECT_EQ(host.Absent("/proc/driver/nvidia/gpus"), kernel);
+  EXPECT_FALSE(host.Absent("/etc/os-release"));
+  EXPECT_EQ(host.Absent("/sys/class/dangling"), kernel);  // followed: nothing there
+  EXPECT_FALSE(host.Absent("/sys/class/dangling", /*follow_last=*/false));  // the link is there
+  EXPECT_FALSE(host.Absent("/etc/os-release/x"));  // ENOTDIR: another answer
+  EXPECT_TRUE(Host::IsAbsence(host.ReadFile("/etc/nv_tegra_release").status()));
+  EXPECT_TRUE(Host::IsAbsence(host.ListDirectory("/proc/driver/nvidia/gpus").status()));
+  EXPECT_TRUE(Host::IsAbsence(host.Lstat("/sys/class/missing").status()));
+  EXPECT_FALSE(Host::IsAbsence(host.ReadFile("/etc/os-release/x").status()));
+  EXPECT_FALSE(Host::IsAbsence(host.ReadFile("/etc/os-release").status()));
+}
+
 TEST_P(ResolutionTest, SymlinkLoopsAreAnErrorNotAHang) {
   fixture_.Symlink("/sys/b", "/sys/a");
   fixture_.Symlink("/sys/a", "/sys/b");

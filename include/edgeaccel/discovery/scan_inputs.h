@@ -86,6 +86,9 @@ class ScanInputs {
     Reread reread = Reread::kEveryProbe;
     Part part = nullptr;  // kRead: what of the content is kept (null: all of it)
     absl::Status status;  // the answer: an error, or OK with one of these
+    // Nothing was at the path (Host::IsAbsence; for kExists, false): while Host::Absent() still
+    // holds, the answer is the same, and Unchanged() need not make it again.
+    bool absent = false;
     std::string text;               // kRead: the content; kResolve: the path
     std::vector<std::string> names;  // kList
     FileInfo info;                  // kStat, kLstat

@@ -199,6 +199,16 @@ class Host {
 
   bool Exists(absl::string_view host_path) const;
 
+  // True where nothing is at the path now: the kernel resolves it in the root (openat2) and
+  // answers ENOENT. `follow_last`: a symlink at the end is followed (as ReadFile, Stat and
+  // ListDirectory look), or not (as Lstat). No status is made, so asking again and again about a
+  // path that stays missing is cheap (the probe does, every few seconds). False where it cannot
+  // tell (the kernel resolves nothing in a root: the walk answers every call).
+  bool Absent(absl::string_view host_path, bool follow_last = true) const;
+  // Whether `status` is the answer of a look that found nothing at its path (ENOENT): what any of
+  // the calls above answers where Absent() holds for that path.
+  static bool IsAbsence(const absl::Status& status);
+
   // True where the kernel sends no inotify events for changes it makes itself: anything under
   // /sys or /proc (by host path, so fixture trees behave as a node does), and anything whose
   // filesystem is sysfs, procfs, debugfs or tracefs. Such paths are read on the probe.
