@@ -92,6 +92,7 @@ Daemon::Daemon(DaemonConfig config)
     auto replicas = config_.replicas.find(set->resource_name());
     if (replicas != config_.replicas.end()) watcher_.SetReplicas(set, replicas->second);
     ResourceRegistrar::Options options;
+    options.loop = &registration_loop_;
     options.kubelet_root = config_.kubelet_root;
     options.device_plugin_dir = config_.device_plugin_dir;
     options.mode = config_.registration;

@@ -52,6 +52,9 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
                               absl::StrCat(set_->resource_name(), ": the kubelet's plugin "
                                            "watcher refused the registration: ", error));
                        }),
+      own_loop_(options_.loop == nullptr ? std::make_unique<RegistrationLoop>() : nullptr),
+      loop_(options_.loop != nullptr ? options_.loop : own_loop_.get()),
+      set_up_backoff_(absl::Seconds(1), options_.max_backoff, /*jitter=*/0.2),
       machine_(MachineOptions(options_, set->resource_name()), this, [] { return absl::Now(); }),
       record_(options_.keep_record
                   ? absl::StrCat(options_.device_plugin_dir, "/", kRegistrationRecordDir)
@@ -85,69 +88,61 @@ std::string ResourceRegistrar::KubeletSocketPath() const {
 }
 
 absl::Status ResourceRegistrar::Start() {
-  // What registering needs (an inotify instance, four eventfds) can be missing for a while: the
+  // What registering needs (an inotify instance, three eventfds) can be missing for a while: the
   // node's fs.inotify.max_user_instances used up by other pods, or this process at its fd limit.
-  // The thread then keeps trying, with backoff, instead of the resource never registering.
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-register");
-    if (SetUp()) Run();
-  });
+  // The loop's steps keep trying, with backoff, instead of the resource never registering.
+  if (started_) return absl::OkStatus();
+  loop_->Add(this);
+  started_ = true;
   return absl::OkStatus();
 }
 
 bool ResourceRegistrar::SetUp() {
-  Backoff backoff(absl::Seconds(1), options_.max_backoff, /*jitter=*/0.2);
-  std::string last_error;
-  int fds[4] = {-1, -1, -1, -1};  // stop, call done, stream event, probe asked
-  while (!stopping_.load()) {
-    std::string error;
-    if (!inotify_.Open()) {
-      error = absl::StrCat("no inotify instance (", strerror(errno),
-                           "; is fs.inotify.max_user_instances used up?)");
-    }
-    for (int& fd : fds) {
-      if (error.empty() && fd < 0) {
-        fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (fd < 0) error = absl::StrCat("eventfd: ", strerror(errno));
-      }
-    }
-    if (error.empty()) {
-      if (!last_error.empty()) LOG(INFO) << set_->resource_name() << ": registration can start now";
-      absl::MutexLock lock(&stop_mu_);  // Stop() reads stop_fd_ under it
-      stop_fd_ = fds[0];
-      call_done_fd_ = fds[1];
-      stream_event_fd_ = fds[2];
-      probe_asked_fd_ = fds[3];
-      return !stop_requested_;
-    }
-    const absl::Duration wait = backoff.Next();
-    start_failures_.fetch_add(1);
-    if (error != last_error) {
-      LOG(ERROR) << set_->resource_name() << ": cannot start registration: " << error
-                 << "; trying again (next in " << absl::FormatDuration(wait) << ")";
-      last_error = error;
-    }
-    absl::MutexLock lock(&stop_mu_);
-    stop_mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), wait);
+  std::string error;
+  if (!inotify_.ok() && !inotify_.Open()) {
+    error = absl::StrCat("no inotify instance (", strerror(errno),
+                         "; is fs.inotify.max_user_instances used up?)");
   }
-  for (int fd : fds) {
-    if (fd >= 0) close(fd);
+  for (int* fd : {&call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
+    if (error.empty() && *fd < 0) {
+      *fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (*fd < 0) error = absl::StrCat("eventfd: ", strerror(errno));
+    }
+  }
+  if (error.empty()) {
+    if (!set_up_error_.empty()) {
+      LOG(INFO) << set_->resource_name() << ": registration can start now";
+    }
+    return true;
+  }
+  start_failures_.fetch_add(1);
+  if (error != set_up_error_) {
+    LOG(ERROR) << set_->resource_name() << ": cannot start registration: " << error
+               << "; trying again with backoff from 1 s";
+    set_up_error_ = error;
   }
   return false;
 }
 
 void ResourceRegistrar::Stop() {
-  if (thread_.joinable()) {
-    stopping_.store(true);
-    int stop_fd;
+  if (started_) {
+    started_ = false;
+    loop_->Remove(this);  // no step runs from here on
+    // A call in flight is cancelled, and its callback must have run before the call's state is
+    // freed.
+    CancelRegister();
+    bool in_flight;
     {
-      absl::MutexLock lock(&stop_mu_);
-      stop_requested_ = true;  // wakes SetUp's wait
-      stop_fd = stop_fd_;
+      absl::MutexLock lock(&mu_);
+      in_flight = call_ != nullptr;
     }
-    uint64_t one = 1;
-    if (stop_fd >= 0) (void)!write(stop_fd, &one, sizeof(one));
-    thread_.join();
+    if (in_flight) {
+      struct pollfd done = {call_done_fd_, POLLIN, 0};
+      poll(&done, 1, -1);
+      std::unique_ptr<RegisterCall> call;
+      absl::MutexLock lock(&mu_);
+      call = std::move(call_);
+    }
   }
   std::unique_ptr<PluginServer> server;
   std::unique_ptr<WatcherProbe> probe;
@@ -158,7 +153,7 @@ void ResourceRegistrar::Stop() {
   }
   if (server != nullptr) server->Stop();
   if (probe != nullptr) probe->Stop();
-  for (int* fd : {&stop_fd_, &call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
+  for (int* fd : {&call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -350,25 +345,34 @@ void ResourceRegistrar::Warn(const std::string& reason, const std::string& messa
 
 // ---- The registration thread ----
 
-void ResourceRegistrar::Wait(absl::Time wake) {
-  struct pollfd fds[5] = {{inotify_.fd(), POLLIN, 0},
-                          {stop_fd_, POLLIN, 0},
-                          {call_done_fd_, POLLIN, 0},
-                          {stream_event_fd_, POLLIN, 0},
-                          {probe_asked_fd_, POLLIN, 0}};
-  int timeout_ms = -1;
-  if (wake != absl::InfiniteFuture()) {
-    // A time computed from an earlier clock reading may already have passed: poll, do not sleep
-    // forever.
-    timeout_ms = static_cast<int>(std::max<int64_t>(
-        0, absl::ToInt64Milliseconds(absl::Ceil(wake - absl::Now(), absl::Milliseconds(1)))));
+RegistrationLoop::Fds ResourceRegistrar::WaitFds() {
+  if (!set_up_) return {-1, -1, -1, -1};
+  return {inotify_.fd(), call_done_fd_, stream_event_fd_, probe_asked_fd_};
+}
+
+absl::Time ResourceRegistrar::Step(const RegistrationLoop::Events& ready) {
+  if (!set_up_) {
+    if (!SetUp()) return absl::Now() + set_up_backoff_.Next();
+    set_up_ = true;
+  } else {
+    Receive(ready);
   }
+  // Re-armed each time: a directory may have appeared, or been re-created.
+  inotify_.Arm({DirectoryFor(RegistrationMode::kKubelet),
+                DirectoryFor(RegistrationMode::kPluginWatcher)});
+  absl::Time wake = machine_.Step();
   if (!inotify_.complete()) {
     // Some directory cannot be watched: look again every second rather than miss a kubelet.
-    timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
+    wake = std::min(wake, absl::Now() + absl::Seconds(1));
   }
-  if (poll(fds, 5, timeout_ms) <= 0) return;
-  if (fds[2].revents & POLLIN) {
+  return wake;
+}
+
+void ResourceRegistrar::Receive(const RegistrationLoop::Events& ready) {
+  if (std::all_of(ready.begin(), ready.end(), [](short revents) { return revents == 0; })) {
+    return;  // the wake time came
+  }
+  if (ready[1] & POLLIN) {
     uint64_t count;
     (void)!read(call_done_fd_, &count, sizeof(count));
     std::unique_ptr<RegisterCall> call;
@@ -378,12 +382,12 @@ void ResourceRegistrar::Wait(absl::Time wake) {
     }
     if (call != nullptr) machine_.RegisterDone(call->Outcome());
   }
-  if (fds[3].revents & POLLIN) {
+  if (ready[2] & POLLIN) {
     uint64_t count;
     (void)!read(stream_event_fd_, &count, sizeof(count));
     machine_.StreamEnded();
   }
-  if (fds[4].revents & POLLIN) {
+  if (ready[3] & POLLIN) {
     uint64_t count;
     (void)!read(probe_asked_fd_, &count, sizeof(count));
     machine_.WatcherProbeAsked();
@@ -411,30 +415,6 @@ void ResourceRegistrar::Wait(absl::Time wake) {
     } else if (event.mask & (IN_DELETE | IN_MOVED_FROM)) {
       machine_.KubeletSocketRemoved();
     }
-  }
-}
-
-void ResourceRegistrar::Run() {
-  while (!stopping_.load()) {
-    // Re-armed each time: a directory may have appeared, or been re-created.
-    inotify_.Arm({DirectoryFor(RegistrationMode::kKubelet),
-                  DirectoryFor(RegistrationMode::kPluginWatcher)});
-    Wait(machine_.Step());
-  }
-  // Stopping: a call in flight is cancelled, and its callback must have run before the call's
-  // state is freed.
-  CancelRegister();
-  bool in_flight;
-  {
-    absl::MutexLock lock(&mu_);
-    in_flight = call_ != nullptr;
-  }
-  if (in_flight) {
-    struct pollfd done = {call_done_fd_, POLLIN, 0};
-    poll(&done, 1, -1);
-    std::unique_ptr<RegisterCall> call;
-    absl::MutexLock lock(&mu_);
-    call = std::move(call_);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -228,6 +230,7 @@ std::string Threads(pid_t pid) {
   DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
   if (tasks == nullptr) return out;
   while (dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;  // "..": the process's own comm again
     std::ifstream comm(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/comm"));
     std::string name;
     if (std::getline(comm, name)) out += name + " ";
@@ -712,6 +715,35 @@ TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
   result = RunCommand(kDaemon, {"--take-over=amd.com/gpu"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.err, HasSubstr("--take-over: unknown resource \"amd.com/gpu\""));
+}
+
+// A Jetson with an M.2 Edge TPU: two resources, registered from one thread, and the daemon
+// idles at 8 threads (main, ea-hostwatch, ea-register, ea-metrics, one ea-grpc per resource,
+// ea-grpc-timer, default-executor). A kubelet restart registers both again.
+TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:01:00.0"});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  std::string threads;
+  auto count = [&](const std::string& name) {
+    int n = 0;
+    for (absl::string_view t : absl::StrSplit(threads, ' ', absl::SkipEmpty())) n += t == name;
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] {
+    threads = Threads(daemon_->pid());
+    return std::count(threads.begin(), threads.end(), ' ') <= 8;
+  })) << threads;
+  EXPECT_EQ(count("ea-register"), 1) << threads;
+  EXPECT_EQ(count("ea-grpc"), 2) << threads;
+  kubelet_.Restart();
+  EXPECT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.Registrations(kGpu) == 2 && kubelet_.Registrations(kTpu) == 2;
+  })) << daemon_->Log();
+  EXPECT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  EXPECT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
 }
 
 }  // namespace

@@ -22,9 +22,10 @@
 // for kubelet.sock after one on the plugin watcher, once the watcher has let go of it).
 //
 // What to do on each event is decided by a RegistrationMachine (registration_machine.h), which
-// this class steps from its one thread and serves as the machine's ports: inotify on the two
-// kubelet directories, eventfds for Stop, a finished Register call (register_call.h) and a
-// stream's end, and poll() until the machine's wake time.
+// this class steps on the registration thread (registration_loop.h: one for every resource of
+// the daemon) and serves as the machine's ports: inotify on the two kubelet directories,
+// eventfds for a finished Register call (register_call.h), a stream's end and the watcher
+// probe's question, and the loop's wait until the machine's wake time.
 //
 // From the plugin watcher to kubelet.sock (a restart with another --registration, auto mode
 // seeing device-plugins/ appear, a rollout): the watcher's deregistration of the old socket,
@@ -46,7 +47,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -65,14 +65,18 @@
 #include "edgeaccel/kubelet/plugin_server.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/register_call.h"
+#include "edgeaccel/kubelet/registration_loop.h"
 #include "edgeaccel/kubelet/registration_machine.h"
 #include "edgeaccel/kubelet/registration_record.h"
 
 namespace edgeaccel {
 
-class ResourceRegistrar : private RegistrationPorts {
+class ResourceRegistrar : private RegistrationPorts, private RegistrationLoop::Member {
  public:
   struct Options {
+    // The thread the registration runs on, shared with the daemon's other resources; null: a
+    // loop of this registrar's own. Must outlive the registrar.
+    RegistrationLoop* loop = nullptr;
     // As this process sees them: plugins_registry/ is under kubelet_root; device-plugins/ is
     // the kubelet's fixed directory.
     std::string kubelet_root = std::string(kDefaultKubeletRoot);
@@ -110,7 +114,7 @@ class ResourceRegistrar : private RegistrationPorts {
   ResourceRegistrar(const ResourceRegistrar&) = delete;
   ResourceRegistrar& operator=(const ResourceRegistrar&) = delete;
 
-  // Starts the registration thread. Returns at once: a missing kubelet is waited for.
+  // Starts the registration on its loop. Returns at once: a missing kubelet is waited for.
   absl::Status Start();
   // Ends streams, stops serving, removes our socket. Returns within a fraction of a second.
   void Stop();
@@ -171,13 +175,16 @@ class ResourceRegistrar : private RegistrationPorts {
   void StopWatcherProbe() override;
   void Warn(const std::string& reason, const std::string& message) override;
 
-  // Gets what Run needs, retrying with backoff until it has it; false when stopped first.
+  // RegistrationLoop::Member, on the loop's thread: the first steps get what registering needs
+  // (retried with backoff while it cannot be had); then each hands the machine what arrived on
+  // inotify and the eventfds, and steps it.
+  RegistrationLoop::Fds WaitFds() override;
+  absl::Time Step(const RegistrationLoop::Events& ready) override;
+  // Gets the inotify instance and the eventfds; false (logged when the reason is new) where one
+  // cannot be had yet.
   bool SetUp();
-  // The registration thread: feeds the machine what inotify, the eventfds and the clock say.
-  void Run();
-  // Waits until `wake` for inotify events, a finished Register call, a stream's end or Stop(),
-  // and hands what arrived to the machine.
-  void Wait(absl::Time wake);
+  // Hands the machine what arrived: `ready` in WaitFds' order.
+  void Receive(const RegistrationLoop::Events& ready);
   NeighbourQuery NeighbourQueryNow() const;
   std::string DirectoryFor(RegistrationMode mode) const;
   std::string KubeletSocketPath() const;
@@ -187,16 +194,18 @@ class ResourceRegistrar : private RegistrationPorts {
   PluginCounters counters_;
   PluginWatcherService watcher_service_;
   DirectoryWatcher inotify_;
-  absl::Mutex stop_mu_;
-  bool stop_requested_ ABSL_GUARDED_BY(stop_mu_) = false;
-  int stop_fd_ = -1;
+  std::unique_ptr<RegistrationLoop> own_loop_;  // where Options::loop is null
+  RegistrationLoop* const loop_;
+  bool started_ = false;  // Start() to Stop(), on the caller's thread
+  // The loop thread's own, until Stop() has removed us from the loop.
+  bool set_up_ = false;
+  Backoff set_up_backoff_;
+  std::string set_up_error_;
   int call_done_fd_ = -1;
   // Written by gRPC threads: one of our ListAndWatch streams was cancelled by the kubelet.
   int stream_event_fd_ = -1;
   // Written by the probe's loop thread: the plugin watcher asked our WatcherProbe.
   int probe_asked_fd_ = -1;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> start_failures_{0};
   RegistrationMachine machine_;
   // Written by the registration thread only; read by LookNow from others.

@@ -1,0 +1,116 @@
+#include "edgeaccel/kubelet/registration_loop.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "glog/logging.h"
+
+namespace edgeaccel {
+
+RegistrationLoop::~RegistrationLoop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    Wake();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_.load() >= 0) close(wake_fd_.load());
+}
+
+void RegistrationLoop::Add(Member* member) {
+  absl::MutexLock lock(&mu_);
+  if (!thread_.joinable()) {
+    wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    thread_ = std::thread([this] { Run(); });
+  }
+  entries_.push_back({member, next_id_++, absl::InfinitePast()});
+  Wake();
+}
+
+void RegistrationLoop::Remove(Member* member) {
+  absl::MutexLock lock(&mu_);
+  entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                [member](const Entry& e) { return e.member == member; }),
+                 entries_.end());
+  Wake();  // its descriptors leave the wait
+  while (stepping_ == member) stepped_.Wait(&mu_);
+}
+
+void RegistrationLoop::Wake() {
+  uint64_t one = 1;
+  if (const int fd = wake_fd_.load(); fd >= 0) (void)!write(fd, &one, sizeof(one));
+}
+
+RegistrationLoop::Entry* RegistrationLoop::Find(uint64_t id) {
+  for (Entry& entry : entries_) {
+    if (entry.id == id) return &entry;
+  }
+  return nullptr;
+}
+
+void RegistrationLoop::Run() {
+  pthread_setname_np(pthread_self(), "ea-register");
+  std::vector<struct pollfd> fds;
+  std::vector<uint64_t> ids;  // the members waited for, in the order of their descriptors
+  while (true) {
+    if (wake_fd_.load() < 0) wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    const int wake_fd = wake_fd_.load();
+    fds.assign(1, {wake_fd, POLLIN, 0});
+    ids.clear();
+    absl::Time wake = absl::InfiniteFuture();
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      for (const Entry& entry : entries_) {
+        for (int fd : entry.member->WaitFds()) fds.push_back({fd, POLLIN, 0});  // -1: ignored
+        wake = std::min(wake, entry.wake);
+        ids.push_back(entry.id);
+      }
+    }
+    int timeout_ms = -1;
+    if (wake != absl::InfiniteFuture()) {
+      // A wake time computed from an earlier clock reading may have passed: poll, do not sleep.
+      timeout_ms = static_cast<int>(std::max<int64_t>(
+          0, absl::ToInt64Milliseconds(absl::Ceil(wake - absl::Now(), absl::Milliseconds(1)))));
+    }
+    if (wake_fd < 0) timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      LOG(ERROR) << "registration: poll failed: " << strerror(errno);
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      (void)!read(wake_fd, &count, sizeof(count));
+    }
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Events ready = {};
+      bool any = false;
+      for (int k = 0; k < kMaxFds; ++k) {
+        ready[k] = fds[1 + i * kMaxFds + k].revents;
+        any = any || ready[k] != 0;
+      }
+      Member* member;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        Entry* entry = Find(ids[i]);
+        if (entry == nullptr || (!any && entry->wake > now)) continue;  // removed, or not due
+        member = entry->member;
+        stepping_ = member;
+      }
+      const absl::Time next = member->Step(ready);
+      absl::MutexLock lock(&mu_);
+      stepping_ = nullptr;
+      stepped_.SignalAll();
+      if (Entry* entry = Find(ids[i]); entry != nullptr) entry->wake = next;
+    }
+  }
+}
+
+}  // namespace edgeaccel

@@ -1,0 +1,139 @@
+// RegistrationLoop: one thread steps several members, each on its descriptors and wake time;
+// Remove waits for a step in progress and ends its steps. Real eventfds and a real thread.
+#include "edgeaccel/kubelet/registration_loop.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "eventually.h"
+
+namespace edgeaccel {
+namespace {
+
+using ::edgeaccel::testing::Eventually;
+
+// A member that waits on one eventfd, and counts its steps by what woke it.
+class CountingMember : public RegistrationLoop::Member {
+ public:
+  CountingMember() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~CountingMember() override { close(fd_); }
+
+  RegistrationLoop::Fds WaitFds() override { return {-1, fd_, -1, -1}; }
+  absl::Time Step(const RegistrationLoop::Events& ready) override {
+    thread_name_ = ThreadName();
+    if (ready[1] & POLLIN) {
+      uint64_t count;
+      (void)!read(fd_, &count, sizeof(count));
+      signalled_.fetch_add(1);
+    } else {
+      woken_.fetch_add(1);
+    }
+    if (block_ != nullptr) {
+      in_step_.Notify();
+      block_->WaitForNotification();
+    }
+    return next_wake_.load() == 0 ? absl::InfiniteFuture()
+                                  : absl::Now() + absl::Milliseconds(next_wake_.load());
+  }
+
+  void Signal() {
+    uint64_t one = 1;
+    (void)!write(fd_, &one, sizeof(one));
+  }
+  static std::string ThreadName() {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    return name;
+  }
+
+  std::atomic<int> signalled_{0};
+  std::atomic<int> woken_{0};  // the first step, and each wake time
+  std::atomic<int> next_wake_{0};  // ms; 0: none
+  absl::Notification* block_ = nullptr;  // set before Add: the step waits for it
+  absl::Notification in_step_;
+  std::string thread_name_;
+
+ private:
+  const int fd_;
+};
+
+int ThreadsNamed(const std::string& name) {
+  int count = 0;
+  DIR* tasks = opendir("/proc/self/task");
+  while (dirent* task = readdir(tasks)) {
+    std::ifstream comm(std::string("/proc/self/task/") + task->d_name + "/comm");
+    std::string comm_name;
+    if (std::getline(comm, comm_name) && comm_name == name) ++count;
+  }
+  closedir(tasks);
+  return count;
+}
+
+TEST(RegistrationLoopTest, OneThreadStepsEachMemberOnItsDescriptorsAndItsWakeTime) {
+  RegistrationLoop loop;
+  CountingMember a, b;
+  b.next_wake_ = 50;
+  loop.Add(&a);
+  loop.Add(&b);
+  // Each is stepped once at once.
+  ASSERT_TRUE(Eventually([&] { return a.woken_ == 1 && b.woken_ >= 1; }));
+  EXPECT_EQ(a.thread_name_, "ea-register");
+  EXPECT_EQ(ThreadsNamed("ea-register"), 1);
+  // b's wake time comes again and again; a, with none, is not stepped.
+  ASSERT_TRUE(Eventually([&] { return b.woken_ >= 4; }));
+  EXPECT_EQ(a.woken_, 1);
+  // a's descriptor wakes a alone.
+  a.Signal();
+  ASSERT_TRUE(Eventually([&] { return a.signalled_ == 1; }));
+  EXPECT_EQ(b.signalled_, 0);
+  b.next_wake_ = 0;
+  loop.Remove(&a);
+  loop.Remove(&b);
+}
+
+TEST(RegistrationLoopTest, RemoveWaitsForTheStepInProgressAndEndsTheSteps) {
+  RegistrationLoop loop;
+  CountingMember slow, other;
+  absl::Notification release;
+  slow.block_ = &release;
+  loop.Add(&slow);
+  slow.in_step_.WaitForNotification();
+  std::atomic<bool> removed{false};
+  std::thread remover([&] {
+    loop.Remove(&slow);
+    removed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(removed) << "Remove returned while the member's step ran";
+  release.Notify();
+  remover.join();
+  EXPECT_TRUE(removed);
+  // No more steps of it, whatever its descriptor says; the loop goes on for the others.
+  slow.Signal();
+  loop.Add(&other);
+  ASSERT_TRUE(Eventually([&] { return other.woken_ == 1; }));
+  other.Signal();
+  ASSERT_TRUE(Eventually([&] { return other.signalled_ == 1; }));
+  EXPECT_EQ(slow.signalled_, 0);
+  loop.Remove(&other);
+}
+
+TEST(RegistrationLoopTest, NoThreadUntilTheFirstMember) {
+  const int before = ThreadsNamed("ea-register");
+  {
+    RegistrationLoop loop;
+    EXPECT_EQ(ThreadsNamed("ea-register"), before);
+  }
+  EXPECT_EQ(ThreadsNamed("ea-register"), before);
+}
+
+}  // namespace
+}  // namespace edgeaccel
