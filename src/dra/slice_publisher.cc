@@ -229,7 +229,7 @@ void SlicePublisher::Run() {
       next_chore = absl::Now() + options_.chore_interval;
     }
     if (status().watch_refused) {
-      // No watch: the view is listed again every resync, as before watches.
+      // No watch: the view is listed again every resync.
       if (!WaitUntil(absl::Now() + options_.resync)) return;
       view.synced = false;
       continue;

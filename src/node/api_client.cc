@@ -795,8 +795,8 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
   }
 
   // Each read is handed to the reader once: the answer is parsed as it arrives, never again
-  // from its start (a big answer in small TLS records made that quadratic). A watch's events go
-  // to its callback line by line instead of into the body.
+  // from its start (reparsing is quadratic for a big answer in small TLS records). A watch's
+  // events go to its callback line by line instead of into the body.
   std::unique_ptr<LineSplitter> lines;
   absl::Status event_error;  // the callback's own error, returned as it is
   if (watch != nullptr) {

@@ -72,7 +72,7 @@ std::string CdiContainerEditsJson(const Device& device) {
     // *os.FileMode, `json:"fileMode,omitempty"`, so a JSON number holding the permission bits
     // (0660 is 432; JSON has no octal), UID/GID *uint32. All three are in the first tagged
     // spec, v0.3.0, so the 0.5.0 we declare (for hostPath) has them. Without them containerd
-    // 2.1.9 made the node crw-rw-rw- where the host's is crw-rw---- (only CDI libraries from
+    // 2.1.9 makes the node crw-rw-rw- where the host's is crw-rw---- (only CDI libraries from
     // v1.1.0 take fileMode from the host themselves), owned by the container's user
     // (pkg/cdi/container-edits.go: an unset uid/gid becomes the process's, if not 0). With
     // them the node is what the DeviceSpec path gives: the host's mode and owner.

@@ -30,9 +30,9 @@
 // DRADeviceTaints off drops the taints on write without an error (strategy.go
 // dropDisabledDRADeviceTaintsFields, kubernetes/kubernetes pkg/registry/resource/resourceslice):
 // the publisher compares what came back, and when the taints are gone (or a 422 refuses them) it
-// leaves Unhealthy devices out instead, as before taints, and says so once; it tries taints again
-// each time its watch is renewed, so an API server whose gate is turned on gets them without a
-// restart of the daemon.
+// leaves Unhealthy devices out instead and says so once; it tries taints again each time its
+// watch is renewed, so an API server whose gate is turned on gets them without a restart of the
+// daemon.
 //
 // The driver's other periodic work (ClaimPreparer::Cleanup) runs on this thread too, as the
 // `chore`: after the first reconcile, then each time a watch ends at least `chore_interval` after

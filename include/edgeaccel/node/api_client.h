@@ -98,7 +98,7 @@ class HttpResponseReader {
   HttpResponseReader() = default;
   // A reader that hands a 200 answer's body to `body_sink` as it is decoded, in pieces, instead
   // of keeping it (no size limit then: the sink keeps what it needs); an error from the sink ends
-  // the answer with that error. Other answers are kept whole as before.
+  // the answer with that error. Other answers are kept whole, as without a sink.
   explicit HttpResponseReader(std::function<absl::Status(absl::string_view)> body_sink)
       : body_sink_(std::move(body_sink)) {}
 

@@ -26,7 +26,7 @@ using LabelSet = std::map<std::string, std::string>;
 
 struct LabelOptions {
   // Also the seed system's plain labels (gpu.model, gpu.driver, gpu.resource, gpu.vendor.id,
-  // gpu.product.id), correctly: model is the model and driver the driver.
+  // gpu.product.id): gpu.model holds the model and gpu.driver the driver.
   bool seed_labels = false;
   // The facts of every discrete GPU NVML lists, those not advertised (MIG mode on) too: for
   // nvidia.com/mig.capable and nvidia.com/mig.mode.

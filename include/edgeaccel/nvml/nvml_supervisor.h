@@ -7,7 +7,8 @@
 // not answer in time (a hung NVML call) and restarted with backoff whenever it ends; nothing
 // here ever blocks a scan, Allocate or ListAndWatch: the discoverer's Amend answers from what is
 // known, and /metrics waits a bounded time for a fresh sample. Where NVML cannot be used (no
-// library, nvmlInit fails) the GPUs are served as before, and the log says once why.
+// library, nvmlInit fails) the GPUs are still served, without NVML's facts, Xid health and
+// telemetry, and the log says once why.
 //
 // One thread ("ea-nvml", started with the helper) sleeps in epoll on the helper's stdout, a
 // timerfd (deadlines, the health check, Xid recovery, restarts) and an eventfd.
