@@ -77,6 +77,7 @@ Daemon::Daemon(DaemonConfig config)
       nvml.xid_recovery = config_.nvml_xid_recovery;
       nvml.ignored_xids = config_.nvml_ignored_xids;
       nvml.on_change = [this] { watcher_.RequestRescan(nvidia_discoverer_); };
+      nvml.loop = &event_loop_;
       nvml_ = std::make_unique<NvmlSupervisor>(&host_, std::move(nvml));
     }
     nvidia_discoverer_ =
@@ -92,7 +93,7 @@ Daemon::Daemon(DaemonConfig config)
     auto replicas = config_.replicas.find(set->resource_name());
     if (replicas != config_.replicas.end()) watcher_.SetReplicas(set, replicas->second);
     ResourceRegistrar::Options options;
-    options.loop = &registration_loop_;
+    options.loop = &event_loop_;
     options.kubelet_root = config_.kubelet_root;
     options.device_plugin_dir = config_.device_plugin_dir;
     options.mode = config_.registration;

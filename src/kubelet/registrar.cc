@@ -52,7 +52,7 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
                               absl::StrCat(set_->resource_name(), ": the kubelet's plugin "
                                            "watcher refused the registration: ", error));
                        }),
-      own_loop_(options_.loop == nullptr ? std::make_unique<RegistrationLoop>() : nullptr),
+      own_loop_(options_.loop == nullptr ? std::make_unique<PollLoop>("ea-register") : nullptr),
       loop_(options_.loop != nullptr ? options_.loop : own_loop_.get()),
       set_up_backoff_(absl::Seconds(1), options_.max_backoff, /*jitter=*/0.2),
       machine_(MachineOptions(options_, set->resource_name()), this, [] { return absl::Now(); }),
@@ -345,12 +345,12 @@ void ResourceRegistrar::Warn(const std::string& reason, const std::string& messa
 
 // ---- The registration thread ----
 
-RegistrationLoop::Fds ResourceRegistrar::WaitFds() {
+PollLoop::Fds ResourceRegistrar::WaitFds() {
   if (!set_up_) return {-1, -1, -1, -1};
   return {inotify_.fd(), call_done_fd_, stream_event_fd_, probe_asked_fd_};
 }
 
-absl::Time ResourceRegistrar::Step(const RegistrationLoop::Events& ready) {
+absl::Time ResourceRegistrar::Step(const PollLoop::Events& ready) {
   if (!set_up_) {
     if (!SetUp()) return absl::Now() + set_up_backoff_.Next();
     set_up_ = true;
@@ -368,7 +368,7 @@ absl::Time ResourceRegistrar::Step(const RegistrationLoop::Events& ready) {
   return wake;
 }
 
-void ResourceRegistrar::Receive(const RegistrationLoop::Events& ready) {
+void ResourceRegistrar::Receive(const PollLoop::Events& ready) {
   if (std::all_of(ready.begin(), ready.end(), [](short revents) { return revents == 0; })) {
     return;  // the wake time came
   }

@@ -1,12 +1,10 @@
 #include "edgeaccel/nvml/nvml_supervisor.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,37 +60,30 @@ std::string ExitText(int status) {
 NvmlSupervisor::NvmlSupervisor(const Host* host, NvmlOptions options)
     : host_(host),
       options_(std::move(options)),
-      backoff_(options_.restart_initial, options_.restart_max, 0.2) {}
+      backoff_(options_.restart_initial, options_.restart_max, 0.2),
+      own_loop_(options_.loop == nullptr ? std::make_unique<PollLoop>("ea-nvml") : nullptr),
+      loop_(options_.loop != nullptr ? options_.loop : own_loop_.get()) {}
 
 NvmlSupervisor::~NvmlSupervisor() { Stop(); }
 
-void NvmlSupervisor::EnsureThread() {
-  absl::MutexLock lock(&thread_mu_);
-  if (thread_.joinable() || epoll_fd_ >= 0) return;
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || timer_fd_ < 0 || epoll_fd_ < 0) {
-    LOG(ERROR) << "NVML: cannot set up its thread: " << strerror(errno)
+void NvmlSupervisor::EnsureStarted() {
+  absl::MutexLock lock(&start_mu_);
+  if (in_loop_ || stopped_) return;
+  if (wake_fd_.load() < 0) wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (wake_fd_.load() < 0) {
+    LOG(ERROR) << "NVML: cannot set up its eventfd: " << strerror(errno)
                << "; discrete GPUs are served without NVML";
     return;
   }
-  for (int fd : {wake_fd_, timer_fd_}) {
-    struct epoll_event ev = {};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  }
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-nvml");
-    Run();
-  });
+  loop_->Add(this);
+  in_loop_ = true;
 }
 
 void NvmlSupervisor::Wake() {
-  if (wake_fd_ < 0) return;
+  const int fd = wake_fd_.load();
+  if (fd < 0) return;
   uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
+  (void)!write(fd, &one, sizeof(one));
 }
 
 void NvmlSupervisor::Stop() {
@@ -100,15 +91,18 @@ void NvmlSupervisor::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  absl::MutexLock lock(&thread_mu_);
-  if (thread_.joinable()) {
-    Wake();
-    thread_.join();
+  {
+    absl::MutexLock lock(&start_mu_);
+    if (in_loop_) loop_->Remove(this);  // no step runs from here on
+    in_loop_ = false;
+    stopped_ = true;
+    own_loop_.reset();
   }
-  for (int* fd : {&wake_fd_, &timer_fd_, &epoll_fd_}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pid_ >= 0) KillHelper("");
   }
+  if (const int fd = wake_fd_.exchange(-1); fd >= 0) close(fd);
 }
 
 pid_t NvmlSupervisor::helper_pid() const {
@@ -116,70 +110,58 @@ pid_t NvmlSupervisor::helper_pid() const {
   return pid_;
 }
 
-void NvmlSupervisor::Run() {
-  struct epoll_event events[4];
-  while (true) {
-    const int n = epoll_wait(epoll_fd_, events, 4, -1);
-    if (n < 0 && errno != EINTR) {
-      LOG(ERROR) << "NVML: epoll_wait failed: " << strerror(errno) << "; NVML is no longer asked";
-      return;
+PollLoop::Fds NvmlSupervisor::WaitFds() { return {wake_fd_.load(), watched_fd_.load(), -1, -1}; }
+
+absl::Time NvmlSupervisor::Step(const PollLoop::Events& ready) {
+  absl::Time next;
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ready[0] & POLLIN) {
+      uint64_t count;
+      (void)!read(wake_fd_.load(), &count, sizeof(count));
     }
-    bool changed = false;
-    {
-      absl::MutexLock lock(&mu_);
-      for (int i = 0; i < n; ++i) {
-        const int fd = events[i].data.fd;
-        uint64_t count;
-        if (fd == wake_fd_ || fd == timer_fd_) {
-          (void)!read(fd, &count, sizeof(count));
-        } else if (fd == from_helper_) {
-          HandleOutput();
+    if (ready[1] != 0) HandleOutput();  // output, or its end (POLLHUP)
+    if (stopping_) return absl::InfiniteFuture();  // Stop() kills the helper
+    const absl::Time now = absl::Now();
+    if (pid_ < 0 && wanted_ && now >= next_start_) StartHelper();
+    if (pid_ >= 0 && state_ == State::kStarting && now - started_at_ >= options_.timeout) {
+      KillHelper(absl::StrCat("it did not list the GPUs within ",
+                              absl::FormatDuration(options_.timeout), " (a hung NVML call)"));
+    }
+    if (pid_ >= 0 && sample_pending_ && now - sample_sent_at_ >= options_.timeout) {
+      KillHelper(absl::StrCat("it did not answer a sample within ",
+                              absl::FormatDuration(options_.timeout), " (a hung NVML call)"));
+    }
+    if (state_ == State::kReady && now >= next_check_) {
+      next_check_ = options_.check_interval > absl::ZeroDuration()
+                        ? now + options_.check_interval
+                        : absl::InfiniteFuture();
+      if (!sample_pending_) RequestSample();
+    }
+    // A GPU whose critical Xid is old enough may be Healthy again: the rescan decides.
+    if (options_.xid_recovery > absl::ZeroDuration()) {
+      for (auto& [uuid, health] : health_) {
+        if (health.critical_xid != 0 && now >= health.critical_at + options_.xid_recovery) {
+          health.critical_xid = 0;
+          LOG(INFO) << "NVML: " << uuid << ": no critical Xid for "
+                    << absl::FormatDuration(options_.xid_recovery)
+                    << "; Healthy again if NVML answers for it";
+          Changed();
         }
       }
-      if (stopping_) {
-        if (pid_ >= 0) KillHelper("");
-        return;
-      }
-      const absl::Time now = absl::Now();
-      if (pid_ < 0 && wanted_ && now >= next_start_) StartHelper();
-      if (pid_ >= 0 && state_ == State::kStarting && now - started_at_ >= options_.timeout) {
-        KillHelper(absl::StrCat("it did not list the GPUs within ",
-                                absl::FormatDuration(options_.timeout), " (a hung NVML call)"));
-      }
-      if (pid_ >= 0 && sample_pending_ && now - sample_sent_at_ >= options_.timeout) {
-        KillHelper(absl::StrCat("it did not answer a sample within ",
-                                absl::FormatDuration(options_.timeout), " (a hung NVML call)"));
-      }
-      if (state_ == State::kReady && now >= next_check_) {
-        next_check_ = options_.check_interval > absl::ZeroDuration()
-                          ? now + options_.check_interval
-                          : absl::InfiniteFuture();
-        if (!sample_pending_) RequestSample();
-      }
-      // A GPU whose critical Xid is old enough may be Healthy again: the rescan decides.
-      if (options_.xid_recovery > absl::ZeroDuration()) {
-        for (auto& [uuid, health] : health_) {
-          if (health.critical_xid != 0 && now >= health.critical_at + options_.xid_recovery) {
-            health.critical_xid = 0;
-            LOG(INFO) << "NVML: " << uuid << ": no critical Xid for "
-                      << absl::FormatDuration(options_.xid_recovery)
-                      << "; Healthy again if NVML answers for it";
-            Changed();
-          }
-        }
-      }
-      ArmTimer();
-      changed = changed_;
-      changed_ = false;
     }
-    if (changed && options_.on_change) options_.on_change();
+    next = NextWake();
+    changed = changed_;
+    changed_ = false;
   }
+  if (changed && options_.on_change) options_.on_change();
+  return next;
 }
 
 void NvmlSupervisor::Changed() { changed_ = true; }
 
-void NvmlSupervisor::ArmTimer() {
-  const absl::Time now = absl::Now();
+absl::Time NvmlSupervisor::NextWake() const {
   absl::Time next = absl::InfiniteFuture();
   if (pid_ < 0 && wanted_ && !stopping_) next = std::min(next, next_start_);
   if (pid_ >= 0 && state_ == State::kStarting) next = std::min(next, started_at_ + options_.timeout);
@@ -190,12 +172,9 @@ void NvmlSupervisor::ArmTimer() {
       if (health.critical_xid != 0) next = std::min(next, health.critical_at + options_.xid_recovery);
     }
   }
-  struct itimerspec spec = {};
-  if (next != absl::InfiniteFuture()) {
-    absl::Duration wait = std::max(next - now, absl::Milliseconds(1));
-    spec.it_value = absl::ToTimespec(wait);
-  }
-  timerfd_settime(timer_fd_, 0, &spec, nullptr);  // all zero: disarmed
+  // At least a millisecond ahead: what is due now was done by this step.
+  if (next != absl::InfiniteFuture()) next = std::max(next, absl::Now() + absl::Milliseconds(1));
+  return next;
 }
 
 void NvmlSupervisor::Unavailable(const std::string& why) {
@@ -270,10 +249,7 @@ void NvmlSupervisor::StartHelper() {
   from_helper_ = from_child[0];
   fcntl(to_helper_, F_SETFL, O_NONBLOCK);  // a request never waits for a hung helper
   fcntl(from_helper_, F_SETFL, O_NONBLOCK);
-  struct epoll_event ev = {};
-  ev.events = EPOLLIN;
-  ev.data.fd = from_helper_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, from_helper_, &ev);
+  watched_fd_.store(from_helper_);
   state_ = State::kStarting;
   reason_.clear();
   started_at_ = now;
@@ -417,7 +393,7 @@ bool NvmlSupervisor::RequestSample() {
   sample_pending_ = true;
   sample_sent_at_ = absl::Now();
   sampling_.clear();
-  Wake();  // the thread arms the timeout
+  Wake();  // the loop's next step sets the timeout
   return true;
 }
 
@@ -432,7 +408,7 @@ void NvmlSupervisor::KillHelper(const std::string& why) {
 }
 
 void NvmlSupervisor::HelperEnded(const std::string& why) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, from_helper_, nullptr);
+  watched_fd_.store(-1);
   close(from_helper_);
   close(to_helper_);
   from_helper_ = to_helper_ = -1;
@@ -547,7 +523,7 @@ void NvmlSupervisor::Amend(std::vector<Device>* devices) {
   }
   *devices = std::move(kept);
   if (start) {
-    EnsureThread();
+    EnsureStarted();
     Wake();
   }
 }

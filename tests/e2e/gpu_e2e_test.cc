@@ -239,6 +239,16 @@ std::string Threads(pid_t pid) {
   return out;
 }
 
+// The daemon's threads but main: those named otherwise than the process (main's name is the
+// process's, which a sanitizer's own thread, under TSan, carries too).
+int NamedThreads(pid_t pid) {
+  int named = 0;
+  for (absl::string_view name : absl::StrSplit(Threads(pid), ' ', absl::SkipEmpty())) {
+    named += name != "edgeaccel-devic";
+  }
+  return named;
+}
+
 // The H100 of docs/host-facts.md §5.6, as NVML describes it, under the uuid the fixture's /proc
 // gives the GPU.
 std::string NvmlGpuLine(const std::string& uuid) {
@@ -290,6 +300,13 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
         std::string("edgeaccel_nvml_helper_restarts_total 0")}) {
     EXPECT_THAT(metrics, HasSubstr(sample));
   }
+  // NVML's supervisor runs on the event loop the registration runs on: 7 threads in all (main,
+  // ea-hostwatch, ea-loop, ea-metrics, ea-grpc, ea-grpc-timer, default-executor; the helper is a
+  // process of its own).
+  EXPECT_TRUE(Eventually([&] { return NamedThreads(daemon_->pid()) <= 6; }))
+      << Threads(daemon_->pid());
+  EXPECT_THAT(Threads(daemon_->pid()), HasSubstr("ea-loop"));
+  EXPECT_THAT(Threads(daemon_->pid()), ::testing::Not(HasSubstr("ea-nvml")));
 
   // A critical Xid: Unhealthy on the kubelet's stream at once, with the Xid in the reason.
   host_.NvmlEvent(absl::StrCat(kUuid0, " 79"));
@@ -444,7 +461,9 @@ TEST_F(GpuE2eTest, WithoutADiscreteGpuNoNvmlHelperOrThreadRuns) {
   StartKubeletAndDaemon();
   ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
   EXPECT_THAT(ChildrenOf(daemon_->pid()), ::testing::IsEmpty());
+  // NVML's work runs on the daemon's event loop (ea-loop), never on a thread of its own.
   EXPECT_THAT(Threads(daemon_->pid()), ::testing::Not(HasSubstr("ea-nvml")));
+  EXPECT_THAT(Threads(daemon_->pid()), HasSubstr("ea-loop"));
 }
 
 TEST_F(GpuE2eTest, WithoutNvmlTheGpuIsServedAndTheLogSaysWhyOnce) {
@@ -717,8 +736,8 @@ TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
   EXPECT_THAT(result.err, HasSubstr("--take-over: unknown resource \"amd.com/gpu\""));
 }
 
-// A Jetson with an M.2 Edge TPU: two resources, registered from one thread, and the daemon
-// idles at 8 threads (main, ea-hostwatch, ea-register, ea-metrics, one ea-grpc per resource,
+// A Jetson with an M.2 Edge TPU: two resources, registered from one thread (ea-loop), and the
+// daemon idles at 8 threads (main, ea-hostwatch, ea-loop, ea-metrics, one ea-grpc per resource,
 // ea-grpc-timer, default-executor). A kubelet restart registers both again.
 TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
   host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
@@ -732,14 +751,12 @@ TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
     for (absl::string_view t : absl::StrSplit(threads, ' ', absl::SkipEmpty())) n += t == name;
     return n;
   };
-  // Main and 7 named ones (main's name is the process's, which a sanitizer's own thread, under
-  // TSan, carries too: not counted).
   EXPECT_TRUE(Eventually([&] {
     threads = Threads(daemon_->pid());
-    return std::count(threads.begin(), threads.end(), ' ') - count("edgeaccel-devic") <= 7;
+    return NamedThreads(daemon_->pid()) <= 7;  // and main
   })) << threads;
   EXPECT_GE(count("edgeaccel-devic"), 1) << threads;
-  EXPECT_EQ(count("ea-register"), 1) << threads;
+  EXPECT_EQ(count("ea-loop"), 1) << threads;
   EXPECT_EQ(count("ea-grpc"), 2) << threads;
   kubelet_.Restart();
   EXPECT_TRUE(kubelet_.WaitFor([&] {

@@ -24,7 +24,7 @@
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/inventory/host_watcher.h"
 #include "edgeaccel/kubelet/registrar.h"
-#include "edgeaccel/kubelet/registration_loop.h"
+#include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/node/cdi_spec.h"
 #include "edgeaccel/node/node_events.h"
 #include "edgeaccel/node/node_labeler.h"
@@ -122,13 +122,14 @@ class Daemon {
 
   const DaemonConfig config_;
   Host host_;
+  // The one thread every resource's registration and NVML's supervisor run on ("ea-loop";
+  // declared before what uses it: it outlives them).
+  PollLoop event_loop_{"ea-loop"};
   HostWatcher watcher_;
   // With --nvml, where the nvidia family is looked for: started by the first scan that finds a
   // discrete GPU. Its changes rescan nvidia_discoverer_.
   std::unique_ptr<NvmlSupervisor> nvml_;
   Discoverer* nvidia_discoverer_ = nullptr;
-  // The one thread every resource's registration runs on (before resources_: it outlives them).
-  RegistrationLoop registration_loop_;
   std::vector<std::unique_ptr<Resource>> resources_;
   std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
   std::unique_ptr<ApiClient> dra_api_;  // with --dra

@@ -22,8 +22,8 @@
 // for kubelet.sock after one on the plugin watcher, once the watcher has let go of it).
 //
 // What to do on each event is decided by a RegistrationMachine (registration_machine.h), which
-// this class steps on the registration thread (registration_loop.h: one for every resource of
-// the daemon) and serves as the machine's ports: inotify on the two kubelet directories,
+// this class steps on a PollLoop's thread (host/poll_loop.h: the daemon's one, shared by every
+// resource) and serves as the machine's ports: inotify on the two kubelet directories,
 // eventfds for a finished Register call (register_call.h), a stream's end and the watcher
 // probe's question, and the loop's wait until the machine's wake time.
 //
@@ -65,18 +65,19 @@
 #include "edgeaccel/kubelet/plugin_server.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/register_call.h"
-#include "edgeaccel/kubelet/registration_loop.h"
+#include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/kubelet/registration_machine.h"
 #include "edgeaccel/kubelet/registration_record.h"
 
 namespace edgeaccel {
 
-class ResourceRegistrar : private RegistrationPorts, private RegistrationLoop::Member {
+class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
  public:
   struct Options {
-    // The thread the registration runs on, shared with the daemon's other resources; null: a
-    // loop of this registrar's own. Must outlive the registrar.
-    RegistrationLoop* loop = nullptr;
+    // The thread the registration runs on, shared with the daemon's other resources and NVML's
+    // supervisor; null: a loop of this registrar's own ("ea-register"). Must outlive the
+    // registrar.
+    PollLoop* loop = nullptr;
     // As this process sees them: plugins_registry/ is under kubelet_root; device-plugins/ is
     // the kubelet's fixed directory.
     std::string kubelet_root = std::string(kDefaultKubeletRoot);
@@ -175,16 +176,16 @@ class ResourceRegistrar : private RegistrationPorts, private RegistrationLoop::M
   void StopWatcherProbe() override;
   void Warn(const std::string& reason, const std::string& message) override;
 
-  // RegistrationLoop::Member, on the loop's thread: the first steps get what registering needs
+  // PollLoop::Member, on the loop's thread: the first steps get what registering needs
   // (retried with backoff while it cannot be had); then each hands the machine what arrived on
   // inotify and the eventfds, and steps it.
-  RegistrationLoop::Fds WaitFds() override;
-  absl::Time Step(const RegistrationLoop::Events& ready) override;
+  PollLoop::Fds WaitFds() override;
+  absl::Time Step(const PollLoop::Events& ready) override;
   // Gets the inotify instance and the eventfds; false (logged when the reason is new) where one
   // cannot be had yet.
   bool SetUp();
   // Hands the machine what arrived: `ready` in WaitFds' order.
-  void Receive(const RegistrationLoop::Events& ready);
+  void Receive(const PollLoop::Events& ready);
   NeighbourQuery NeighbourQueryNow() const;
   std::string DirectoryFor(RegistrationMode mode) const;
   std::string KubeletSocketPath() const;
@@ -194,8 +195,8 @@ class ResourceRegistrar : private RegistrationPorts, private RegistrationLoop::M
   PluginCounters counters_;
   PluginWatcherService watcher_service_;
   DirectoryWatcher inotify_;
-  std::unique_ptr<RegistrationLoop> own_loop_;  // where Options::loop is null
-  RegistrationLoop* const loop_;
+  std::unique_ptr<PollLoop> own_loop_;  // where Options::loop is null
+  PollLoop* const loop_;
   bool started_ = false;  // Start() to Stop(), on the caller's thread
   // The loop thread's own, until Stop() has removed us from the loop.
   bool set_up_ = false;

@@ -10,8 +10,9 @@
 // library, nvmlInit fails) the GPUs are still served, without NVML's facts, Xid health and
 // telemetry, and the log says once why.
 //
-// One thread ("ea-nvml", started with the helper) sleeps in epoll on the helper's stdout, a
-// timerfd (deadlines, the health check, Xid recovery, restarts) and an eventfd.
+// Its work runs on a PollLoop (host/poll_loop.h): the daemon's shared one, or one of its own
+// ("ea-nvml"), joined when the helper is first wanted. It waits on the helper's stdout and an
+// eventfd, until the next deadline, health check, Xid recovery or restart.
 #ifndef EDGEACCEL_NVML_NVML_SUPERVISOR_H_
 #define EDGEACCEL_NVML_NVML_SUPERVISOR_H_
 
@@ -22,7 +23,7 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +33,7 @@
 #include "edgeaccel/discovery/nvidia.h"
 #include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/nvml/nvml_library.h"
 #include "edgeaccel/nvml/nvml_protocol.h"
 
@@ -59,8 +61,10 @@ struct NvmlOptions {
   std::set<int> ignored_xids = DefaultIgnoredXids();
   absl::Duration restart_initial = absl::Seconds(1);
   absl::Duration restart_max = absl::Minutes(5);
-  // The health or facts of a GPU changed: rescan (called on the supervisor's thread).
+  // The health or facts of a GPU changed: rescan (called on the loop's thread).
   std::function<void()> on_change;
+  // Where the supervisor's work runs (it must outlive the supervisor); null: a loop of its own.
+  PollLoop* loop = nullptr;
 };
 
 // One GPU's readings, with dcgm-exporter's meanings and units.
@@ -92,7 +96,7 @@ struct NvmlStatus {
   std::map<std::string, int> critical_xid;
 };
 
-class NvmlSupervisor : public GpuFactSource {
+class NvmlSupervisor : public GpuFactSource, private PollLoop::Member {
  public:
   NvmlSupervisor(const Host* host, NvmlOptions options);
   ~NvmlSupervisor() override;  // Stop()
@@ -119,7 +123,7 @@ class NvmlSupervisor : public GpuFactSource {
   // passed (false). For --discover.
   bool WaitSettled(absl::Duration timeout) const;
 
-  // Kills the helper and ends the thread; nothing is restarted.
+  // Leaves the loop (a loop of its own ends) and kills the helper; nothing is restarted.
   void Stop();
 
   // The helper's process id while one runs, else -1 (tests kill it).
@@ -137,9 +141,13 @@ class NvmlSupervisor : public GpuFactSource {
     std::string lost;
   };
 
-  void EnsureThread();
-  void Run();
-  // Locked helpers, on the thread.
+  // Joins the loop, once.
+  void EnsureStarted();
+  // PollLoop::Member: the eventfd and the helper's stdout; a step reads what arrived, acts on
+  // what is due and returns when it must act next.
+  PollLoop::Fds WaitFds() override;
+  absl::Time Step(const PollLoop::Events& ready) override;
+  // Locked helpers, on the loop's thread.
   void StartHelper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NVML cannot be used (`why`): looked at again after the backoff; logged once per reason.
   void Unavailable(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -149,8 +157,8 @@ class NvmlSupervisor : public GpuFactSource {
   void HelperEnded(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KillHelper(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestSample() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next time the thread must act, and arms the timer for it.
-  void ArmTimer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next time the loop must step it.
+  absl::Time NextWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
 
@@ -190,11 +198,15 @@ class NvmlSupervisor : public GpuFactSource {
   uint64_t hangs_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> left_out_ ABSL_GUARDED_BY(mu_);  // remarks of the last Amend
 
-  absl::Mutex thread_mu_;  // starting and joining the thread
-  std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
-  int wake_fd_ = -1;
-  int timer_fd_ = -1;
-  int epoll_fd_ = -1;
+  absl::Mutex start_mu_;  // joining and leaving the loop
+  // Where NvmlOptions::loop is null; ended (its thread joined) by Stop().
+  std::unique_ptr<PollLoop> own_loop_ ABSL_GUARDED_BY(start_mu_);
+  PollLoop* const loop_;
+  bool in_loop_ ABSL_GUARDED_BY(start_mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(start_mu_) = false;
+  std::atomic<int> wake_fd_{-1};  // made when it joins the loop
+  // from_helper_ as the loop's wait reads it (without mu_, which a step holds).
+  std::atomic<int> watched_fd_{-1};
 };
 
 }  // namespace edgeaccel

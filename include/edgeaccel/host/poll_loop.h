@@ -1,19 +1,21 @@
-// RegistrationLoop: one thread ("ea-register") on which the registration of every resource of
-// the daemon runs. A Jetson with an M.2 Edge TPU registers two resources; what each one waits
-// for (inotify on the kubelet's two directories, a finished Register call, a stream's end, its
-// machine's wake time) is rare and quick to handle, so one thread polls for all of them and steps
-// each resource in turn. A step can take up to the neighbour look's budget (1 s): a change for
-// another resource waits that long at most.
+// PollLoop: one thread that waits (poll) for the descriptors and wake times of several members
+// and steps each in turn. The daemon runs every resource's registration (kubelet/registrar.h)
+// and the NVML supervisor (nvml/nvml_supervisor.h) on one: what each waits for (inotify on the
+// kubelet's directories, a finished Register call, a stream's end, the NVML helper's output, a
+// deadline) is rare and quick to handle. A step can take up to a registration's neighbour look
+// budget (1 s): another member's event waits that long at most.
 //
 // Members are added and removed from any thread but the loop's own. After Remove() returns, the
 // loop never calls the member again, and no step of it is running.
-#ifndef EDGEACCEL_KUBELET_REGISTRATION_LOOP_H_
-#define EDGEACCEL_KUBELET_REGISTRATION_LOOP_H_
+#ifndef EDGEACCEL_HOST_POLL_LOOP_H_
+#define EDGEACCEL_HOST_POLL_LOOP_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -22,14 +24,14 @@
 
 namespace edgeaccel {
 
-class RegistrationLoop {
+class PollLoop {
  public:
   // The most descriptors one member waits on.
   static constexpr int kMaxFds = 4;
   using Fds = std::array<int, kMaxFds>;         // -1: none in that place
   using Events = std::array<short, kMaxFds>;    // poll's revents, in the same places
 
-  // One resource's registration as the loop drives it. Both calls run on the loop's thread.
+  // What the loop drives. Both calls run on the loop's thread.
   class Member {
    public:
     virtual ~Member() = default;
@@ -41,11 +43,12 @@ class RegistrationLoop {
     virtual absl::Time Step(const Events& ready) = 0;
   };
 
-  RegistrationLoop() = default;
+  // `thread_name`: what the thread is called (at most 15 characters).
+  explicit PollLoop(std::string thread_name) : thread_name_(std::move(thread_name)) {}
   // Ends the thread. Every member must have been removed.
-  ~RegistrationLoop();
-  RegistrationLoop(const RegistrationLoop&) = delete;
-  RegistrationLoop& operator=(const RegistrationLoop&) = delete;
+  ~PollLoop();
+  PollLoop(const PollLoop&) = delete;
+  PollLoop& operator=(const PollLoop&) = delete;
 
   // Adds `member` (its first step runs at once on the loop's thread), starting the thread with
   // the first member. Where the loop's eventfd cannot be made (this process at its fd limit), the
@@ -65,6 +68,7 @@ class RegistrationLoop {
   void Wake();
   Entry* Find(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::string thread_name_;
   absl::Mutex mu_;
   absl::CondVar stepped_;  // a step ended
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
@@ -77,4 +81,4 @@ class RegistrationLoop {
 
 }  // namespace edgeaccel
 
-#endif  // EDGEACCEL_KUBELET_REGISTRATION_LOOP_H_
+#endif  // EDGEACCEL_HOST_POLL_LOOP_H_

@@ -1,4 +1,4 @@
-#include "edgeaccel/kubelet/registration_loop.h"
+#include "edgeaccel/host/poll_loop.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -13,7 +13,7 @@
 
 namespace edgeaccel {
 
-RegistrationLoop::~RegistrationLoop() {
+PollLoop::~PollLoop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -23,7 +23,7 @@ RegistrationLoop::~RegistrationLoop() {
   if (wake_fd_.load() >= 0) close(wake_fd_.load());
 }
 
-void RegistrationLoop::Add(Member* member) {
+void PollLoop::Add(Member* member) {
   absl::MutexLock lock(&mu_);
   if (!thread_.joinable()) {
     wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -33,7 +33,7 @@ void RegistrationLoop::Add(Member* member) {
   Wake();
 }
 
-void RegistrationLoop::Remove(Member* member) {
+void PollLoop::Remove(Member* member) {
   absl::MutexLock lock(&mu_);
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
                                 [member](const Entry& e) { return e.member == member; }),
@@ -42,20 +42,20 @@ void RegistrationLoop::Remove(Member* member) {
   while (stepping_ == member) stepped_.Wait(&mu_);
 }
 
-void RegistrationLoop::Wake() {
+void PollLoop::Wake() {
   uint64_t one = 1;
   if (const int fd = wake_fd_.load(); fd >= 0) (void)!write(fd, &one, sizeof(one));
 }
 
-RegistrationLoop::Entry* RegistrationLoop::Find(uint64_t id) {
+PollLoop::Entry* PollLoop::Find(uint64_t id) {
   for (Entry& entry : entries_) {
     if (entry.id == id) return &entry;
   }
   return nullptr;
 }
 
-void RegistrationLoop::Run() {
-  pthread_setname_np(pthread_self(), "ea-register");
+void PollLoop::Run() {
+  pthread_setname_np(pthread_self(), thread_name_.c_str());
   std::vector<struct pollfd> fds;
   std::vector<uint64_t> ids;  // the members waited for, in the order of their descriptors
   while (true) {
@@ -81,7 +81,7 @@ void RegistrationLoop::Run() {
     }
     if (wake_fd < 0) timeout_ms = timeout_ms < 0 ? 1000 : std::min(timeout_ms, 1000);
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
-      LOG(ERROR) << "registration: poll failed: " << strerror(errno);
+      LOG(ERROR) << thread_name_ << ": poll failed: " << strerror(errno);
     }
     if (fds[0].revents & POLLIN) {
       uint64_t count;

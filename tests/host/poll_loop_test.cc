@@ -1,6 +1,6 @@
-// RegistrationLoop: one thread steps several members, each on its descriptors and wake time;
-// Remove waits for a step in progress and ends its steps. Real eventfds and a real thread.
-#include "edgeaccel/kubelet/registration_loop.h"
+// PollLoop: one thread steps several members, each on its descriptors and wake time; Remove
+// waits for a step in progress and ends its steps. Real eventfds and a real thread.
+#include "edgeaccel/host/poll_loop.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -21,13 +21,13 @@ namespace {
 using ::edgeaccel::testing::Eventually;
 
 // A member that waits on one eventfd, and counts its steps by what woke it.
-class CountingMember : public RegistrationLoop::Member {
+class CountingMember : public PollLoop::Member {
  public:
   CountingMember() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
   ~CountingMember() override { close(fd_); }
 
-  RegistrationLoop::Fds WaitFds() override { return {-1, fd_, -1, -1}; }
-  absl::Time Step(const RegistrationLoop::Events& ready) override {
+  PollLoop::Fds WaitFds() override { return {-1, fd_, -1, -1}; }
+  absl::Time Step(const PollLoop::Events& ready) override {
     thread_name_ = ThreadName();
     if (ready[1] & POLLIN) {
       uint64_t count;
@@ -77,16 +77,16 @@ int ThreadsNamed(const std::string& name) {
   return count;
 }
 
-TEST(RegistrationLoopTest, OneThreadStepsEachMemberOnItsDescriptorsAndItsWakeTime) {
-  RegistrationLoop loop;
+TEST(PollLoopTest, OneThreadStepsEachMemberOnItsDescriptorsAndItsWakeTime) {
+  PollLoop loop("ea-test-loop");
   CountingMember a, b;
   b.next_wake_ = 50;
   loop.Add(&a);
   loop.Add(&b);
   // Each is stepped once at once.
   ASSERT_TRUE(Eventually([&] { return a.woken_ == 1 && b.woken_ >= 1; }));
-  EXPECT_EQ(a.thread_name_, "ea-register");
-  EXPECT_EQ(ThreadsNamed("ea-register"), 1);
+  EXPECT_EQ(a.thread_name_, "ea-test-loop");
+  EXPECT_EQ(ThreadsNamed("ea-test-loop"), 1);
   // b's wake time comes again and again; a, with none, is not stepped.
   ASSERT_TRUE(Eventually([&] { return b.woken_ >= 4; }));
   EXPECT_EQ(a.woken_, 1);
@@ -99,8 +99,8 @@ TEST(RegistrationLoopTest, OneThreadStepsEachMemberOnItsDescriptorsAndItsWakeTim
   loop.Remove(&b);
 }
 
-TEST(RegistrationLoopTest, RemoveWaitsForTheStepInProgressAndEndsTheSteps) {
-  RegistrationLoop loop;
+TEST(PollLoopTest, RemoveWaitsForTheStepInProgressAndEndsTheSteps) {
+  PollLoop loop("ea-test-loop");
   CountingMember slow, other;
   absl::Notification release;
   slow.block_ = &release;
@@ -126,13 +126,13 @@ TEST(RegistrationLoopTest, RemoveWaitsForTheStepInProgressAndEndsTheSteps) {
   loop.Remove(&other);
 }
 
-TEST(RegistrationLoopTest, NoThreadUntilTheFirstMember) {
-  const int before = ThreadsNamed("ea-register");
+TEST(PollLoopTest, NoThreadUntilTheFirstMember) {
+  const int before = ThreadsNamed("ea-test-loop");
   {
-    RegistrationLoop loop;
-    EXPECT_EQ(ThreadsNamed("ea-register"), before);
+    PollLoop loop("ea-test-loop");
+    EXPECT_EQ(ThreadsNamed("ea-test-loop"), before);
   }
-  EXPECT_EQ(ThreadsNamed("ea-register"), before);
+  EXPECT_EQ(ThreadsNamed("ea-test-loop"), before);
 }
 
 }  // namespace
