@@ -766,5 +766,22 @@ TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
   EXPECT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
 }
 
+// An Edge TPU beside a discrete GPU with NVML: two resources and NVML's supervisor, all on the
+// one event loop: 8 threads (main, ea-hostwatch, ea-loop, ea-metrics, two ea-grpc,
+// ea-grpc-timer, default-executor).
+TEST_F(GpuE2eTest, AnEdgeTpuBesideAGpuWithNvmlIdlesAtEightThreads) {
+  host_.AddNvidiaGpu({.pci_address = "0000:00:06.0", .minor = 0, .uuid = kUuid0,
+                      .model = "NVIDIA H100 80GB HBM3", .numa_node = 0});
+  host_.AddFakeNvml(NvmlScriptFor(kUuid0));
+  host_.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+  StartKubeletAndDaemon();
+  ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
+  ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
+  ASSERT_TRUE(daemon_->WaitForLog("GPU(s); Xid events")) << daemon_->Log();
+  EXPECT_THAT(ChildrenOf(daemon_->pid()), ::testing::SizeIs(1));  // the NVML helper
+  EXPECT_TRUE(Eventually([&] { return NamedThreads(daemon_->pid()) <= 7; }))
+      << Threads(daemon_->pid());
+}
+
 }  // namespace
 }  // namespace edgeaccel
