@@ -87,6 +87,9 @@ void PollLoop::Run() {
       uint64_t count;
       (void)!read(wake_fd, &count, sizeof(count));
     }
+    // Who is due is decided from the time of the wait, once: a wake time that passes during
+    // another member's long step is acted on after the next wait, which also sees what arrived
+    // on that member's descriptors meanwhile (an answer that beat its deadline).
     const absl::Time now = absl::Now();
     for (size_t i = 0; i < ids.size(); ++i) {
       Events ready = {};

@@ -4,6 +4,11 @@
 // (no library, nvmlInit failing, a hang, a crash, a failed event wait, a kill).
 #include "edgeaccel/nvml/nvml_supervisor.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include "edgeaccel/host/poll_loop.h"
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -387,6 +392,51 @@ TEST_F(NvmlSupervisorTest, StopEndsTheHelper) {
   EXPECT_EQ(supervisor.helper_pid(), -1);
   EXPECT_NE(kill(pid, 0), 0);  // gone and reaped
   EXPECT_FALSE(HasThread("ea-nvml"));
+}
+
+// On the daemon's shared loop a step of another member (a registration's neighbour look) can
+// take a while. The loop decides who is due from the time of its wait, so a deadline that passes
+// during that step is looked at only after the next wait, which sees the answer that came
+// meanwhile: a helper that answered in time is not killed for the loop's delay.
+TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) {
+  // A member whose step, once its eventfd is written, holds the loop for 800 ms.
+  class Busy : public PollLoop::Member {
+   public:
+    Busy() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+    ~Busy() override { close(fd_); }
+    PollLoop::Fds WaitFds() override { return {fd_, -1, -1, -1}; }
+    absl::Time Step(const PollLoop::Events& ready) override {
+      if (ready[0] & POLLIN) {
+        uint64_t count;
+        (void)!read(fd_, &count, sizeof(count));
+        absl::SleepFor(absl::Milliseconds(800));
+      }
+      return absl::InfiniteFuture();
+    }
+    void Poke() {
+      uint64_t one = 1;
+      (void)!write(fd_, &one, sizeof(one));
+    }
+
+   private:
+    const int fd_;
+  };
+  PollLoop loop("ea-test-loop");
+  Busy busy;
+  loop.Add(&busy);  // stepped before the supervisor after each wait
+  Install(TwoGpus());
+  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(500), .loop = &loop});
+  ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  const pid_t helper = supervisor.helper_pid();
+  Script("sample=delay:100\n" + TwoGpus());
+  absl::SleepFor(absl::Milliseconds(1100));  // the cached sample is more than a second old
+  (void)supervisor.Telemetry(absl::ZeroDuration());  // asks for a sample, answered in 100 ms
+  busy.Poke();  // the loop is busy past the answer and past the 500 ms deadline
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_EQ(supervisor.Status().hangs, 0u) << supervisor.Status().reason;
+  EXPECT_EQ(supervisor.helper_pid(), helper);
+  supervisor.Stop();
+  loop.Remove(&busy);
 }
 
 }  // namespace
