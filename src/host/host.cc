@@ -368,21 +368,28 @@ std::string Host::ResolveHostPath(absl::string_view host_path) const {
   return path.empty() ? "/" : path;
 }
 
+int Host::OpenByKernel(int root_fd, absl::string_view host_path, int flags) const {
+  const std::string relative = RelativePath(host_path);
+  struct open_how how = {};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // EAGAIN: a rename or mount anywhere on the host raced with a ".." step (the kernel's check
+    // is global). On a busy node that can repeat; the walk never needs to retry.
+    const int fd =
+        static_cast<int>(syscall(SYS_openat2, root_fd, relative.c_str(), &how, sizeof(how)));
+    if (fd >= 0 || (errno != EAGAIN && errno != EINTR)) return fd;
+  }
+  return -1;  // errno: EAGAIN or EINTR
+}
+
 absl::StatusOr<int> Host::Open(absl::string_view host_path, int flags) const {
   const int root = RootFd();
   if (root < 0) return ErrnoStatus(errno, "cannot open the host root", root_.empty() ? "/" : root_);
   if (resolution_ == Resolution::kKernel && KernelResolvesInRoot()) {
-    const std::string relative = RelativePath(host_path);
-    struct open_how how = {};
-    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      // EAGAIN: a rename or mount anywhere on the host raced with a ".." step (the kernel's
-      // check is global). On a busy node that can repeat; the walk below never needs to retry.
-      int fd = static_cast<int>(syscall(SYS_openat2, root, relative.c_str(), &how, sizeof(how)));
-      if (fd >= 0) return fd;
-      if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
-    }
+    const int fd = OpenByKernel(root, host_path, flags);
+    if (fd >= 0) return fd;
+    if (errno != EAGAIN && errno != EINTR) return ErrnoStatus(errno, "cannot open", host_path);
   }
   return OpenWithWalk(root, host_path, flags);
 }
@@ -527,19 +534,12 @@ bool Host::Exists(absl::string_view host_path) const {
 bool Host::Absent(absl::string_view host_path, bool follow_last) const {
   const int root = RootFd();
   if (root < 0 || resolution_ != Resolution::kKernel || !KernelResolvesInRoot()) return false;
-  const std::string relative = RelativePath(host_path);
-  struct open_how how = {};
-  how.flags = static_cast<uint64_t>(O_PATH | O_CLOEXEC | (follow_last ? 0 : O_NOFOLLOW));
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const int fd = static_cast<int>(syscall(SYS_openat2, root, relative.c_str(), &how, sizeof(how)));
-    if (fd >= 0) {
-      close(fd);
-      return false;
-    }
-    if (errno != EAGAIN && errno != EINTR) return errno == ENOENT;
+  const int fd = OpenByKernel(root, host_path, O_PATH | (follow_last ? 0 : O_NOFOLLOW));
+  if (fd >= 0) {
+    close(fd);
+    return false;
   }
-  return false;
+  return errno == ENOENT;
 }
 
 bool Host::IsAbsence(const absl::Status& status) {

@@ -217,6 +217,9 @@ class Host {
  private:
   // The walk, from the already opened root directory `root_fd`.
   absl::StatusOr<int> OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const;
+  // openat2 RESOLVE_IN_ROOT from `root_fd`, tried again on EAGAIN and EINTR (at most 3 times):
+  // the descriptor, or -1 with errno set. Only where KernelResolvesInRoot().
+  int OpenByKernel(int root_fd, absl::string_view host_path, int flags) const;
   // The root's O_PATH descriptor, opened now if it was not yet; -1 (errno set) while it cannot be.
   int RootFd() const;
 
