@@ -239,14 +239,19 @@ std::string Threads(pid_t pid) {
   return out;
 }
 
+// How many of `threads` (as Threads() lists them) are called `name`, or are not.
+int ThreadsCalled(const std::string& threads, absl::string_view name, bool called = true) {
+  int n = 0;
+  for (absl::string_view thread : absl::StrSplit(threads, ' ', absl::SkipEmpty())) {
+    n += (thread == name) == called;
+  }
+  return n;
+}
+
 // The daemon's threads but main: those named otherwise than the process (main's name is the
 // process's, which a sanitizer's own thread, under TSan, carries too).
-int NamedThreads(pid_t pid) {
-  int named = 0;
-  for (absl::string_view name : absl::StrSplit(Threads(pid), ' ', absl::SkipEmpty())) {
-    named += name != "edgeaccel-devic";
-  }
-  return named;
+int NamedThreads(const std::string& threads) {
+  return ThreadsCalled(threads, "edgeaccel-devic", /*called=*/false);
 }
 
 // The H100 of docs/host-facts.md §5.6, as NVML describes it, under the uuid the fixture's /proc
@@ -303,7 +308,7 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
   // NVML's supervisor runs on the event loop the registration runs on: 7 threads in all (main,
   // ea-hostwatch, ea-loop, ea-metrics, ea-grpc, ea-grpc-timer, default-executor; the helper is a
   // process of its own).
-  EXPECT_TRUE(Eventually([&] { return NamedThreads(daemon_->pid()) <= 6; }))
+  EXPECT_TRUE(Eventually([&] { return NamedThreads(Threads(daemon_->pid())) <= 6; }))
       << Threads(daemon_->pid());
   EXPECT_THAT(Threads(daemon_->pid()), HasSubstr("ea-loop"));
   EXPECT_THAT(Threads(daemon_->pid()), ::testing::Not(HasSubstr("ea-nvml")));
@@ -746,18 +751,13 @@ TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
   ASSERT_TRUE(Advertised(kGpu, 1, 1)) << daemon_->Log();
   ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
   std::string threads;
-  auto count = [&](const std::string& name) {
-    int n = 0;
-    for (absl::string_view t : absl::StrSplit(threads, ' ', absl::SkipEmpty())) n += t == name;
-    return n;
-  };
   EXPECT_TRUE(Eventually([&] {
     threads = Threads(daemon_->pid());
-    return NamedThreads(daemon_->pid()) <= 7;  // and main
+    return NamedThreads(threads) <= 7;  // and main
   })) << threads;
-  EXPECT_GE(count("edgeaccel-devic"), 1) << threads;
-  EXPECT_EQ(count("ea-loop"), 1) << threads;
-  EXPECT_EQ(count("ea-grpc"), 2) << threads;
+  EXPECT_GE(ThreadsCalled(threads, "edgeaccel-devic"), 1) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-loop"), 1) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 2) << threads;
   kubelet_.Restart();
   EXPECT_TRUE(kubelet_.WaitFor([&] {
     return kubelet_.Registrations(kGpu) == 2 && kubelet_.Registrations(kTpu) == 2;
@@ -779,7 +779,7 @@ TEST_F(GpuE2eTest, AnEdgeTpuBesideAGpuWithNvmlIdlesAtEightThreads) {
   ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
   ASSERT_TRUE(daemon_->WaitForLog("GPU(s); Xid events")) << daemon_->Log();
   EXPECT_THAT(ChildrenOf(daemon_->pid()), ::testing::SizeIs(1));  // the NVML helper
-  EXPECT_TRUE(Eventually([&] { return NamedThreads(daemon_->pid()) <= 7; }))
+  EXPECT_TRUE(Eventually([&] { return NamedThreads(Threads(daemon_->pid())) <= 7; }))
       << Threads(daemon_->pid());
 }
 
