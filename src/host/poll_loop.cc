@@ -91,7 +91,12 @@ void PollLoop::Run() {
     // another member's long step is acted on after the next wait, which also sees what arrived
     // on that member's descriptors meanwhile (an answer that beat its deadline).
     const absl::Time now = absl::Now();
+    bool stepped = false;  // a step ran since the wait: what it said of the others may be old
     for (size_t i = 0; i < ids.size(); ++i) {
+      // A member stepped after another (for its own descriptor or wake time) is told what its
+      // descriptors say now, not at the wait: an answer that came during the other's step is
+      // read before the member judges a deadline by the clock.
+      if (stepped) poll(&fds[1 + i * kMaxFds], kMaxFds, 0);
       Events ready = {};
       bool any = false;
       for (int k = 0; k < kMaxFds; ++k) {
@@ -108,6 +113,7 @@ void PollLoop::Run() {
         stepping_ = member;
       }
       const absl::Time next = member->Step(ready);
+      stepped = true;
       absl::MutexLock lock(&mu_);
       stepping_ = nullptr;
       stepped_.SignalAll();

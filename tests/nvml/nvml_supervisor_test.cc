@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "captured_log.h"
 #include "eventually.h"
 #include "fixture_host.h"
@@ -395,11 +396,11 @@ TEST_F(NvmlSupervisorTest, StopEndsTheHelper) {
 }
 
 // On the daemon's shared loop a step of another member (a registration's neighbour look) can
-// take a while. The loop decides who is due from the time of its wait, so a deadline that passes
-// during that step is looked at only after the next wait, which sees the answer that came
-// meanwhile: a helper that answered in time is not killed for the loop's delay.
+// take a while. The supervisor, stepped after it (its own wake-up, or its deadline at the next
+// wait), is told what its pipe holds then: a helper that answered in time is not killed for the
+// loop's delay.
 TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) {
-  // A member whose step, once its eventfd is written, holds the loop for 800 ms.
+  // A member whose step, each time its eventfd is written, holds the loop for `hold`.
   class Busy : public PollLoop::Member {
    public:
     Busy() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -409,30 +410,45 @@ TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) 
       if (ready[0] & POLLIN) {
         uint64_t count;
         (void)!read(fd_, &count, sizeof(count));
-        absl::SleepFor(absl::Milliseconds(800));
+        started_.fetch_add(1);
+        absl::SleepFor(absl::Milliseconds(hold_ms_.load()));
+        done_.fetch_add(1);
       }
       return absl::InfiniteFuture();
     }
-    void Poke() {
+    void Poke(int hold_ms) {
+      hold_ms_ = hold_ms;
       uint64_t one = 1;
       (void)!write(fd_, &one, sizeof(one));
     }
+    std::atomic<int> started_{0};
+    std::atomic<int> done_{0};
 
    private:
     const int fd_;
+    std::atomic<int> hold_ms_{0};
   };
   PollLoop loop("ea-test-loop");
   Busy busy;
   loop.Add(&busy);  // stepped before the supervisor after each wait
   Install(TwoGpus());
-  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(500), .loop = &loop});
+  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(600), .loop = &loop});
   ASSERT_TRUE(Eventually([&] { return Ready(); }));
   const pid_t helper = supervisor.helper_pid();
-  Script("sample=delay:100\n" + TwoGpus());
+  Script("sample=delay:300\n" + TwoGpus());
   absl::SleepFor(absl::Milliseconds(1100));  // the cached sample is more than a second old
-  (void)supervisor.Telemetry(absl::ZeroDuration());  // asks for a sample, answered in 100 ms
-  busy.Poke();  // the loop is busy past the answer and past the 500 ms deadline
-  absl::SleepFor(absl::Milliseconds(1500));
+  // While a first 100 ms step holds the loop: a sample is asked for (the supervisor's eventfd,
+  // answered 300 ms later) and the next step is asked for. The next wait sees both eventfds and
+  // no answer yet; that step holds the loop 1200 ms, past the answer and the 600 ms deadline,
+  // and the supervisor is stepped after it, for its eventfd.
+  busy.Poke(100);
+  ASSERT_TRUE(Eventually([&] { return busy.started_ == 1; }));
+  (void)supervisor.Telemetry(absl::ZeroDuration());
+  busy.Poke(1200);
+  ASSERT_TRUE(Eventually([&] { return busy.done_ == 2; }, absl::Seconds(5)));
+  // The supervisor's next step reads the answer, or kills the helper for the deadline: either
+  // ends the pending sample, which Telemetry waits for.
+  (void)supervisor.Telemetry(absl::Seconds(5));
   EXPECT_EQ(supervisor.Status().hangs, 0u) << supervisor.Status().reason;
   EXPECT_EQ(supervisor.helper_pid(), helper);
   supervisor.Stop();
