@@ -39,6 +39,7 @@ class CountingMember : public PollLoop::Member {
     if (block_ != nullptr) {
       in_step_.Notify();
       block_->WaitForNotification();
+      blocked_step_done_ = true;
     }
     return next_wake_.load() == 0 ? absl::InfiniteFuture()
                                   : absl::Now() + absl::Milliseconds(next_wake_.load());
@@ -59,6 +60,7 @@ class CountingMember : public PollLoop::Member {
   std::atomic<int> next_wake_{0};  // ms; 0: none
   absl::Notification* block_ = nullptr;  // set before Add: the step waits for it
   absl::Notification in_step_;
+  std::atomic<bool> blocked_step_done_{false};
   std::string thread_name_;
 
  private:
@@ -106,16 +108,17 @@ TEST(PollLoopTest, RemoveWaitsForTheStepInProgressAndEndsTheSteps) {
   slow.block_ = &release;
   loop.Add(&slow);
   slow.in_step_.WaitForNotification();
-  std::atomic<bool> removed{false};
+  std::atomic<bool> removing{false};
+  std::atomic<bool> step_done_when_removed{false};
   std::thread remover([&] {
+    removing = true;
     loop.Remove(&slow);
-    removed = true;
+    step_done_when_removed = slow.blocked_step_done_.load();
   });
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_FALSE(removed) << "Remove returned while the member's step ran";
-  release.Notify();
+  ASSERT_TRUE(Eventually([&] { return removing.load(); }));
+  release.Notify();  // the step ends now, with Remove called (or about to be) meanwhile
   remover.join();
-  EXPECT_TRUE(removed);
+  EXPECT_TRUE(step_done_when_removed) << "Remove returned while the member's step ran";
   // No more steps of it, whatever its descriptor says; the loop goes on for the others.
   slow.Signal();
   loop.Add(&other);
