@@ -432,20 +432,21 @@ TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) 
   Busy busy;
   loop.Add(&busy);  // stepped before the supervisor after each wait
   Install(TwoGpus());
-  NvmlSupervisor& supervisor = Start({.timeout = absl::Milliseconds(600), .loop = &loop});
+  NvmlSupervisor& supervisor = Start({.timeout = absl::Seconds(3), .loop = &loop});
   ASSERT_TRUE(Eventually([&] { return Ready(); }));
   const pid_t helper = supervisor.helper_pid();
-  Script("sample=delay:300\n" + TwoGpus());
+  Script("sample=delay:1500\n" + TwoGpus());
   absl::SleepFor(absl::Milliseconds(1100));  // the cached sample is more than a second old
-  // While a first 100 ms step holds the loop: a sample is asked for (the supervisor's eventfd,
-  // answered 300 ms later) and the next step is asked for. The next wait sees both eventfds and
-  // no answer yet; that step holds the loop 1200 ms, past the answer and the 600 ms deadline,
-  // and the supervisor is stepped after it, for its eventfd.
-  busy.Poke(100);
+  // While a first 500 ms step holds the loop: a sample is asked for (the supervisor's eventfd,
+  // answered 1.5 s later) and the next step is asked for. The next wait sees both eventfds and
+  // no answer yet; that step holds the loop 4 s, past the answer and the 3 s deadline, and the
+  // supervisor is stepped after it, for its eventfd. (Margins of a second each way, for a
+  // loaded machine and TSan.)
+  busy.Poke(500);
   ASSERT_TRUE(Eventually([&] { return busy.started_ == 1; }));
   (void)supervisor.Telemetry(absl::ZeroDuration());
-  busy.Poke(1200);
-  ASSERT_TRUE(Eventually([&] { return busy.done_ == 2; }, absl::Seconds(5)));
+  busy.Poke(4000);
+  ASSERT_TRUE(Eventually([&] { return busy.done_ == 2; }, absl::Seconds(10)));
   // The supervisor's next step reads the answer, or kills the helper for the deadline: either
   // ends the pending sample, which Telemetry waits for.
   (void)supervisor.Telemetry(absl::Seconds(5));
