@@ -12,6 +12,10 @@
 //   5. Cold start: exec -> registered with the kubelet.
 //
 // Needs root (device nodes are made with mknod). Usage: edgeaccel-bench [--quick]
+//   [--idle-seconds=N] [--only=allocate-loaded|idle] [--host-root=PATH]
+// --host-root (with --only=idle): the daemon serves the devices of that host (/ on a GPU node)
+// instead of a fixture host with two Edge TPUs. A bench copied elsewhere runs the daemon and
+// the floor server found beside it.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -332,6 +336,9 @@ struct ProcessSample {
   uint64_t cpu_ns = 0;
   std::map<std::string, uint64_t> cpu_ns_by_thread;  // by thread name (comm)
   int threads = 0;
+  // The process's children (the NVML helper), on a CPU, and how many there are.
+  uint64_t child_cpu_ns = 0;
+  int children = 0;
 };
 
 // The daemon's own threads: main (named after the binary) and the ea-* workers.
@@ -346,8 +353,36 @@ double KiB(const std::string& line) {
   return value;
 }
 
+// Time on a CPU of every thread of `pid` alive now (schedstat), in nanoseconds.
+uint64_t OnCpuNs(const std::string& pid) {
+  uint64_t total = 0;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const std::string& tid : Host("/").ListDirectory(tasks).value_or(std::vector<std::string>())) {
+    std::ifstream schedstat(absl::StrCat(tasks, "/", tid, "/schedstat"));
+    uint64_t on_cpu_ns = 0;
+    if (schedstat >> on_cpu_ns) total += on_cpu_ns;
+  }
+  return total;
+}
+
+// The children of `pid`: what /proc/<pid>/task/<tid>/children lists for each of its threads.
+std::vector<std::string> ChildrenOf(pid_t pid) {
+  std::vector<std::string> children;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const std::string& tid : Host("/").ListDirectory(tasks).value_or(std::vector<std::string>())) {
+    std::ifstream file(absl::StrCat(tasks, "/", tid, "/children"));
+    std::string child;
+    while (file >> child) children.push_back(child);
+  }
+  return children;
+}
+
 ProcessSample SampleProcess(pid_t pid) {
   ProcessSample sample;
+  for (const std::string& child : ChildrenOf(pid)) {
+    sample.child_cpu_ns += OnCpuNs(child);
+    ++sample.children;
+  }
   std::ifstream rollup(absl::StrCat("/proc/", pid, "/smaps_rollup"));
   std::string line;
   while (std::getline(rollup, line)) {
@@ -409,31 +444,67 @@ void PrintIdle(const char* what, absl::Duration window, const ProcessSample& bef
   // Threads that ended within the window take their time with them: the figure is then low, and
   // the thread counts differ.
   const double cpu_ms = after.cpu_ns >= before.cpu_ns ? (after.cpu_ns - before.cpu_ns) / 1e6 : 0;
+  std::string helpers;
+  if (after.children > 0) {
+    // A helper started again within the window takes its earlier time with it: then the
+    // figure is low, and the counts differ.
+    const double helper_ms =
+        after.child_cpu_ns >= before.child_cpu_ns ? (after.child_cpu_ns - before.child_cpu_ns) / 1e6 : 0;
+    helpers = absl::StrFormat("; helper processes %d (before: %d): %.3f ms on a CPU = %.3f ms per 30 s",
+                              after.children, before.children, helper_ms, helper_ms * 30 / seconds);
+  }
   printf("idle %s window=%s: rss %.1f MiB (anonymous %.1f MiB, file-backed %.1f MiB; pss %.1f "
          "MiB), threads %d, wake-ups %.2f/s whole process (own threads %llu, gRPC's %llu; by "
-         "thread: %s); cpu %.1f ms (ticks), %.3f ms on a CPU (schedstat) = %.3f ms per 30 s\n",
+         "thread: %s); cpu %.1f ms (ticks), %.3f ms on a CPU (schedstat) = %.3f ms per 30 s%s\n",
          what, absl::FormatDuration(window).c_str(), after.rss_kib / 1024, after.anon_kib / 1024,
          (after.rss_kib - after.anon_kib) / 1024, after.pss_kib / 1024, after.threads,
          (own + grpc) / seconds, static_cast<unsigned long long>(own),
          static_cast<unsigned long long>(grpc), by_thread.empty() ? "none" : by_thread.c_str(),
-         (after.cpu_seconds - before.cpu_seconds) * 1000, cpu_ms, cpu_ms * 30 / seconds);
+         (after.cpu_seconds - before.cpu_seconds) * 1000, cpu_ms, cpu_ms * 30 / seconds,
+         helpers.c_str());
 }
 
-// The real daemon binary, registered with a test kubelet, on a host with two Edge TPUs.
+// A program built beside this one (the daemon, the floor server): where the build put it, or,
+// for a bench copied elsewhere (a GPU node), beside the bench itself.
+std::string ProgramPath(const char* built) {
+  if (access(built, X_OK) == 0) return built;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return built;
+  const std::string dir(self, static_cast<size_t>(n));
+  const absl::string_view name = absl::string_view(built).substr(std::string(built).rfind('/') + 1);
+  return absl::StrCat(dir.substr(0, dir.rfind('/')), "/", name);
+}
+
+// The real daemon binary, registered with a test kubelet: on a fixture host with two Edge TPUs,
+// or, given `host_root`, on that host with whatever devices it has (at least one registered).
 struct RunningDaemon {
-  explicit RunningDaemon(const std::string& probe_interval, std::vector<std::string> extra = {})
+  explicit RunningDaemon(const std::string& probe_interval, std::vector<std::string> extra = {},
+                         const std::string& host_root = "")
       : kubelet(dir.path() + "/kubelet") {
-    host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
-    host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+    if (host_root.empty()) {
+      host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+      host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+    }
     kubelet.Start();
-    std::vector<std::string> args = {"--host-root=" + host.root(),
+    std::vector<std::string> args = {"--host-root=" + (host_root.empty() ? host.root() : host_root),
                                      "--kubelet-root=" + kubelet.root(),
                                      "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                                      "--probe-interval=" + probe_interval,
                                      "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    daemon = std::make_unique<DaemonProcess>(EDGEACCEL_DAEMON_PATH, args);
-    if (!kubelet.WaitFor([&] { return kubelet.Allocatable(kTpu) == 2; })) {
+    daemon = std::make_unique<DaemonProcess>(ProgramPath(EDGEACCEL_DAEMON_PATH), args);
+    const bool registered = kubelet.WaitFor([&] {
+      if (host_root.empty()) return kubelet.Allocatable(kTpu) == 2;
+      for (const std::string resource : {kTpu, std::string(kResourceNvidiaGpu)}) {
+        if (kubelet.Allocatable(resource) > 0) {
+          served = resource;
+          return true;
+        }
+      }
+      return false;
+    });
+    if (!registered) {
       fprintf(stderr, "daemon did not register:\n%s\n", daemon->Log().c_str());
       exit(1);
     }
@@ -442,6 +513,7 @@ struct RunningDaemon {
   TempDir dir{"edgeaccel-bench"};
   TestKubelet kubelet;
   std::unique_ptr<DaemonProcess> daemon;
+  std::string served = kTpu;  // the resource waited for
 };
 
 // Samples processes across one idle window and prints memory and wake-ups of each.
@@ -613,7 +685,7 @@ void BenchAllocateVsFloor(int threads, int calls_per_thread, int busy_per_cpu = 
   RunningDaemon running("5s");
   TempDir dir("edgeaccel-floor");
   const std::string floor_socket = dir.path() + "/floor.sock";
-  DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {floor_socket});
+  DaemonProcess floor(ProgramPath(EDGEACCEL_ECHO_FLOOR_PATH), {floor_socket});
   if (!floor.WaitForLog("ready")) {
     fprintf(stderr, "the echo floor server did not start:\n%s\n", floor.Log().c_str());
     exit(1);
@@ -639,7 +711,7 @@ void BenchColdStart(int samples) {
     TestKubelet kubelet(dir.path() + "/kubelet");
     kubelet.Start();
     const absl::Time t0 = absl::Now();
-    DaemonProcess daemon(EDGEACCEL_DAEMON_PATH,
+    DaemonProcess daemon(ProgramPath(EDGEACCEL_DAEMON_PATH),
                          {"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
                           "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
                           "--metrics-address=127.0.0.1:0"});
@@ -660,22 +732,32 @@ void BenchColdStart(int samples) {
          samples, r.p50, r.p99, a.p50, a.p99);
 }
 
-// The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), beside the
-// floor server idle over the same window: what gRPC itself costs an idle process.
-void BenchIdleWithProbe(absl::Duration window) {
-  RunningDaemon running("5s");
+// The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), and with
+// every sink that needs no API server on, beside the floor server idle over the same window: what
+// gRPC itself costs an idle process. `host_root` empty: a fixture host with two Edge TPUs; else
+// that host's own devices (NVML too, on a GPU node: its helper is counted apart).
+void BenchIdleWithProbe(absl::Duration window, const std::string& host_root = "") {
+  RunningDaemon running("5s", {}, host_root);
   TempDir dir("edgeaccel-floor");
-  DaemonProcess floor(EDGEACCEL_ECHO_FLOOR_PATH, {dir.path() + "/floor.sock"});
+  DaemonProcess floor(ProgramPath(EDGEACCEL_ECHO_FLOOR_PATH), {dir.path() + "/floor.sock"});
   if (!floor.WaitForLog("ready")) exit(1);
   // And with every file sink on (--label-node and --node-events need an API server: not here).
   mkdir((dir.path() + "/cdi").c_str(), 0755);
   mkdir((dir.path() + "/nfd").c_str(), 0755);
-  RunningDaemon sinks("5s", {"--cdi", "--cdi-dir=" + dir.path() + "/cdi",
-                             "--nfd-features-dir=" + dir.path() + "/nfd", "--seed-labels"});
+  RunningDaemon sinks("5s",
+                      {"--cdi", "--cdi-dir=" + dir.path() + "/cdi",
+                       "--nfd-features-dir=" + dir.path() + "/nfd", "--seed-labels"},
+                      host_root);
+  const std::string where =
+      host_root.empty() ? std::string("fixture host, 2 Edge TPUs")
+                        : absl::StrCat("host ", host_root, ", serving ", running.served, " x",
+                                       running.kubelet.Allocatable(running.served));
+  printf("idle: %ld CPUs online; %s\n", sysconf(_SC_NPROCESSORS_ONLN), where.c_str());
   MeasureIdle({{"daemon probe=5s (default; stream open, metrics on)", running.daemon->pid()},
                {"daemon probe=5s --cdi --nfd-features-dir --seed-labels", sinks.daemon->pid()},
                {"echo-floor (bare sync gRPC server, no calls)", floor.pid()}},
               window);
+  if (!host_root.empty()) printf("daemon log (default flags):\n%s\n", running.daemon->Log().c_str());
 }
 
 }  // namespace
@@ -685,6 +767,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int idle_seconds = 10;
   std::string only;
+  std::string host_root;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--quick") {
@@ -692,9 +775,13 @@ int main(int argc, char** argv) {
       idle_seconds = 3;
     } else if (absl::ConsumePrefix(&arg, "--only=")) {
       only = std::string(arg);
+    } else if (absl::ConsumePrefix(&arg, "--host-root=") && !arg.empty()) {
+      host_root = std::string(arg);
     } else if (!(absl::ConsumePrefix(&arg, "--idle-seconds=") && absl::SimpleAtoi(arg, &idle_seconds) &&
                  idle_seconds > 0)) {
-      fprintf(stderr, "usage: edgeaccel-bench [--quick] [--idle-seconds=N] [--only=allocate-loaded|idle]\n");
+      fprintf(stderr,
+              "usage: edgeaccel-bench [--quick] [--idle-seconds=N] [--only=allocate-loaded|idle] "
+              "[--host-root=PATH (with --only=idle)]\n");
       return 2;
     }
   }
@@ -708,8 +795,12 @@ int main(int argc, char** argv) {
     edgeaccel::BenchAllocateVsFloor(1, quick ? 2000 : 20000, 2);
     return 0;
   }
+  if (!host_root.empty() && only != "idle") {
+    fprintf(stderr, "edgeaccel-bench: --host-root goes with --only=idle\n");
+    return 2;
+  }
   if (only == "idle") {
-    edgeaccel::BenchIdleWithProbe(absl::Seconds(idle_seconds));
+    edgeaccel::BenchIdleWithProbe(absl::Seconds(idle_seconds), host_root);
     return 0;
   }
   if (!only.empty()) {
