@@ -1,5 +1,10 @@
 #include "edgeaccel/discovery/scan_inputs.h"
 
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <optional>
@@ -7,10 +12,19 @@
 
 namespace edgeaccel {
 
+ScanInputs::~ScanInputs() {
+  if (inotify_ >= 0) close(inotify_);
+}
+
 void ScanInputs::Clear() {
   reads_.clear();  // and the files they kept open
   grouped_ = 0;
   started_ = true;
+  if (inotify_ >= 0) close(inotify_);  // and its watches, and events not read
+  inotify_ = -1;
+  watched_ = false;
+  announced_.clear();
+  verified_.clear();
 }
 
 ScanInputs::Read& ScanInputs::Record(Kind kind, absl::string_view host_path, absl::Status status) {
@@ -135,7 +149,9 @@ void ScanInputs::Group() const {
   directory_of_.assign(reads_.size(), -1);
   name_at_ = std::move(names);
   for (size_t i = 0; i < reads_.size(); ++i) {
-    if (parents[i].empty() || entries_in[parents[i]] < 2) continue;
+    // A file is read through its directory even alone there: from the second read on, a kernel
+    // attribute is read through the descriptor kept, and the directory is not resolved at all.
+    if (parents[i].empty() || (entries_in[parents[i]] < 2 && reads_[i].kind != Kind::kRead)) continue;
     auto [it, added] = index.emplace(parents[i], static_cast<int>(directories_.size()));
     if (added) directories_.push_back(parents[i]);
     directory_of_[i] = it->second;
@@ -151,9 +167,58 @@ void ScanInputs::Group() const {
   grouped_ = reads_.size();
 }
 
+void ScanInputs::Watch() const {
+  watched_ = true;
+  announced_.assign(reads_.size(), false);
+  verified_.assign(reads_.size(), false);
+  std::optional<HostWatches> watches;
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const Read& read = reads_[i];
+    if (Settled(read)) continue;
+    if (inotify_ < 0) {
+      inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+      if (inotify_ < 0) return;  // out of inotify instances: everything is read again
+    }
+    if (!watches.has_value()) watches.emplace(host_, inotify_);
+    // A file's content matters where it is read or its size and times are compared.
+    const bool content = read.kind == Kind::kRead || read.kind == Kind::kStat ||
+                         read.kind == Kind::kLstat;
+    announced_[i] = watches->Watch(read.path, read.kind != Kind::kLstat, content);
+  }
+  if (inotify_ >= 0 && std::find(announced_.begin(), announced_.end(), true) == announced_.end()) {
+    close(inotify_);  // nothing it watches spares a read: not worth a read of its queue
+    inotify_ = -1;
+  }
+}
+
+bool ScanInputs::EventCame() const {
+  if (inotify_ < 0) return false;
+  bool came = false;
+  alignas(struct inotify_event) char buffer[4096];
+  while (true) {
+    const ssize_t n = read(inotify_, buffer, sizeof(buffer));
+    if (n > 0) {
+      came = true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return came;  // EAGAIN: read empty
+  }
+}
+
 bool ScanInputs::Unchanged() const {
   if (!started_) return false;
   Group();
+  // Watched before anything is read below, so that a change after that read sends an event.
+  // After an event everything is read again, through watches made anew: the event may be the
+  // end of one (a watched directory removed or moved away), and a change back leaves answers as
+  // they were.
+  if (watched_ && EventCame()) {
+    close(inotify_);
+    inotify_ = -1;
+    watched_ = false;
+  }
+  if (!watched_) Watch();
   // Each directory is resolved when first needed in this call, as its entries are read.
   std::vector<std::unique_ptr<HostDirectory>> directories(directories_.size());
   auto directory_of = [&](size_t i) -> const HostDirectory* {
@@ -167,7 +232,7 @@ bool ScanInputs::Unchanged() const {
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
     const absl::string_view name = absl::string_view(read.path).substr(name_at_[i]);
-    if (Settled(read)) continue;
+    if (Settled(read) || verified_[i]) continue;
     // Still nothing there: the same answer, without making it (a missing path's answer is an
     // error message, built anew each time).
     if (read.absent && host_->Absent(read.path, read.kind != Kind::kLstat)) continue;
@@ -216,6 +281,7 @@ bool ScanInputs::Unchanged() const {
         break;
     }
   }
+  verified_ = announced_;
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/inotify.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <climits>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -245,9 +247,13 @@ bool KernelResolvesInRoot() {
 // root (absolute) or from its directory (relative). Race-free: nothing already resolved is
 // looked up again by name. Sets *resolved to the host path reached: the missing tail, if any,
 // is appended as written (for inotify's stand-in watches). With `chain`, the descriptors
-// (outermost first) are handed over; then a missing component is an error.
+// (outermost first) are handed over; then a missing component is an error. With `looked_in`, it
+// is called with each directory a component is about to be looked up in (`last`: nothing is
+// left to look up after it but what a symlink found there may add); its false ends the walk.
+using LookupVisitor = std::function<bool(int directory, bool last)>;
 absl::Status WalkInRoot(int root, absl::string_view host_path, bool follow_last,
-                        std::string* resolved, std::vector<Fd>* chain = nullptr) {
+                        std::string* resolved, std::vector<Fd>* chain = nullptr,
+                        const LookupVisitor* looked_in = nullptr) {
   std::vector<Fd> fds;
   std::vector<std::string> names;    // parallel to fds
   std::vector<std::string> missing;  // the part that does not exist, lexically
@@ -278,6 +284,9 @@ absl::Status WalkInRoot(int root, absl::string_view host_path, bool follow_last,
       continue;
     }
     const int dir = fds.empty() ? root : fds.back().get();
+    if (looked_in != nullptr && !(*looked_in)(dir, todo.empty())) {
+      return absl::CancelledError(absl::StrCat("stopped walking ", host_path));
+    }
     Fd fd(openat(dir, part.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (fd.get() < 0) {
       if (errno != ENOENT || chain != nullptr) return ErrnoStatus(errno, "cannot open", host_path);
@@ -542,16 +551,136 @@ bool Host::Absent(absl::string_view host_path, bool follow_last) const {
   return errno == ENOENT;
 }
 
+namespace {
+
+// Under /sys or /proc by its host path: what the kernel changes there sends no inotify event. A
+// fixture tree's copy of them (on another filesystem) is taken for what it stands for.
+bool InKernelTree(absl::string_view lexical_path) {
+  return lexical_path == "/sys" || lexical_path == "/proc" ||
+         absl::StartsWith(lexical_path, "/sys/") || absl::StartsWith(lexical_path, "/proc/");
+}
+
+// Whether inotify reports every change on the filesystem of `fd`, whoever makes it: local
+// filesystems that keep their own inodes. Not sysfs, procfs, debugfs (values change with no
+// event), nor network, FUSE or overlay filesystems (changed beneath the mount with no event).
+bool AnnouncesChanges(int fd) {
+  struct statfs fs;
+  if (fstatfs(fd, &fs) != 0) return false;
+  switch (static_cast<uint64_t>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:  // ext2, ext3 and ext4 share it
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case RAMFS_MAGIC:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What a change of an entry's name or attributes in a watched directory sends, and of the
+// directory itself (removed, moved, unmounted: IN_IGNORED comes too).
+constexpr uint32_t kEntryChanges = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
+                                   IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF;
+// And of a file's content, for a directory whose file is read.
+constexpr uint32_t kContentChanges = IN_MODIFY | IN_CLOSE_WRITE;
+
+bool AddWatch(int inotify, int directory, uint32_t mask) {
+  if (!AnnouncesChanges(directory)) return false;
+  // The descriptor's own path: inotify_add_watch takes a path, and this one is the very
+  // directory resolved (a magic link to it), whatever happens to its name.
+  const std::string path = absl::StrCat("/proc/self/fd/", directory);
+  return inotify_add_watch(inotify, path.c_str(), mask | IN_ONLYDIR | IN_MASK_ADD) >= 0;
+}
+
+}  // namespace
+
+HostWatches::HostWatches(const Host* host, int inotify) : host_(host), inotify_(inotify) {}
+
+HostWatches::~HostWatches() {
+  for (auto& [path, directory] : directories_) {
+    if (directory.fd >= 0) close(directory.fd);
+  }
+}
+
+bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool content) const {
+  const int root = host_->RootFd();
+  if (root < 0 || inotify_ < 0) return false;
+  const LookupVisitor watch = [&](int directory, bool last) {
+    return AddWatch(inotify_, directory, kEntryChanges | (content && last ? kContentChanges : 0));
+  };
+  std::string resolved;
+  if (InKernelTree(Lexical(host_path)) ||
+      !WalkInRoot(root, host_path, follow_last, &resolved, /*chain=*/nullptr, &watch).ok() ||
+      InKernelTree(resolved)) {
+    return false;
+  }
+  // What was found, if anything: on such a filesystem too (a mount point, a file bind-mounted),
+  // and a directory is watched itself, for what is listed or looked up in it.
+  absl::StatusOr<int> opened =
+      host_->OpenWithWalk(root, host_path, O_PATH | (follow_last ? 0 : O_NOFOLLOW));
+  if (!opened.ok()) return Host::IsAbsence(opened.status());  // watched up to where it stops
+  Fd found(*opened);
+  struct stat st;
+  if (fstat(found.get(), &st) != 0 || !AnnouncesChanges(found.get())) return false;
+  return !S_ISDIR(st.st_mode) || AddWatch(inotify_, found.get(), kEntryChanges);
+}
+
+HostWatches::Directory* HostWatches::Walked(const std::string& host_path) {
+  auto [it, added] = directories_.try_emplace(host_path);
+  Directory& directory = it->second;
+  if (!added) return directory.fd >= 0 ? &directory : nullptr;
+  // The directory's own walk: every lookup on the way to it, and itself.
+  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false)) return nullptr;
+  absl::StatusOr<int> opened =
+      host_->OpenWithWalk(host_->RootFd(), host_path, O_PATH | O_DIRECTORY);
+  if (!opened.ok()) return nullptr;
+  directory.fd = *opened;
+  struct stat st;
+  if (fstat(directory.fd, &st) != 0) {
+    close(directory.fd);
+    directory.fd = -1;
+    return nullptr;
+  }
+  directory.device = st.st_dev;
+  return &directory;
+}
+
+bool HostWatches::Watch(absl::string_view host_path, bool follow_last, bool content) {
+  const std::string path = Lexical(host_path);
+  if (InKernelTree(path)) return false;  // changes there come unannounced
+  const size_t slash = path.rfind('/');
+  const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  if (name.empty()) return WatchWalk(host_path, follow_last, content);  // the root itself
+  Directory* directory = Walked(parent);
+  if (directory == nullptr) {
+    // Not there, or not all of it announces changes: the walk of the whole path says which.
+    return WatchWalk(host_path, follow_last, content);
+  }
+  if (content && !directory->content) {
+    if (!AddWatch(inotify_, directory->fd, kEntryChanges | kContentChanges)) return false;
+    directory->content = true;
+  }
+  struct stat st;
+  if (fstatat(directory->fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno == ENOENT;  // its creation comes as an event of the directory's watch
+  }
+  if (S_ISLNK(st.st_mode) && follow_last) return WatchWalk(host_path, follow_last, content);
+  if (!S_ISDIR(st.st_mode) && st.st_dev == directory->device) return true;
+  // A directory (watched itself, for what is listed or looked up in it), or a mount point.
+  Fd entry(openat(directory->fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (entry.get() < 0 || !AnnouncesChanges(entry.get())) return false;
+  return !S_ISDIR(st.st_mode) || AddWatch(inotify_, entry.get(), kEntryChanges);
+}
+
 bool Host::IsAbsence(const absl::Status& status) {
   return absl::IsNotFound(status) && absl::EndsWith(status.message(), ErrnoText(ENOENT));
 }
 
 bool Host::IsSilentToInotify(absl::string_view host_path) const {
-  const std::string path = Lexical(host_path);
-  if (path == "/sys" || path == "/proc" || absl::StartsWith(path, "/sys/") ||
-      absl::StartsWith(path, "/proc/")) {
-    return true;
-  }
+  if (InKernelTree(Lexical(host_path))) return true;
   absl::StatusOr<int> opened = Open(host_path, O_PATH);
   if (!opened.ok()) return false;  // not there yet: its ancestor stands in, and is checked then
   Fd fd(*opened);

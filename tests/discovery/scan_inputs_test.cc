@@ -6,7 +6,14 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fixture_host.h"
 
@@ -320,6 +327,122 @@ TEST(ScanInputsTest, KeptFilesSeeEveryChange) {
   EXPECT_FALSE(inputs.Unchanged());
   inputs.Clear();
   EXPECT_TRUE(inputs.Unchanged());
+}
+
+// Bytes this thread has read through read(2) and pread(2) so far (rchar of /proc/thread-self/io;
+// the read of that file itself counts too, the same every time).
+uint64_t BytesReadByThisThread() {
+  std::ifstream io("/proc/thread-self/io");
+  std::string line;
+  while (std::getline(io, line)) {
+    uint64_t bytes = 0;
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "rchar: ") && absl::SimpleAtoi(rest, &bytes)) return bytes;
+  }
+  ADD_FAILURE() << "no rchar in /proc/thread-self/io";
+  return 0;
+}
+
+// What one Unchanged() call reads, less what reading the counter costs.
+uint64_t BytesReadBy(const ScanInputs& inputs, bool* unchanged) {
+  const uint64_t a = BytesReadByThisThread();
+  const uint64_t b = BytesReadByThisThread();
+  *unchanged = inputs.Unchanged();
+  const uint64_t c = BytesReadByThisThread();
+  return (c - b) - (b - a);
+}
+
+// A file outside /sys and /proc, on a filesystem that reports its changes (a fixture's, as a
+// host's /etc and /usr): watched from the first look after the scan on, and read until one look
+// found it as the scan did; then not read at all while no event came. Under /sys, read on every
+// look (sysfs sends no events).
+TEST(ScanInputsTest, AWatchedFileIsNotReadAgainUntilAnEventComes) {
+  FixtureHost fixture;
+  fixture.WriteFile("/etc/thing_release", "R36 (release), REVISION: 4.0\n");
+  fixture.WriteFile("/sys/class/thing/thing0/temp", "45050\n");
+  Host host(fixture.root());
+  ScanInputs watched(&host);
+  watched.Clear();
+  EXPECT_TRUE(watched.ReadFile("/etc/thing_release").ok());
+  ScanInputs polled(&host);
+  polled.Clear();
+  EXPECT_TRUE(polled.ReadFile("/sys/class/thing/thing0/temp").ok());
+
+  bool unchanged = false;
+  EXPECT_GT(BytesReadBy(watched, &unchanged), 0u);  // read once after the watches are in place
+  EXPECT_TRUE(unchanged);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(BytesReadBy(watched, &unchanged), 0u);
+    EXPECT_TRUE(unchanged);
+    EXPECT_GT(BytesReadBy(polled, &unchanged), 0u);
+    EXPECT_TRUE(unchanged);
+  }
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.3\n", {1, 0});
+  EXPECT_GT(BytesReadBy(watched, &unchanged), 0u);
+  EXPECT_FALSE(unchanged);
+  // Back as it was: the event made the look read it again, and it is as the scan found it.
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.0\n", {2, 0});
+  EXPECT_TRUE(watched.Unchanged());
+  EXPECT_EQ(BytesReadBy(watched, &unchanged), 0u);
+  EXPECT_TRUE(unchanged);
+}
+
+// Every change on the way to a watched file is an event: a directory on its path removed and made
+// again (whose old watch ended with it), a symlink on its path pointed elsewhere, its target
+// changed, and a file appearing where there was none.
+TEST(ScanInputsTest, WatchedPathsSeeEveryChangeOnTheWay) {
+  FixtureHost fixture;
+  fixture.WriteFile("/usr/lib/driver-1/libthing.so.1", "one");
+  fixture.WriteFile("/usr/lib/driver-2/libthing.so.1", "two");
+  fixture.Symlink("driver-1", "/usr/lib/current");
+  fixture.WriteFile("/etc/a/b/config", "x=1\n");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  EXPECT_EQ(*inputs.ReadFile("/usr/lib/current/libthing.so.1"), "one");
+  EXPECT_EQ(inputs.ResolveHostPath("/usr/lib/current/libthing.so.1"), "/usr/lib/driver-1/libthing.so.1");
+  EXPECT_TRUE(inputs.Stat("/usr/lib/current/libthing.so.1").ok());
+  EXPECT_EQ(*inputs.ReadFile("/etc/a/b/config"), "x=1\n");
+  EXPECT_FALSE(inputs.Exists("/etc/a/b/c/missing"));
+  EXPECT_TRUE(inputs.ListDirectory("/etc/a").ok());
+  bool unchanged = false;
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);
+  EXPECT_TRUE(unchanged);
+
+  // A directory on the way removed and made again as it was: the same answers, and the new one
+  // is watched in turn.
+  fixture.Remove("/etc/a");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.WriteFile("/etc/a/b/config", "x=1\n");
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);
+  EXPECT_TRUE(unchanged);
+  fixture.OverwriteInPlace("/etc/a/b/config", "x=2\n", {3, 0});
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.OverwriteInPlace("/etc/a/b/config", "x=1\n", {4, 0});
+  EXPECT_TRUE(inputs.Unchanged());
+
+  // What the missing path's nearest directory gets.
+  fixture.MakeDirectory("/etc/a/b/c");
+  EXPECT_TRUE(inputs.Unchanged());  // an entry of a directory looked in, not listed: the same answers
+  fixture.WriteFile("/etc/a/b/c/missing", "");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/etc/a/b/c");
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);
+
+  // The link pointed at the other driver.
+  fixture.Remove("/usr/lib/current");
+  fixture.Symlink("driver-2", "/usr/lib/current");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/usr/lib/current");
+  fixture.Symlink("driver-1", "/usr/lib/current");
+  EXPECT_TRUE(inputs.Unchanged());  // back: every answer as the scan's (Stat follows the link)
+  EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);
+  // The target written through another name.
+  fixture.OverwriteInPlace("/usr/lib/driver-1/libthing.so.1", "ONE", {5, 0});
+  EXPECT_FALSE(inputs.Unchanged());
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ class ScanInputs {
 
   // `host` must outlive this object.
   explicit ScanInputs(const Host* host) : host_(host) {}
+  ~ScanInputs();
+  ScanInputs(const ScanInputs&) = delete;
+  ScanInputs& operator=(const ScanInputs&) = delete;
 
   const Host& host() const { return *host_; }
 
@@ -66,12 +69,17 @@ class ScanInputs {
   bool Exists(absl::string_view host_path);
   std::string ResolveHostPath(absl::string_view host_path);
 
-  // Reads again what was recorded since Clear() (the entries of a directory read more than once
-  // through one HostDirectory, resolved again for each call) and says whether every answer is
-  // the one recorded. Stops at the first that is not. False before the first Clear(): nothing
-  // was scanned yet. A file read through a HostDirectory is kept open until the next Clear()
-  // (KeptFile): read again through it while its directory's entry is still that file, it costs
-  // one fstatat and one pread instead of an open, fstat, read and close.
+  // Says whether every answer recorded since Clear() is still the one a read now would give.
+  // Stops at the first that is not. False before the first Clear(): nothing was scanned yet.
+  //
+  // What is on a filesystem that reports its changes (Host::WatchChanges: ext4, tmpfs, ...; a
+  // host's /etc and /usr, a missing path's nearest directory) is watched with inotify from the
+  // first call after a scan on, and read again only until one call found it unchanged: after
+  // that, while no event came, its answer stands without a read. Any event makes the next call
+  // read everything again. The rest (sysfs, procfs) is read again on every call: the entries of
+  // a directory through one HostDirectory, resolved again for each call, and a file through the
+  // descriptor kept from the call before (KeptFile; a kernel attribute costs one pread, another
+  // file one fstatat and one pread) until the next Clear().
   bool Unchanged() const;
 
   // How many reads are recorded (for tests).
@@ -109,6 +117,12 @@ class ScanInputs {
   // recorded (directory_of: an index into directories, or -1).
   void Group() const;
 
+  // Adds the inotify watches for what is recorded, once after each Clear(): which reads they
+  // cover goes to announced_.
+  void Watch() const;
+  // Whether an event came since the last call (the queue is read empty).
+  bool EventCame() const;
+
   const Host* host_;
   bool started_ = false;
   std::vector<Read> reads_;
@@ -117,6 +131,11 @@ class ScanInputs {
   mutable std::vector<size_t> name_at_;     // parallel to reads_: where the entry's name starts
   mutable std::vector<std::string> directories_;
   mutable std::vector<bool> listed_;  // parallel to directories_: one of the reads lists it
+  mutable int inotify_ = -1;           // the watches of what is recorded; -1 before Watch()
+  mutable bool watched_ = false;       // Watch() ran since Clear()
+  mutable std::vector<bool> announced_;  // parallel to reads_: an event comes on its change
+  // Parallel to reads_: announced, and found unchanged by a call after its watches were added.
+  mutable std::vector<bool> verified_;
 };
 
 }  // namespace edgeaccel

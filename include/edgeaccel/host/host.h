@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,44 @@ class KeptFile {
   gid_t gid_ = 0;
   off_t size_ = 0;
   bool kernel_file_ = false;  // on sysfs or procfs
+};
+
+// Asks an inotify descriptor to report whatever could change what looks at host paths find, for
+// a series of paths (the reads of a scan): each directory is walked once. Owns the descriptors
+// it keeps of them, not the inotify descriptor.
+class HostWatches {
+ public:
+  // `host` must outlive this object.
+  HostWatches(const Host* host, int inotify);
+  ~HostWatches();
+  HostWatches(const HostWatches&) = delete;
+  HostWatches& operator=(const HostWatches&) = delete;
+
+  // Watches every directory a look at `host_path` looks a name up in (symlinks followed inside
+  // the root, the last one with `follow_last`) and the path itself where it is a directory, for
+  // entries created, removed, renamed or changed in attributes, and with `content` for a file of
+  // the last directory written. True where all of it is on filesystems whose every change
+  // inotify reports (ext4, xfs, btrfs, f2fs, tmpfs, ramfs); a path that does not exist is watched
+  // up to where it stops. False where any of it is elsewhere (sysfs and procfs values change
+  // with no event; network, FUSE and overlay filesystems change beneath the mount), the walk
+  // fails or a watch cannot be added: then the caller must look again itself. Events come only
+  // for what changes after the watches are in place.
+  bool Watch(absl::string_view host_path, bool follow_last, bool content);
+
+ private:
+  struct Directory {
+    int fd = -1;  // O_PATH; -1: not all of the way to it announces changes, or it is not there
+    dev_t device = 0;
+    bool content = false;  // its files' writes are watched too
+  };
+  // Watch() for one path, walked from the root.
+  bool WatchWalk(absl::string_view host_path, bool follow_last, bool content) const;
+  // The directory at `host_path`, walked and watched once; null where WatchWalk fails for it.
+  Directory* Walked(const std::string& host_path);
+
+  const Host* host_;
+  int inotify_;
+  std::map<std::string, Directory> directories_;
 };
 
 // One directory, resolved inside the root once, to read several entries of it again and again
@@ -215,6 +254,7 @@ class Host {
   bool IsSilentToInotify(absl::string_view host_path) const;
 
  private:
+  friend class HostWatches;
   // The walk, from the already opened root directory `root_fd`.
   absl::StatusOr<int> OpenWithWalk(int root_fd, absl::string_view host_path, int flags) const;
   // openat2 RESOLVE_IN_ROOT from `root_fd`, tried again on EAGAIN and EINTR (at most 3 times):
