@@ -561,8 +561,9 @@ bool InKernelTree(absl::string_view lexical_path) {
 }
 
 // Whether inotify reports every change on the filesystem of `fd`, whoever makes it: local
-// filesystems that keep their own inodes. Not sysfs, procfs, debugfs (values change with no
-// event), nor network, FUSE or overlay filesystems (changed beneath the mount with no event).
+// filesystems that keep their own inodes, and read-only images that never change (a driver's
+// squashfs). Not sysfs, procfs, debugfs (values change with no event), nor network, FUSE or
+// overlay filesystems (changed beneath the mount with no event).
 bool AnnouncesChanges(int fd) {
   struct statfs fs;
   if (fstatfs(fd, &fs) != 0) return false;
@@ -573,6 +574,8 @@ bool AnnouncesChanges(int fd) {
     case F2FS_SUPER_MAGIC:
     case TMPFS_MAGIC:
     case RAMFS_MAGIC:
+    case SQUASHFS_MAGIC:
+    case EROFS_SUPER_MAGIC_V1:
       return true;
     default:
       return false;

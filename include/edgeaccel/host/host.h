@@ -104,11 +104,12 @@ class HostWatches {
   // the root, the last one with `follow_last`) and the path itself where it is a directory, for
   // entries created, removed, renamed or changed in attributes, and with `content` for a file of
   // the last directory written. True where all of it is on filesystems whose every change
-  // inotify reports (ext4, xfs, btrfs, f2fs, tmpfs, ramfs); a path that does not exist is watched
-  // up to where it stops. False where any of it is elsewhere (sysfs and procfs values change
-  // with no event; network, FUSE and overlay filesystems change beneath the mount), the walk
-  // fails or a watch cannot be added: then the caller must look again itself. Events come only
-  // for what changes after the watches are in place.
+  // inotify reports (ext4, xfs, btrfs, f2fs, tmpfs, ramfs; squashfs and erofs, which never
+  // change); a path that does not exist is watched up to where it stops. False where any of it
+  // is elsewhere (sysfs and procfs values change with no event; network, FUSE and overlay
+  // filesystems change beneath the mount), the walk fails or a watch cannot be added: then the
+  // caller must look again itself. Events come only for what changes after the watches are in
+  // place. A filesystem mounted over a watched directory sends none: mounts are not watched.
   bool Watch(absl::string_view host_path, bool follow_last, bool content);
 
  private:
