@@ -154,8 +154,17 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
 
 std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
                                                    const std::string& driver_version) {
-  const std::string info_path = absl::StrCat(kGpusDir, "/", bus, "/information");
-  absl::StatusOr<std::string> text = inputs_.ReadFile(info_path);
+  // Which GPU the entry is: the driver makes it when it binds the GPU, and anew when it binds it
+  // again. What `information` says is fixed while the GPU stays bound (the exclusion too: the
+  // driver decides it as it binds the GPU, from NVreg_ExcludedGpus), and reading it is not
+  // free: every read asks the driver's resource manager (the GSP firmware on recent GPUs) for
+  // the UUID, VBIOS and firmware versions, and takes a power reference that wakes a GPU in
+  // runtime D3. So it is read once per binding, not on every probe.
+  const std::string entry = absl::StrCat(kGpusDir, "/", bus);
+  (void)inputs_.Lstat(entry);
+  const std::string info_path = absl::StrCat(entry, "/information");
+  absl::StatusOr<std::string> text =
+      inputs_.ReadFile(info_path, 64 * 1024, ScanInputs::Reread::kUntilRead);
   if (!text.ok()) {
     log_.Warn(absl::StrCat("ignoring GPU ", absl::CHexEscape(bus), ": ", text.status().message()));
     return std::nullopt;

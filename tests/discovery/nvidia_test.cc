@@ -86,6 +86,33 @@ TEST_F(NvidiaTest, MissingNodeOrExcludedGpuIsUnhealthy) {
   EXPECT_THAT(devices[1].unhealthy_reason, HasSubstr("excluded"));
 }
 
+// Reading a GPU's `information` asks the driver's resource manager (the GSP on recent GPUs) for
+// its UUID, VBIOS and firmware versions and takes a power reference that wakes a GPU in runtime
+// D3 (nv_procfs_read_gpu_info, kernel-open/nvidia/nv-procfs.c). What it says is fixed while the
+// GPU stays bound, the exclusion included (NV_FLAG_EXCLUDE is set in the driver's PCI probe), so
+// the probe does not read it: it looks at the GPU's entry, which the driver makes anew when it
+// binds the GPU again.
+TEST_F(NvidiaTest, TheProbeLooksAtTheGpusEntryNotItsInformation) {
+  const std::string entry = "/proc/driver/nvidia/gpus/0000:81:00.0";
+  ASSERT_EQ(Scan().size(), 2u);
+  EXPECT_TRUE(discoverer_.InputsUnchanged());
+  // Not a thing the driver does while the GPU is bound: the probe does not see it.
+  fixture_.OverwriteInPlace(entry + "/information",
+                            std::string("GPU UUID: \t ") + kUuid1 + "\nDevice Minor: \t 0\nGPU Excluded:\t Yes\n",
+                            {1, 0});
+  EXPECT_TRUE(discoverer_.InputsUnchanged());
+  EXPECT_TRUE(discoverer_.InputsUnchanged());
+  // Unbound and bound again, excluded: a new entry.
+  const std::string text = ::edgeaccel::testing::ReadFileText(fixture_.Path(entry + "/information"));
+  fixture_.Remove(entry);
+  fixture_.WriteFile(entry + "/information", text);
+  EXPECT_FALSE(discoverer_.InputsUnchanged());
+  std::vector<Device> devices = Scan();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_THAT(devices[1].unhealthy_reason, HasSubstr("excluded"));
+  EXPECT_TRUE(discoverer_.InputsUnchanged());
+}
+
 TEST_F(NvidiaTest, InformationWithMissingFieldsMakesNoDevice) {
   fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:01:00.0/information", "Model: \t\t NVIDIA L4\n");
   fixture_.WriteFile("/proc/driver/nvidia/gpus/0000:81:00.0/information",

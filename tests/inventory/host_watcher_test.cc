@@ -346,12 +346,15 @@ TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
   }));
   ASSERT_TRUE(ProbesAfter(watcher_->probes(), 3));
   EXPECT_EQ(watcher_->scans(), scans + 1);  // tegra, once; not nvidia
-  // A GPU the driver excludes: its /proc file says so, and only the probe can see it.
-  const std::string information = "/proc/driver/nvidia/gpus/0000:01:00.0/information";
-  std::string text = ReadFileText(fixture_.Path(information));
+  // A GPU the driver excludes: the driver decides it as it binds the GPU (NVreg_ExcludedGpus;
+  // nv_check_and_exclude_gpu in its PCI probe), so the GPU is unbound and bound again with its
+  // /proc entry made anew, and its /proc file says so; only the probe can see it.
+  const std::string entry = "/proc/driver/nvidia/gpus/0000:01:00.0";
+  std::string text = ReadFileText(fixture_.Path(entry + "/information"));
   ASSERT_NE(text.find("GPU Excluded:\t No"), std::string::npos);
   text.replace(text.find("GPU Excluded:\t No"), 17, "GPU Excluded:\t Yes");
-  fixture_.WriteFile(information, text);
+  fixture_.Remove(entry);
+  fixture_.WriteFile(entry + "/information", text);
   EXPECT_TRUE(
       ::edgeaccel::testing::Eventually([&] { return gpus.Current()->HealthyCount() == 1; }));
 }
