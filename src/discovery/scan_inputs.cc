@@ -180,9 +180,12 @@ void ScanInputs::Watch() const {
       if (inotify_ < 0) return;  // out of inotify instances: everything is read again
     }
     if (!watches.has_value()) watches.emplace(host_, inotify_);
-    // A file's content matters where it is read or its size and times are compared.
-    const bool content = read.kind == Kind::kRead || read.kind == Kind::kStat ||
-                         read.kind == Kind::kLstat;
+    // A file's content matters where it is read, or where a regular file's size and times are
+    // compared. Not a device node's: writes to /dev/null would be events.
+    const bool content =
+        read.kind == Kind::kRead ||
+        ((read.kind == Kind::kStat || read.kind == Kind::kLstat) && read.status.ok() &&
+         read.info.type == FileInfo::Type::kRegular);
     announced_[i] = watches->Watch(read.path, read.kind != Kind::kLstat, content);
   }
   if (inotify_ >= 0 && std::find(announced_.begin(), announced_.end(), true) == announced_.end()) {

@@ -387,6 +387,29 @@ TEST(ScanInputsTest, AWatchedFileIsNotReadAgainUntilAnEventComes) {
   EXPECT_TRUE(unchanged);
 }
 
+// A device node looked at in /dev (devtmpfs, a tmpfs that reports its changes) is watched for
+// what can change its answer (made, removed, renamed, its mode or owner changed), not for writes
+// to the files beside it: /dev/null and the ttys are written all the time.
+TEST(ScanInputsTest, WritesBesideAWatchedDeviceNodeAreNoEvent) {
+  FixtureHost fixture;
+  fixture.MakeCharDevice("/dev/nvhost-gpu", 486, 0);
+  fixture.WriteFile("/dev/ttyS0", "");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  ASSERT_TRUE(inputs.Lstat("/dev/nvhost-gpu").ok());
+  EXPECT_TRUE(inputs.Unchanged());
+  bool unchanged = false;
+  EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);
+  for (int i = 0; i < 3; ++i) {
+    fixture.OverwriteInPlace("/dev/ttyS0", absl::StrCat("line ", i, "\n"), {i + 1, 0});
+    EXPECT_EQ(BytesReadBy(inputs, &unchanged), 0u);  // not even an event to read
+    EXPECT_TRUE(unchanged);
+  }
+  ASSERT_EQ(chmod(fixture.Path("/dev/nvhost-gpu").c_str(), 0600), 0);
+  EXPECT_FALSE(inputs.Unchanged());
+}
+
 // Every change on the way to a watched file is an event: a directory on its path removed and made
 // again (whose old watch ended with it), a symlink on its path pointed elsewhere, its target
 // changed, and a file appearing where there was none.
