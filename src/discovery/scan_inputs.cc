@@ -216,8 +216,9 @@ bool ScanInputs::Unchanged() const {
   // After an event everything is read again, through watches made anew: the event may be the
   // end of one (a watched directory removed or moved away), and a change back leaves answers as
   // they were.
-  if (watched_ && EventCame()) {
-    close(inotify_);
+  // Reads recorded since the watches were set (no Clear() between) are not covered by them.
+  if (watched_ && (announced_.size() != reads_.size() || EventCame())) {
+    if (inotify_ >= 0) close(inotify_);
     inotify_ = -1;
     watched_ = false;
   }
