@@ -41,6 +41,9 @@ using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestApiServer;
 using ::edgeaccel::testing::TestKubelet;
+using ::edgeaccel::testing::NamedThreads;
+using ::edgeaccel::testing::Threads;
+using ::edgeaccel::testing::ThreadsCalled;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
@@ -223,35 +226,6 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   }
   closedir(tasks);
   return out;
-}
-
-std::string Threads(pid_t pid) {
-  std::string out;
-  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
-  if (tasks == nullptr) return out;
-  while (dirent* task = readdir(tasks)) {
-    if (task->d_name[0] == '.') continue;  // "..": the process's own comm again
-    std::ifstream comm(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/comm"));
-    std::string name;
-    if (std::getline(comm, name)) out += name + " ";
-  }
-  closedir(tasks);
-  return out;
-}
-
-// How many of `threads` (as Threads() lists them) are called `name`, or are not.
-int ThreadsCalled(const std::string& threads, absl::string_view name, bool called = true) {
-  int n = 0;
-  for (absl::string_view thread : absl::StrSplit(threads, ' ', absl::SkipEmpty())) {
-    n += (thread == name) == called;
-  }
-  return n;
-}
-
-// The daemon's threads but main: those named otherwise than the process (main's name is the
-// process's, which a sanitizer's own thread, under TSan, carries too).
-int NamedThreads(const std::string& threads) {
-  return ThreadsCalled(threads, "edgeaccel-devic", /*called=*/false);
 }
 
 // The H100 of docs/host-facts.md §5.6, as NVML describes it, under the uuid the fixture's /proc

@@ -211,6 +211,32 @@ bool SilentTcpServer::WaitForConnections(int n, absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
 }
 
+std::string Threads(pid_t pid) {
+  std::string out;
+  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;  // "..": the process's own comm again
+    std::ifstream comm(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/comm"));
+    std::string name;
+    if (std::getline(comm, name)) out += name + " ";
+  }
+  closedir(tasks);
+  return out;
+}
+
+int ThreadsCalled(const std::string& threads, absl::string_view name, bool called) {
+  int n = 0;
+  for (absl::string_view thread : absl::StrSplit(threads, ' ', absl::SkipEmpty())) {
+    n += (thread == name) == called;
+  }
+  return n;
+}
+
+int NamedThreads(const std::string& threads) {
+  return ThreadsCalled(threads, "edgeaccel-devic", /*called=*/false);
+}
+
 std::map<std::string, int64_t> WakeUpsByThread(pid_t pid) {
   std::map<std::string, int64_t> out;
   const std::string tasks = pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");

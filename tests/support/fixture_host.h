@@ -54,6 +54,13 @@ bool PathExists(const std::string& path);
 // one name added up): how often they woke. And this process's thread names alone.
 std::map<std::string, int64_t> WakeUpsByThread(pid_t pid = 0);
 std::vector<std::string> ThreadNames();
+// The names of process `pid`'s threads, each followed by a space.
+std::string Threads(pid_t pid);
+// How many of `threads` (as Threads() lists them) are called `name`, or are not.
+int ThreadsCalled(const std::string& threads, absl::string_view name, bool called = true);
+// The daemon's threads but main: those named otherwise than the process (main's name is the
+// process's, which a sanitizer's own thread, under TSan, carries too).
+int NamedThreads(const std::string& threads);
 
 // Waits (up to `timeout`) until `condition` holds, looking again each time `version` moves: a
 // double's change counter, guarded by `mu` and raised under it on every change. No polling.
