@@ -24,6 +24,9 @@ namespace {
 
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::DraKubelet;
+using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::NamedThreads;
+using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::DraKubeletGeneration;
 using ::edgeaccel::testing::DraKubeletOptions;
 using ::edgeaccel::testing::FixtureHost;
@@ -135,6 +138,28 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
     dra_kubelet_->Start();
   }
 };
+
+// Every sink at once (the node labeller and the Event recorder against the API server, CDI specs,
+// an NFD feature file, the seed labels, /metrics), two resources' worth of Edge TPUs: once the
+// work is done, the daemon idles at 8 threads or fewer, main included (issue #33). With the DRA
+// driver on too it idles at 10 (ea-dra, ea-dra-reg, ea-dra-slices and gRPC's default executor):
+// not yet within.
+TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  kubelet_.Start();
+  TempDir nfd;
+  auto daemon = StartDaemon({"--node-name=node-1", "--api-server=" + api_.url(),
+                             "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
+                             "--cdi", "--cdi-dir=" + cdi_.path(), "--nfd-features-dir=" + nfd.path(),
+                             "--seed-labels", "--label-node", "--node-events"});
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 3, 3)) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(Eventually([&] {
+    threads = Threads(daemon->pid());
+    return NamedThreads(threads) <= 7;  // and main
+  })) << threads;
+  StopDaemon(daemon.get());
+}
 
 TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   kubelet_.Start();
