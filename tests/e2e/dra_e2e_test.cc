@@ -142,8 +142,8 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
 // Every sink at once (the node labeller and the Event recorder against the API server, CDI specs,
 // an NFD feature file, the seed labels, /metrics), two resources' worth of Edge TPUs: once the
 // work is done, the daemon idles at 8 threads or fewer, main included (issue #33). With the DRA
-// driver on too it idles at 10 (ea-dra, ea-dra-reg, ea-dra-slices and gRPC's default executor):
-// not yet within.
+// driver on too, for the PCIe ones, it idles at 10 (ea-dra, ea-dra-reg and ea-dra-slices beside
+// the USB one's ea-grpc): not yet within.
 TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
   kubelet_.Start();
