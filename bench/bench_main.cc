@@ -353,18 +353,6 @@ double KiB(const std::string& line) {
   return value;
 }
 
-// Time on a CPU of every thread of `pid` alive now (schedstat), in nanoseconds.
-uint64_t OnCpuNs(const std::string& pid) {
-  uint64_t total = 0;
-  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
-  for (const std::string& tid : Host("/").ListDirectory(tasks).value_or(std::vector<std::string>())) {
-    std::ifstream schedstat(absl::StrCat(tasks, "/", tid, "/schedstat"));
-    uint64_t on_cpu_ns = 0;
-    if (schedstat >> on_cpu_ns) total += on_cpu_ns;
-  }
-  return total;
-}
-
 // The children of `pid`: what /proc/<pid>/task/<tid>/children lists for each of its threads.
 std::vector<std::string> ChildrenOf(pid_t pid) {
   std::vector<std::string> children;
@@ -380,7 +368,9 @@ std::vector<std::string> ChildrenOf(pid_t pid) {
 ProcessSample SampleProcess(pid_t pid) {
   ProcessSample sample;
   for (const std::string& child : ChildrenOf(pid)) {
-    sample.child_cpu_ns += OnCpuNs(child);
+    pid_t child_pid = 0;
+    if (!absl::SimpleAtoi(child, &child_pid)) continue;
+    sample.child_cpu_ns += SampleProcess(child_pid).cpu_ns;
     ++sample.children;
   }
   std::ifstream rollup(absl::StrCat("/proc/", pid, "/smaps_rollup"));

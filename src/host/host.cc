@@ -607,7 +607,8 @@ HostWatches::~HostWatches() {
   }
 }
 
-bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool content) const {
+bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool content,
+                            int* found_fd) const {
   const int root = host_->RootFd();
   if (root < 0 || inotify_ < 0) return false;
   const LookupVisitor watch = [&](int directory, bool last) {
@@ -627,7 +628,9 @@ bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool 
   Fd found(*opened);
   struct stat st;
   if (fstat(found.get(), &st) != 0 || !AnnouncesChanges(found.get())) return false;
-  return !S_ISDIR(st.st_mode) || AddWatch(inotify_, found.get(), kEntryChanges);
+  if (S_ISDIR(st.st_mode) && !AddWatch(inotify_, found.get(), kEntryChanges)) return false;
+  if (found_fd != nullptr) *found_fd = found.release();
+  return true;
 }
 
 HostWatches::Directory* HostWatches::Walked(const std::string& host_path) {
@@ -635,17 +638,12 @@ HostWatches::Directory* HostWatches::Walked(const std::string& host_path) {
   Directory& directory = it->second;
   if (!added) return directory.fd >= 0 ? &directory : nullptr;
   // The directory's own walk: every lookup on the way to it, and itself.
-  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false)) return nullptr;
-  absl::StatusOr<int> opened =
-      host_->OpenWithWalk(host_->RootFd(), host_path, O_PATH | O_DIRECTORY);
-  if (!opened.ok()) return nullptr;
-  directory.fd = *opened;
+  int opened = -1;
+  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false, &opened)) return nullptr;
+  Fd fd(opened);  // -1: nothing there
   struct stat st;
-  if (fstat(directory.fd, &st) != 0) {
-    close(directory.fd);
-    directory.fd = -1;
-    return nullptr;
-  }
+  if (fd.get() < 0 || fstat(fd.get(), &st) != 0 || !S_ISDIR(st.st_mode)) return nullptr;
+  directory.fd = fd.release();
   directory.device = st.st_dev;
   return &directory;
 }

@@ -118,8 +118,10 @@ class HostWatches {
     dev_t device = 0;
     bool content = false;  // its files' writes are watched too
   };
-  // Watch() for one path, walked from the root.
-  bool WatchWalk(absl::string_view host_path, bool follow_last, bool content) const;
+  // Watch() for one path, walked from the root. With `found_fd`, where it answers true and
+  // something is at the path, its O_PATH descriptor is handed over there.
+  bool WatchWalk(absl::string_view host_path, bool follow_last, bool content,
+                 int* found_fd = nullptr) const;
   // The directory at `host_path`, walked and watched once; null where WatchWalk fails for it.
   Directory* Walked(const std::string& host_path);
 
