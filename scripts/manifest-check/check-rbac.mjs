@@ -12,7 +12,8 @@
 //  4. with --source DIR: every Request("METHOD", ...) in DIR's .cc files is a row's method in a
 //     file that row names, every row's file still sends its method, and each row's verb is the
 //     one its request needs (GET of a name: get; GET of a collection: list; POST: create; PUT:
-//     update; PATCH: patch; DELETE: delete).
+//     update; PATCH: patch; DELETE: delete); a file that calls ApiClient::Watch sends a GET with
+//     watch=true.
 // Each FILE is one install (a `kubectl kustomize` or `helm template` output), checked on its own.
 // usage: node check-rbac.mjs [--table docs/rbac.md] [--source src] [--complete]
 //                            [--allow-patching-any-node] FILE.yaml...
@@ -174,6 +175,18 @@ function sourceFiles(dir) {
     return statSync(path).isDirectory() ? sourceFiles(path) : path.endsWith(".cc") ? [path] : [];
   });
 }
+// Whether FILE (src/LAYER/NAME.cc) or its own header (include/edgeaccel/LAYER/NAME.h) includes
+// node/api_client.h.
+function seesApiClient(dir, file, text) {
+  const includesClient = (t) => /#include\s+"edgeaccel\/node\/api_client\.h"/.test(t);
+  if (includesClient(text)) return true;
+  const header = join(dir, "..", "include", "edgeaccel", relative(dir, file).replace(/\.cc$/, ".h"));
+  try {
+    return includesClient(readFileSync(header, "utf8"));
+  } catch {
+    return false;
+  }
+}
 function verbFor(method, path) {
   if (method === "GET") {
     if (/[?&]watch=(true|1)/.test(path)) return "watch";
@@ -190,7 +203,9 @@ function checkSource(dir) {
     const text = readFileSync(file, "utf8");
     const rel = join("src", relative(dir, file));  // as docs/rbac.md names it
     const methods = [...text.matchAll(/\bRequest\(\s*"([A-Z]+)"/g)].map((m) => m[1]);
-    if (/(->|\.)Watch\(/.test(text)) {
+    // ApiClient::Watch is not the only Watch (HostWatches::Watch is inotify): a file starts an
+    // API watch only where it, or the header of the same name, includes the ApiClient.
+    if (/(->|\.)Watch\(/.test(text) && seesApiClient(dir, file, text)) {
       watching.add(rel);
       methods.push("GET");
     }
