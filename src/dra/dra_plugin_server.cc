@@ -65,72 +65,58 @@ absl::Status DraPluginServer::Start() {
   v1_ = std::make_unique<drav1::DRAPlugin::AsyncService>();
   v1beta1_ = std::make_unique<drav1beta1::DRAPlugin::AsyncService>();
   health_ = std::make_unique<drahealth::DRAResourceHealth::AsyncService>();
-  {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat("unix:", service_socket()), grpc::InsecureServerCredentials());
-    builder.RegisterService(v1_.get());
-    builder.RegisterService(v1beta1_.get());
-    builder.RegisterService(health_.get());
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", service_socket()));
-    }
-    chmod(service_socket().c_str(), 0600);  // only the kubelet (root) may prepare claims
-    service_inode_ = SocketInode(service_socket());
-    loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
-    service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
-    loop_->Start();
+  registration_ = std::make_unique<pluginregistration::Registration::AsyncService>();
+  grpc::ServerBuilder builder;
+  for (const std::string& path : {service_socket(), registration_socket()}) {
+    builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials());
   }
-  {
-    registration_ = std::make_unique<pluginregistration::Registration::AsyncService>();
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat("unix:", registration_socket()), grpc::InsecureServerCredentials());
-    builder.RegisterService(registration_.get());
-    std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
-    registration_server_ = builder.BuildAndStart();
-    if (registration_server_ == nullptr) {
-      Stop(absl::ZeroDuration());
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", registration_socket()));
-    }
-    chmod(registration_socket().c_str(), 0600);
-    registration_inode_ = SocketInode(registration_socket());
-    registration_loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra-reg");
-    auto* service = registration_.get();
-    grpc::ServerCompletionQueue* raw_cq = registration_loop_->cq();
-    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
-        registration_loop_.get(),
-        [service, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
-          service->RequestGetInfo(context, request, responder, raw_cq, raw_cq, tag);
-        },
-        [this](const auto&, auto* response) { return GetInfo(response); });
-    UnaryMethod<pluginregistration::RegistrationStatus, pluginregistration::RegistrationStatusResponse>::Serve(
-        registration_loop_.get(),
-        [service, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
-          service->RequestNotifyRegistrationStatus(context, request, responder, raw_cq, raw_cq, tag);
-        },
-        [this](const auto& request, auto*) { return Notify(request); });
-    registration_loop_->Start();
+  builder.RegisterService(v1_.get());
+  builder.RegisterService(v1beta1_.get());
+  builder.RegisterService(health_.get());
+  builder.RegisterService(registration_.get());
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    v1_.reset();
+    v1beta1_.reset();
+    health_.reset();
+    registration_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", service_socket(), " and ", registration_socket()));
   }
+  // Only the kubelet (root) may prepare claims or register us.
+  chmod(service_socket().c_str(), 0600);
+  chmod(registration_socket().c_str(), 0600);
+  service_inode_ = SocketInode(service_socket());
+  registration_inode_ = SocketInode(registration_socket());
+  loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
+  service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
+  auto* registration = registration_.get();
+  grpc::ServerCompletionQueue* raw_cq = loop_->cq();
+  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
+      loop_.get(),
+      [registration, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
+        registration->RequestGetInfo(context, request, responder, raw_cq, raw_cq, tag);
+      },
+      [this](const auto&, auto* response) { return GetInfo(response); });
+  UnaryMethod<pluginregistration::RegistrationStatus, pluginregistration::RegistrationStatusResponse>::Serve(
+      loop_.get(),
+      [registration, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
+        registration->RequestNotifyRegistrationStatus(context, request, responder, raw_cq, raw_cq, tag);
+      },
+      [this](const auto& request, auto*) { return Notify(request); });
+  loop_->Start();
   LOG(INFO) << options_.driver << ": DRA driver serving " << service_socket() << ", registering at "
             << registration_socket();
   return absl::OkStatus();
 }
 
 void DraPluginServer::Stop(absl::Duration grace) {
-  // The registration socket first: its removal is the deregistration the kubelet sees.
-  if (registration_server_ != nullptr) {
-    RemoveSocketIfOurs(registration_socket(), registration_inode_);
-    registration_server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-    registration_loop_->Drain();
-    registration_server_->Wait();
-    registration_loop_.reset();
-    registration_server_.reset();
-    registration_.reset();
-    registration_inode_ = 0;
-  }
   if (server_ != nullptr) {
+    // The registration socket first: its removal is the deregistration the kubelet sees.
+    RemoveSocketIfOurs(registration_socket(), registration_inode_);
+    registration_inode_ = 0;
     service_->EndStreams();
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     loop_->Drain();
@@ -144,6 +130,7 @@ void DraPluginServer::Stop(absl::Duration grace) {
   v1_.reset();
   v1beta1_.reset();
   health_.reset();
+  registration_.reset();
   registered_.store(false);
 }
 

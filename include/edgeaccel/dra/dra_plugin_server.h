@@ -1,14 +1,16 @@
 // DraPluginServer: the driver's two Unix sockets, as the kubelet's plugin manager expects them
 // (docs/dra.md; dra-facts §1):
-//  * the service socket <kubelet-root>/plugins/<driver>/dra.sock, serving DRAPlugin v1 and
-//    v1beta1 and DRAResourceHealth (DraPluginService), on its own loop thread ("ea-dra"); each
-//    NodePrepareResources and NodeUnprepareResources is answered on a thread that lives only
-//    for that call ("ea-dra-call");
+//  * the service socket <kubelet-root>/plugins/<driver>/dra.sock, where the kubelet calls
+//    DRAPlugin v1 or v1beta1 and DRAResourceHealth (DraPluginService);
 //  * the registration socket <kubelet-root>/plugins_registry/<driver>-reg.sock, where the
-//    kubelet's plugin watcher calls GetInfo (within 1 s) and NotifyRegistrationStatus, on a loop
-//    of its own ("ea-dra-reg"), so a slow prepare never makes a registration miss its deadline.
-// The service socket is listening before the registration socket appears (the kubelet may call
-// at once); on Stop the registration socket goes first, which is how a plugin deregisters.
+//    kubelet's plugin watcher calls GetInfo (within 1 s) and NotifyRegistrationStatus.
+// One gRPC server listens on both, its one loop thread ("ea-dra") answering every call: gRPC
+// cannot register a service for one port only, so each socket also answers the other's services,
+// which no kubelet calls there. Nothing on the loop waits: each NodePrepareResources and
+// NodeUnprepareResources runs on a thread that lives only for that call ("ea-dra-call"), so a
+// slow prepare never makes a registration miss its deadline.
+// Both sockets are listening before either can be dialled; on Stop the registration socket goes
+// first, which is how a plugin deregisters.
 #ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
 #define EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
 
@@ -37,7 +39,7 @@ class DraPluginServer {
   struct Options {
     std::string driver;
     std::string kubelet_root = "/var/lib/kubelet";
-    // Called (on the registration loop) when the kubelet says it registered us, and with its
+    // Called (on the loop thread) when the kubelet says it registered us, and with its
     // error when it refused.
     std::function<void()> on_registered;
     std::function<void(const std::string& error)> on_refused;
@@ -71,8 +73,6 @@ class DraPluginServer {
   std::unique_ptr<pluginregistration::Registration::AsyncService> registration_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CompletionLoop> loop_;
-  std::unique_ptr<grpc::Server> registration_server_;
-  std::unique_ptr<CompletionLoop> registration_loop_;
   ino_t registration_inode_ = 0;
   ino_t service_inode_ = 0;
   std::atomic<uint64_t> registrations_{0};
