@@ -1,7 +1,9 @@
 #include "edgeaccel/daemon/daemon.h"
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -310,13 +312,21 @@ absl::Status Daemon::Start() {
     metrics_ = std::make_unique<MetricsServer>(
         config_.metrics_address, [this] { return RenderMetrics(); },
         [this](std::string* why) { return Healthy(why); });
-    if (absl::Status listening = metrics_->Start(); !listening.ok()) {
+    if (absl::Status listening = metrics_->Listen(); !listening.ok()) {
       // Devices are still served; only the metrics are missing.
       LOG(ERROR) << listening.message();
       metrics_.reset();
     }
   }
   return absl::OkStatus();
+}
+
+void Daemon::ServeUntil(int stop_fd) {
+  // Where /metrics cannot be served (said in the log), the devices still are: wait all the same.
+  if (metrics_ != nullptr && metrics_->Serve(stop_fd)) return;
+  struct pollfd wait = {stop_fd, POLLIN, 0};
+  while (poll(&wait, 1, -1) < 0 && errno == EINTR) {
+  }
 }
 
 LabelSet Daemon::Labels() const {

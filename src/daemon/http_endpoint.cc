@@ -80,6 +80,17 @@ HttpEndpoint::HttpEndpoint(std::string host, int port, std::map<std::string, Han
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
 absl::Status HttpEndpoint::Start(const std::string& thread_name) {
+  if (listen_fd_ < 0) {
+    if (absl::Status listening = Listen(); !listening.ok()) return listening;
+  }
+  thread_ = std::thread([this, thread_name] {
+    pthread_setname_np(pthread_self(), thread_name.substr(0, 15).c_str());
+    (void)Serve();
+  });
+  return absl::OkStatus();
+}
+
+absl::Status HttpEndpoint::Listen() {
   struct addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -126,10 +137,6 @@ absl::Status HttpEndpoint::Start(const std::string& thread_name) {
     listen_fd_ = -1;
     return absl::InternalError(absl::StrCat("eventfd: ", strerror(err)));
   }
-  thread_ = std::thread([this, thread_name] {
-    pthread_setname_np(pthread_self(), thread_name.substr(0, 15).c_str());
-    Run();
-  });
   return absl::OkStatus();
 }
 
@@ -145,14 +152,15 @@ void HttpEndpoint::Stop() {
   }
 }
 
-void HttpEndpoint::Run() {
+bool HttpEndpoint::Serve(int until_fd) {
+  if (listen_fd_ < 0) return false;
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   const int timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (epoll_fd < 0 || timer_fd < 0) {
     LOG(ERROR) << "the /metrics server cannot start: " << strerror(errno);
     if (epoll_fd >= 0) close(epoll_fd);
     if (timer_fd >= 0) close(timer_fd);
-    return;
+    return false;
   }
   auto add = [epoll_fd](int fd, uint32_t events) {
     struct epoll_event ev = {};
@@ -162,6 +170,7 @@ void HttpEndpoint::Run() {
   };
   add(listen_fd_, EPOLLIN);
   add(stop_fd_, EPOLLIN);
+  if (until_fd >= 0) add(until_fd, EPOLLIN);
   add(timer_fd, EPOLLIN);
   std::unordered_map<int, std::unique_ptr<Connection>> connections;
   absl::Duration armed = absl::InfiniteDuration();
@@ -237,17 +246,19 @@ void HttpEndpoint::Run() {
   };
 
   struct epoll_event events[32];
+  bool served = true;
   while (true) {
     int n = epoll_wait(epoll_fd, events, 32, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << "the /metrics server stopped: epoll_wait: " << strerror(errno);
+      served = false;
       break;
     }
     bool stop = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == stop_fd_) {
+      if (fd == stop_fd_ || fd == until_fd) {
         stop = true;
       } else if (fd == listen_fd_) {
         while (true) {
@@ -312,6 +323,7 @@ void HttpEndpoint::Run() {
   connections.clear();
   close(timer_fd);
   close(epoll_fd);
+  return served;
 }
 
 }  // namespace edgeaccel

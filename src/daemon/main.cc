@@ -2,10 +2,13 @@
 // device plugin API. See README.md for how to run it.
 #include <malloc.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -172,7 +175,7 @@ ABSL_FLAG(int, verbosity, 0, "Log verbosity: 0 normal, 1 every rescan and alloca
 
 namespace {
 
-// SIGTERM and SIGINT: the main thread takes them with sigwait() once the daemon serves, and stops
+// SIGTERM and SIGINT: the main thread takes them (a signalfd) once the daemon serves, and stops
 // it cleanly. SIGHUP does nothing (it is ignored): there is no configuration to reload, devices
 // are watched all the time, and a hang-up of the terminal that started the daemon by hand must
 // not end it without its clean stop.
@@ -336,9 +339,22 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // The main thread waits for the stop signal on a signalfd and, meanwhile, answers /metrics and
+  // /healthz: no thread of their own.
   const sigset_t stop_signals = StopSignals();
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  const int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  if (signal_fd >= 0) {
+    daemon.ServeUntil(signal_fd);
+    struct signalfd_siginfo info = {};
+    if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) signal_number = static_cast<int>(info.ssi_signo);
+    close(signal_fd);
+  } else {
+    // Out of descriptors at this very moment: the signal still stops the daemon (nothing of
+    // /metrics is answered then; the log says why).
+    LOG(ERROR) << "signalfd: " << strerror(errno) << "; /metrics and /healthz are not answered";
+    sigwait(&stop_signals, &signal_number);
+  }
   const absl::Time stop_started = absl::Now();
   LOG(INFO) << "received " << strsignal(signal_number) << "; stopping";
   daemon.Stop();

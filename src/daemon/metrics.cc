@@ -335,6 +335,11 @@ MetricsServer::MetricsServer(std::string address, Render render, Check check)
 MetricsServer::~MetricsServer() { Stop(); }
 
 absl::Status MetricsServer::Start() {
+  if (absl::Status listening = Listen(); !listening.ok()) return listening;
+  return server_->Start("ea-metrics");
+}
+
+absl::Status MetricsServer::Listen() {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(address_);
   if (!listen.ok()) return listen.status();
   const auto& [host, port] = *listen;
@@ -348,7 +353,7 @@ absl::Status MetricsServer::Start() {
     return HttpAnswer{503, "text/plain; charset=utf-8", why + "\n"};
   };
   server_ = std::make_unique<HttpEndpoint>(host, port, std::move(handlers));
-  if (absl::Status started = server_->Start("ea-metrics"); !started.ok()) {
+  if (absl::Status started = server_->Listen(); !started.ok()) {
     server_.reset();
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address_, " for /metrics and /healthz (", started.message(),
@@ -359,6 +364,8 @@ absl::Status MetricsServer::Start() {
   LOG(INFO) << "serving /metrics and /healthz on " << host << ":" << port_;
   return absl::OkStatus();
 }
+
+bool MetricsServer::Serve(int until_fd) { return server_ != nullptr && server_->Serve(until_fd); }
 
 void MetricsServer::Stop() {
   if (server_ != nullptr) server_->Stop();

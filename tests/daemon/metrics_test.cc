@@ -4,16 +4,23 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
 
 using ::testing::HasSubstr;
+using ::edgeaccel::testing::Threads;
+using ::edgeaccel::testing::ThreadsCalled;
 
 ResourceMetrics TpuMetrics(DeviceSet* set, PluginCounters* counters) {
   Device hot;
@@ -92,6 +99,49 @@ TEST(MetricsTest, ServesMetricsAndHealth) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("cannot listen on 127.0.0.1:"));
   server.Stop();
+}
+
+// The daemon's main thread answers /metrics while it waits for a stop signal: Listen() binds (a
+// taken port is its error, as Start()'s), Serve() answers on the caller's thread and returns once
+// the descriptor it was given is readable, leaving it unread; the port is closed by Stop().
+TEST(MetricsTest, ServesOnTheCallersThreadUntilItsDescriptorIsReadable) {
+  MetricsServer server("127.0.0.1:0", [] { return std::string("edgeaccel_up 1\n"); },
+                       [](std::string*) { return true; });
+  ASSERT_TRUE(server.Listen().ok());
+  MetricsServer second("127.0.0.1:" + std::to_string(server.port()), [] { return ""; },
+                       [](std::string*) { return true; });
+  EXPECT_EQ(second.Listen().code(), absl::StatusCode::kUnavailable);
+
+  const int until = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(until, 0);
+  std::atomic<bool> returned{false};
+  std::atomic<bool> served{false};
+  std::thread caller([&] {
+    pthread_setname_np(pthread_self(), "caller");
+    served = server.Serve(until);
+    returned = true;
+  });
+  httplib::Client client("127.0.0.1", server.port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "edgeaccel_up 1\n");
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+  // No thread of its own: the caller answered, and nothing is named ea-metrics.
+  const std::string threads = Threads(getpid());
+  EXPECT_EQ(ThreadsCalled(threads, "caller"), 1) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-metrics"), 0) << threads;
+  EXPECT_FALSE(returned.load());
+
+  const uint64_t one = 1;
+  ASSERT_EQ(write(until, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  caller.join();
+  EXPECT_TRUE(served.load());
+  uint64_t left = 0;  // unread by Serve()
+  EXPECT_EQ(read(until, &left, sizeof(left)), static_cast<ssize_t>(sizeof(left)));
+  EXPECT_EQ(left, 1u);
+  close(until);
+  server.Stop();
+  EXPECT_FALSE(client.Get("/metrics"));  // the port is closed
 }
 
 // Prometheus keeps its connection open between scrapes. Two such scrapers must not hold both

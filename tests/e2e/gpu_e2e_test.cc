@@ -279,9 +279,9 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
         std::string("edgeaccel_nvml_helper_restarts_total 0")}) {
     EXPECT_THAT(metrics, HasSubstr(sample));
   }
-  // NVML's supervisor runs on the event loop the registration runs on: 7 threads in all (main,
-  // ea-hostwatch, ea-loop, ea-metrics, ea-grpc, ea-grpc-timer, default-executor; the helper is a
-  // process of its own).
+  // NVML's supervisor runs on the event loop the registration runs on: 6 threads in all (main,
+  // which answers /metrics, ea-hostwatch, ea-loop, ea-grpc, ea-grpc-timer, default-executor; the
+  // helper is a process of its own).
   EXPECT_TRUE(Eventually([&] { return NamedThreads(Threads(daemon_->pid())) <= 6; }))
       << Threads(daemon_->pid());
   EXPECT_THAT(Threads(daemon_->pid()), HasSubstr("ea-loop"));
@@ -716,7 +716,7 @@ TEST(GpuCliTest, BadSharingAndFamilyFlagsAreRefused) {
 }
 
 // A Jetson with an M.2 Edge TPU: two resources, registered from one thread (ea-loop), and the
-// daemon idles at 8 threads (main, ea-hostwatch, ea-loop, ea-metrics, one ea-grpc per resource,
+// daemon idles at 8 threads or fewer (7: main, ea-hostwatch, ea-loop, one ea-grpc per resource,
 // ea-grpc-timer, default-executor). A kubelet restart registers both again.
 TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
   host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
@@ -741,7 +741,7 @@ TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
 }
 
 // An Edge TPU beside a discrete GPU with NVML: two resources and NVML's supervisor, all on the
-// one event loop: 8 threads (main, ea-hostwatch, ea-loop, ea-metrics, two ea-grpc,
+// one event loop: 8 threads or fewer (7: main, ea-hostwatch, ea-loop, two ea-grpc,
 // ea-grpc-timer, default-executor).
 TEST_F(GpuE2eTest, AnEdgeTpuBesideAGpuWithNvmlIdlesAtEightThreads) {
   host_.AddNvidiaGpu({.pci_address = "0000:00:06.0", .minor = 0, .uuid = kUuid0,

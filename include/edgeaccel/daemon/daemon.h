@@ -39,8 +39,13 @@ class Daemon {
   ~Daemon();
 
   // Scans the host, starts watching it, and registers every resource that has devices (a
-  // resource without any is registered as soon as its first device appears).
+  // resource without any is registered as soon as its first device appears). Binds the
+  // /metrics address, which ServeUntil() answers.
   absl::Status Start();
+  // Answers /metrics and /healthz on the calling thread (the process's main thread: no thread of
+  // its own) until `stop_fd` is readable, which it leaves unread. Without a metrics address it
+  // only waits for that.
+  void ServeUntil(int stop_fd);
   // Ends streams, stops serving, removes our sockets.
   void Stop();
 

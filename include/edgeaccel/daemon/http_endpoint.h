@@ -36,13 +36,19 @@ class HttpEndpoint {
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
 
-  // Binds, listens and starts serving on a thread named `thread_name`.
+  // Binds and listens (unless Listen() did) and starts serving on a thread named `thread_name`.
   absl::Status Start(const std::string& thread_name);
+  // Or in two steps, serving on a thread the caller already has: Listen() binds and listens (a
+  // taken port is its error), and Serve() answers on the calling thread until Stop() is called
+  // from another thread or `until_fd` (a descriptor of the caller's: a signalfd, an eventfd)
+  // becomes readable; Serve() leaves `until_fd` unread. False when it could not serve (not
+  // listening, or epoll failed: said in the log) and returned for that.
+  absl::Status Listen();
+  bool Serve(int until_fd = -1);
   void Stop();
   int port() const { return port_; }
 
  private:
-  void Run();
 
   const std::string host_;
   const int requested_port_;

@@ -76,8 +76,14 @@ class MetricsServer {
   MetricsServer(std::string address, Render render, Check check);
   ~MetricsServer();
 
-  // Binds and serves in a thread of its own. A taken port is an error that names it.
+  // Binds and serves in a thread of its own ("ea-metrics"). A taken port is an error that names
+  // it.
   absl::Status Start();
+  // Or binds only (the same errors), to answer on a thread of the caller's with Serve(), until
+  // Stop() or until `until_fd` is readable (HttpEndpoint::Serve). The daemon's main thread does
+  // that while it waits for a stop signal.
+  absl::Status Listen();
+  bool Serve(int until_fd);
   void Stop();
   int port() const { return port_; }
 
