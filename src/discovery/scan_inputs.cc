@@ -171,6 +171,8 @@ void ScanInputs::Watch() const {
   watched_ = true;
   announced_.assign(reads_.size(), false);
   verified_.assign(reads_.size(), false);
+  identified_.assign(reads_.size(), false);
+  held_.assign(reads_.size(), false);
   std::optional<HostWatches> watches;
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
@@ -187,8 +189,15 @@ void ScanInputs::Watch() const {
         ((read.kind == Kind::kStat || read.kind == Kind::kLstat) && read.status.ok() &&
          read.info.type == FileInfo::Type::kRegular);
     announced_[i] = watches->Watch(read.path, read.kind != Kind::kLstat, content);
+    // A value whose content changes unannounced is read again on every call, but where it can
+    // be no other file while no event comes, through the descriptor kept, as a kernel
+    // attribute is: a fixture's copy of sysfs costs what sysfs does.
+    if (!announced_[i] && read.kind == Kind::kRead && read.status.ok()) {
+      identified_[i] = watches->WatchIdentity(read.path);
+    }
   }
-  if (inotify_ >= 0 && std::find(announced_.begin(), announced_.end(), true) == announced_.end()) {
+  if (inotify_ >= 0 && std::find(announced_.begin(), announced_.end(), true) == announced_.end() &&
+      std::find(identified_.begin(), identified_.end(), true) == identified_.end()) {
     close(inotify_);  // nothing it watches spares a read: not worth a read of its queue
     inotify_ = -1;
   }
@@ -243,7 +252,10 @@ bool ScanInputs::Unchanged() const {
     switch (read.kind) {
       case Kind::kRead: {
         absl::StatusOr<std::string> content;
-        if (std::optional<std::string> again = read.kept.ReadIfKernelFile(read.max_bytes)) {
+        std::optional<std::string> again;
+        if (held_[i]) again = read.kept.ReadHeld(read.max_bytes);
+        if (!again.has_value()) again = read.kept.ReadIfKernelFile(read.max_bytes);
+        if (again.has_value()) {
           content = *std::move(again);  // its directory need not be resolved
         } else if (const HostDirectory* directory = directory_of(i); directory != nullptr) {
           content = directory->ReadFile(name, read.max_bytes, &read.kept);
@@ -286,6 +298,7 @@ bool ScanInputs::Unchanged() const {
     }
   }
   verified_ = announced_;
+  for (size_t i = 0; i < reads_.size(); ++i) held_[i] = identified_[i] && !reads_[i].kept.empty();
   return true;
 }
 

@@ -608,16 +608,16 @@ HostWatches::~HostWatches() {
 }
 
 bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool content,
-                            int* found_fd) const {
+                            int* found_fd, bool kernel_tree) const {
   const int root = host_->RootFd();
   if (root < 0 || inotify_ < 0) return false;
   const LookupVisitor watch = [&](int directory, bool last) {
     return AddWatch(inotify_, directory, kEntryChanges | (content && last ? kContentChanges : 0));
   };
   std::string resolved;
-  if (InKernelTree(Lexical(host_path)) ||
+  if ((!kernel_tree && InKernelTree(Lexical(host_path))) ||
       !WalkInRoot(root, host_path, follow_last, &resolved, /*chain=*/nullptr, &watch).ok() ||
-      InKernelTree(resolved)) {
+      (!kernel_tree && InKernelTree(resolved))) {
     return false;
   }
   // What was found, if anything: on such a filesystem too (a mount point, a file bind-mounted),
@@ -633,13 +633,15 @@ bool HostWatches::WatchWalk(absl::string_view host_path, bool follow_last, bool 
   return true;
 }
 
-HostWatches::Directory* HostWatches::Walked(const std::string& host_path) {
+HostWatches::Directory* HostWatches::Walked(const std::string& host_path, bool kernel_tree) {
   auto [it, added] = directories_.try_emplace(host_path);
   Directory& directory = it->second;
   if (!added) return directory.fd >= 0 ? &directory : nullptr;
   // The directory's own walk: every lookup on the way to it, and itself.
   int opened = -1;
-  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false, &opened)) return nullptr;
+  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false, &opened, kernel_tree)) {
+    return nullptr;
+  }
   Fd fd(opened);  // -1: nothing there
   struct stat st;
   if (fd.get() < 0 || fstat(fd.get(), &st) != 0 || !S_ISDIR(st.st_mode)) return nullptr;
@@ -674,6 +676,28 @@ bool HostWatches::Watch(absl::string_view host_path, bool follow_last, bool cont
   Fd entry(openat(directory->fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (entry.get() < 0 || !AnnouncesChanges(entry.get())) return false;
   return !S_ISDIR(st.st_mode) || AddWatch(inotify_, entry.get(), kEntryChanges);
+}
+
+bool HostWatches::WatchIdentity(absl::string_view host_path) {
+  const std::string path = Lexical(host_path);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size()) return false;
+  const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  // Only a regular file directly in a directory that is watched all the way: anything else (a
+  // symlink to follow, a directory) is walked whole.
+  Directory* directory = Walked(parent, /*kernel_tree=*/true);
+  struct stat st;
+  if (directory != nullptr && fstatat(directory->fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISREG(st.st_mode) && st.st_dev == directory->device) {
+    return true;
+  }
+  int found = -1;
+  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false, &found, /*kernel_tree=*/true)) {
+    return false;
+  }
+  Fd file(found);
+  return file.get() >= 0 && fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 bool Host::IsAbsence(const absl::Status& status) {
@@ -838,6 +862,11 @@ std::optional<std::string> KeptFile::ReadIfKernelFile(size_t max_bytes) const {
   std::optional<std::string> content = ReadRegularFile(fd_, size_, max_bytes);
   if (!content.has_value() || content->empty()) return std::nullopt;
   return content;
+}
+
+std::optional<std::string> KeptFile::ReadHeld(size_t max_bytes) const {
+  if (fd_ < 0) return std::nullopt;
+  return ReadRegularFile(fd_, size_, max_bytes);
 }
 
 bool KeptFile::Holds(const struct stat& st) const {

@@ -79,7 +79,8 @@ class ScanInputs {
   // read everything again. The rest (sysfs, procfs) is read again on every call: the entries of
   // a directory through one HostDirectory, resolved again for each call, and a file through the
   // descriptor kept from the call before (KeptFile; a kernel attribute costs one pread, another
-  // file one fstatat and one pread) until the next Clear().
+  // file one fstatat and one pread, or one pread where inotify reports what would put another
+  // file in its place: a fixture's copy of sysfs) until the next Clear().
   bool Unchanged() const;
 
   // How many reads are recorded (for tests).
@@ -136,6 +137,12 @@ class ScanInputs {
   mutable std::vector<bool> announced_;  // parallel to reads_: an event comes on its change
   // Parallel to reads_: announced, and found unchanged by a call after its watches were added.
   mutable std::vector<bool> verified_;
+  // Parallel to reads_: a file whose content is not announced, but whose name leads to no other
+  // file while no event comes (HostWatches::WatchIdentity).
+  mutable std::vector<bool> identified_;
+  // Parallel to reads_: identified, and kept open by a call after its watches were added: read
+  // through the descriptor alone.
+  mutable std::vector<bool> held_;
 };
 
 }  // namespace edgeaccel

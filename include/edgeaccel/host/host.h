@@ -70,6 +70,10 @@ class KeptFile {
   // name: HostDirectory::ReadFile looks first), or the read fails or gives nothing: then
   // HostDirectory::ReadFile answers.
   std::optional<std::string> ReadIfKernelFile(size_t max_bytes) const;
+  // The same through the descriptor on any filesystem, for a caller that knows by other means
+  // that the name still leads to this very file (HostWatches::WatchIdentity: no event since it
+  // was kept).
+  std::optional<std::string> ReadHeld(size_t max_bytes) const;
 
  private:
   friend class HostDirectory;
@@ -111,6 +115,13 @@ class HostWatches {
   // caller must look again itself. Events come only for what changes after the watches are in
   // place. A filesystem mounted over a watched directory sends none: mounts are not watched.
   bool Watch(absl::string_view host_path, bool follow_last, bool content);
+  // Watches what would make `host_path` (symlinks followed) lead to another file or to none, or
+  // change that file's owner or permissions: the directories a look walks through, for entries
+  // and attributes; never the file's content. Unlike Watch(), under /sys and /proc too, where
+  // their filesystem announces that: a fixture tree's copy of them, whose values are files
+  // that can be replaced under their names; never the kernel's sysfs or procfs, which announce
+  // nothing. True where all of it is watched and the file is there.
+  bool WatchIdentity(absl::string_view host_path);
 
  private:
   struct Directory {
@@ -120,10 +131,11 @@ class HostWatches {
   };
   // Watch() for one path, walked from the root. With `found_fd`, where it answers true and
   // something is at the path, its O_PATH descriptor is handed over there.
+  // `kernel_tree`: also under /sys and /proc (WatchIdentity).
   bool WatchWalk(absl::string_view host_path, bool follow_last, bool content,
-                 int* found_fd = nullptr) const;
+                 int* found_fd = nullptr, bool kernel_tree = false) const;
   // The directory at `host_path`, walked and watched once; null where WatchWalk fails for it.
-  Directory* Walked(const std::string& host_path);
+  Directory* Walked(const std::string& host_path, bool kernel_tree = false);
 
   const Host* host_;
   int inotify_;
