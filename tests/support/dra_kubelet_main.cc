@@ -198,16 +198,22 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // From here the double's threads print events too: an error goes out in one stdio call, as
+  // each event does, so that no event line lands inside it (std::cerr writes each << apart).
+  auto say_error = [](const std::string& text) {
+    std::fputs(absl::StrCat("edgeaccel-test-dra-kubelet: ", text, "\n").c_str(), stderr);
+    std::fflush(stderr);
+  };
   if (driver.empty()) {
     // The first driver to register.
     kubelet.WaitFor([&] { return !kubelet.Drivers().empty(); }, timeout);
     std::vector<std::string> drivers = kubelet.Drivers();
     if (drivers.empty()) {
-      std::cerr << "edgeaccel-test-dra-kubelet: no DRA driver registered in "
-                << absl::FormatDuration(timeout) << "\n";
+      std::string text = absl::StrCat("no DRA driver registered in ", absl::FormatDuration(timeout));
       for (const std::string& error : kubelet.registration_errors()) {
-        std::cerr << "  " << error << "\n";
+        absl::StrAppend(&text, "\n  ", error);
       }
+      say_error(text);
       return 1;
     }
     driver = drivers.front();
@@ -215,7 +221,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<DraKubelet::Registration> registration =
       kubelet.WaitForRegistration(driver, timeout);
   if (!registration.ok()) {
-    std::cerr << "edgeaccel-test-dra-kubelet: " << registration.status().message() << "\n";
+    say_error(std::string(registration.status().message()));
     return 1;
   }
   int rc = 0;
@@ -225,7 +231,7 @@ int main(int argc, char** argv) {
     if (raw.ok()) std::fputs(Json(driver, *raw).c_str(), stdout);
     absl::Status checked = raw.ok() ? DraKubelet::CheckPrepareAnswer(claims, *raw) : raw.status();
     if (!checked.ok()) {
-      std::cerr << "edgeaccel-test-dra-kubelet: " << checked.message() << "\n";
+      say_error(std::string(checked.message()));
       rc = 1;
     }
   } else {
@@ -235,7 +241,7 @@ int main(int argc, char** argv) {
     absl::Status checked =
         raw.ok() ? DraKubelet::CheckUnprepareAnswer(claims, *raw) : raw.status();
     if (!checked.ok()) {
-      std::cerr << "edgeaccel-test-dra-kubelet: " << checked.message() << "\n";
+      say_error(std::string(checked.message()));
       rc = 1;
     }
   }
