@@ -651,16 +651,27 @@ HostWatches::Directory* HostWatches::Walked(const std::string& host_path, bool k
 }
 
 bool HostWatches::Watch(absl::string_view host_path, bool follow_last, bool content) {
+  return WatchLooks(host_path, follow_last, content, /*kernel_tree=*/false);
+}
+
+bool HostWatches::WatchIdentity(absl::string_view host_path) {
+  return WatchLooks(host_path, /*follow_last=*/true, /*content=*/false, /*kernel_tree=*/true);
+}
+
+bool HostWatches::WatchLooks(absl::string_view host_path, bool follow_last, bool content,
+                             bool kernel_tree) {
   const std::string path = Lexical(host_path);
-  if (InKernelTree(path)) return false;  // changes there come unannounced
+  if (!kernel_tree && InKernelTree(path)) return false;  // changes there come unannounced
   const size_t slash = path.rfind('/');
   const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
   const std::string name = path.substr(slash + 1);
-  if (name.empty()) return WatchWalk(host_path, follow_last, content);  // the root itself
-  Directory* directory = Walked(parent);
+  if (name.empty()) {  // the root itself
+    return WatchWalk(host_path, follow_last, content, /*found_fd=*/nullptr, kernel_tree);
+  }
+  Directory* directory = Walked(parent, kernel_tree);
   if (directory == nullptr) {
     // Not there, or not all of it announces changes: the walk of the whole path says which.
-    return WatchWalk(host_path, follow_last, content);
+    return WatchWalk(host_path, follow_last, content, /*found_fd=*/nullptr, kernel_tree);
   }
   if (content && !directory->content) {
     if (!AddWatch(inotify_, directory->fd, kEntryChanges | kContentChanges)) return false;
@@ -670,34 +681,14 @@ bool HostWatches::Watch(absl::string_view host_path, bool follow_last, bool cont
   if (fstatat(directory->fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return errno == ENOENT;  // its creation comes as an event of the directory's watch
   }
-  if (S_ISLNK(st.st_mode) && follow_last) return WatchWalk(host_path, follow_last, content);
+  if (S_ISLNK(st.st_mode) && follow_last) {
+    return WatchWalk(host_path, follow_last, content, /*found_fd=*/nullptr, kernel_tree);
+  }
   if (!S_ISDIR(st.st_mode) && st.st_dev == directory->device) return true;
   // A directory (watched itself, for what is listed or looked up in it), or a mount point.
   Fd entry(openat(directory->fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (entry.get() < 0 || !AnnouncesChanges(entry.get())) return false;
   return !S_ISDIR(st.st_mode) || AddWatch(inotify_, entry.get(), kEntryChanges);
-}
-
-bool HostWatches::WatchIdentity(absl::string_view host_path) {
-  const std::string path = Lexical(host_path);
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash + 1 == path.size()) return false;
-  const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
-  const std::string name = path.substr(slash + 1);
-  // Only a regular file directly in a directory that is watched all the way: anything else (a
-  // symlink to follow, a directory) is walked whole.
-  Directory* directory = Walked(parent, /*kernel_tree=*/true);
-  struct stat st;
-  if (directory != nullptr && fstatat(directory->fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      S_ISREG(st.st_mode) && st.st_dev == directory->device) {
-    return true;
-  }
-  int found = -1;
-  if (!WatchWalk(host_path, /*follow_last=*/true, /*content=*/false, &found, /*kernel_tree=*/true)) {
-    return false;
-  }
-  Fd file(found);
-  return file.get() >= 0 && fstat(file.get(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 bool Host::IsAbsence(const absl::Status& status) {

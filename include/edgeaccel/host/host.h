@@ -120,7 +120,7 @@ class HostWatches {
   // and attributes; never the file's content. Unlike Watch(), under /sys and /proc too, where
   // their filesystem announces that: a fixture tree's copy of them, whose values are files
   // that can be replaced under their names; never the kernel's sysfs or procfs, which announce
-  // nothing. True where all of it is watched and the file is there.
+  // nothing. True as Watch() answers (a missing file: watched up to where it stops).
   bool WatchIdentity(absl::string_view host_path);
 
  private:
@@ -131,6 +131,8 @@ class HostWatches {
   };
   // Watch() for one path, walked from the root. With `found_fd`, where it answers true and
   // something is at the path, its O_PATH descriptor is handed over there.
+  // Watch(), and with `kernel_tree` also under /sys and /proc (WatchIdentity).
+  bool WatchLooks(absl::string_view host_path, bool follow_last, bool content, bool kernel_tree);
   // `kernel_tree`: also under /sys and /proc (WatchIdentity).
   bool WatchWalk(absl::string_view host_path, bool follow_last, bool content,
                  int* found_fd = nullptr, bool kernel_tree = false) const;
