@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
@@ -92,20 +93,13 @@ absl::Status DraPluginServer::Start() {
   registration_inode_ = SocketInode(registration_socket());
   loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
   service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
-  auto* registration = registration_.get();
-  grpc::ServerCompletionQueue* raw_cq = loop_->cq();
-  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
-      loop_.get(),
-      [registration, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
-        registration->RequestGetInfo(context, request, responder, raw_cq, raw_cq, tag);
+  ServeRegistration(
+      registration_.get(), loop_.get(),
+      [this](const pluginregistration::InfoRequest&, pluginregistration::PluginInfo* response) {
+        return GetInfo(response);
       },
-      [this](const auto&, auto* response) { return GetInfo(response); });
-  UnaryMethod<pluginregistration::RegistrationStatus, pluginregistration::RegistrationStatusResponse>::Serve(
-      loop_.get(),
-      [registration, raw_cq](auto* context, auto* request, auto* responder, void* tag) {
-        registration->RequestNotifyRegistrationStatus(context, request, responder, raw_cq, raw_cq, tag);
-      },
-      [this](const auto& request, auto*) { return Notify(request); });
+      [this](const pluginregistration::RegistrationStatus& request,
+             pluginregistration::RegistrationStatusResponse*) { return Notify(request); });
   loop_->Start();
   LOG(INFO) << options_.driver << ": DRA driver serving " << service_socket() << ", registering at "
             << registration_socket();

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
@@ -110,14 +111,9 @@ absl::Status WatcherProbe::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", socket_path_));
   }
   loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-probe");
-  auto* service = service_.get();
-  grpc::ServerCompletionQueue* loop_cq = loop_->cq();
-  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
-      loop_.get(),
-      [service, loop_cq](auto* context, auto* request, auto* responder, void* tag) {
-        service->RequestGetInfo(context, request, responder, loop_cq, loop_cq, tag);
-      },
-      [this](const auto&, auto*) {
+  ServeRegistration(
+      service_.get(), loop_.get(),
+      [this](const pluginregistration::InfoRequest&, pluginregistration::PluginInfo*) {
         if (on_asked_) on_asked_();
         // What the kubelet logs ("failed to get plugin info using RPC GetInfo").
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

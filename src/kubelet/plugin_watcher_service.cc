@@ -13,19 +13,33 @@ PluginWatcherService::PluginWatcherService(
     std::string resource_name, std::function<void(const std::string& error)> on_refused)
     : resource_name_(std::move(resource_name)), on_refused_(std::move(on_refused)) {}
 
-void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService* service,
-                                 CompletionLoop* loop) {
+void ServeRegistration(
+    pluginregistration::Registration::AsyncService* service, CompletionLoop* loop,
+    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Handler get_info,
+    UnaryMethod<pluginregistration::RegistrationStatus,
+                pluginregistration::RegistrationStatusResponse>::Handler notify) {
   grpc::ServerCompletionQueue* cq = loop->cq();
   UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
-      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop,
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestGetInfo(context, request, responder, cq, cq, tag);
       },
-      [this](const auto& request, auto* response) { return GetInfo(request, response); });
+      std::move(get_info));
+  if (notify == nullptr) return;
   UnaryMethod<pluginregistration::RegistrationStatus,
               pluginregistration::RegistrationStatusResponse>::Serve(
-      loop, [service, cq](auto* context, auto* request, auto* responder, void* tag) {
+      loop,
+      [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestNotifyRegistrationStatus(context, request, responder, cq, cq, tag);
       },
+      std::move(notify));
+}
+
+void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService* service,
+                                 CompletionLoop* loop) {
+  ServeRegistration(
+      service, loop,
+      [this](const auto& request, auto* response) { return GetInfo(request, response); },
       [this](const auto& request, auto* response) {
         return NotifyRegistrationStatus(request, response);
       });

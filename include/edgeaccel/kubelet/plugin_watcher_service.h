@@ -13,6 +13,16 @@
 
 namespace edgeaccel {
 
+// Answers the Registration service of `service` on `loop`, as the kubelet's plugin watcher calls
+// it: GetInfo with `get_info` and, where `notify` is given, NotifyRegistrationStatus with it (a
+// socket that only answers GetInfo leaves the other call unanswered). The handlers run on the
+// loop thread.
+void ServeRegistration(
+    pluginregistration::Registration::AsyncService* service, CompletionLoop* loop,
+    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Handler get_info,
+    UnaryMethod<pluginregistration::RegistrationStatus,
+                pluginregistration::RegistrationStatusResponse>::Handler notify = nullptr);
+
 // The plugin watcher's Registration service for one resource. It outlives the servers that
 // carry it (the registrar's socket is re-created when the kubelet restarts); each one calls
 // Serve() with its own AsyncService and queue.
