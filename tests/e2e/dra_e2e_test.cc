@@ -133,6 +133,13 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
 
   TestApiServer api_{"node-1"};
   TempDir cdi_;
+  // Every sink on: labels and Events against the API server double, CDI, an NFD feature file in
+  // `nfd_dir`, the seed labels (and /metrics, on by default).
+  std::vector<std::string> EverySinkFlags(const std::string& nfd_dir) {
+    return {"--node-name=node-1", "--api-server=" + api_.url(), "--api-token-file=" + api_.token_file(),
+            "--api-ca-file=" + api_.ca_file(), "--cdi", "--cdi-dir=" + cdi_.path(),
+            "--nfd-features-dir=" + nfd_dir, "--seed-labels", "--label-node", "--node-events"};
+  }
   std::unique_ptr<DraKubelet> dra_kubelet_;
   void StartDraKubelet(DraKubeletOptions options = {}) {
     dra_kubelet_ = std::make_unique<DraKubelet>(kubelet_.root(), options);
@@ -147,10 +154,7 @@ TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
   kubelet_.Start();
   TempDir nfd;
-  auto daemon = StartDaemon({"--node-name=node-1", "--api-server=" + api_.url(),
-                             "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
-                             "--cdi", "--cdi-dir=" + cdi_.path(), "--nfd-features-dir=" + nfd.path(),
-                             "--seed-labels", "--label-node", "--node-events"});
+  auto daemon = StartDaemon(EverySinkFlags(nfd.path()));
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 3, 3)) << daemon->Log();
   std::string threads;
   EXPECT_TRUE(Eventually([&] {
@@ -168,10 +172,9 @@ TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
   kubelet_.Start();
   StartDraKubelet();
   TempDir nfd;
-  auto daemon = StartDaemon({"--dra=coral-pcie", "--node-name=node-1", "--api-server=" + api_.url(),
-                             "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
-                             "--cdi", "--cdi-dir=" + cdi_.path(), "--nfd-features-dir=" + nfd.path(),
-                             "--seed-labels", "--label-node", "--node-events"});
+  std::vector<std::string> flags = EverySinkFlags(nfd.path());
+  flags.push_back("--dra=coral-pcie");
+  auto daemon = StartDaemon(flags);
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
