@@ -206,11 +206,13 @@ std::optional<Device> CoralPcieDiscoverer::ScanOne(const std::string& name) {
   // device unusable, but it is worth a log line: we cannot protect it from overheating.
   absl::StatusOr<int64_t> temp = inputs_.ReadInteger(sys + "/temp");
   // The driver's temperature lines, each read once: the shutdown line (hw_temp_warn2) is the
-  // default threshold, and all of them are telemetry.
+  // default threshold, and all of them are telemetry. They change only when root writes them:
+  // the probe compares them once a minute.
   std::vector<std::pair<const char*, absl::StatusOr<int64_t>>> lines;
   for (const char* attr : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
                            "hw_temp_warn1", "hw_temp_warn2"}) {
-    lines.emplace_back(attr, inputs_.ReadInteger(absl::StrCat(sys, "/", attr)));
+    lines.emplace_back(attr,
+                       inputs_.ReadInteger(absl::StrCat(sys, "/", attr), Reread::kSetting));
   }
   int64_t threshold = kApexDefaultShutdownTempMc;
   if (policy_.temperature_threshold_mc.has_value()) {

@@ -20,11 +20,13 @@ void ScanInputs::Clear() {
   reads_.clear();  // and the files they kept open
   grouped_ = 0;
   started_ = true;
+  settings_read_at_ = std::chrono::steady_clock::now();  // the scan reads them
   if (inotify_ >= 0) close(inotify_);  // and its watches, and events not read
   inotify_ = -1;
   watched_ = false;
   announced_.clear();
   verified_.clear();
+  kept_directories_.clear();
 }
 
 ScanInputs::Read& ScanInputs::Record(Kind kind, absl::string_view host_path, absl::Status status) {
@@ -102,6 +104,7 @@ std::string ScanInputs::ResolveHostPath(absl::string_view host_path) {
 bool ScanInputs::Settled(const Read& read) {
   switch (read.reread) {
     case Reread::kEveryProbe:
+    case Reread::kSetting:
       return false;
     case Reread::kUntilRead:
       return read.status.ok();
@@ -148,15 +151,26 @@ void ScanInputs::Group() const {
   directories_.clear();
   directory_of_.assign(reads_.size(), -1);
   name_at_ = std::move(names);
+  // A listed directory is one: it may be kept from one call to the next (Unchanged()).
+  for (const Read& read : reads_) {
+    if (read.kind != Kind::kList || read.absent) continue;
+    auto [it, added] = index.emplace(read.path, static_cast<int>(directories_.size()));
+    if (added) directories_.push_back(read.path);
+  }
   for (size_t i = 0; i < reads_.size(); ++i) {
     // A file is read through its directory even alone there: from the second read on, a kernel
     // attribute is read through the descriptor kept, and the directory is not resolved at all.
-    if (parents[i].empty() || (entries_in[parents[i]] < 2 && reads_[i].kind != Kind::kRead)) continue;
+    if (parents[i].empty() || (entries_in[parents[i]] < 2 && reads_[i].kind != Kind::kRead &&
+                               index.count(parents[i]) == 0)) {
+      continue;
+    }
     auto [it, added] = index.emplace(parents[i], static_cast<int>(directories_.size()));
     if (added) directories_.push_back(parents[i]);
     directory_of_[i] = it->second;
   }
   listed_.assign(directories_.size(), false);
+  kept_directories_.clear();
+  kept_directories_.resize(directories_.size());
   for (size_t i = 0; i < reads_.size(); ++i) {
     if (reads_[i].kind != Kind::kList) continue;
     auto it = index.find(reads_[i].path);
@@ -173,6 +187,9 @@ void ScanInputs::Watch() const {
   verified_.assign(reads_.size(), false);
   identified_.assign(reads_.size(), false);
   held_.assign(reads_.size(), false);
+  directory_identified_.assign(directories_.size(), false);
+  // Kept from before these watches: what they would have announced may already have happened.
+  for (std::unique_ptr<HostDirectory>& kept : kept_directories_) kept.reset();
   std::optional<HostWatches> watches;
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
@@ -192,12 +209,24 @@ void ScanInputs::Watch() const {
     // A value whose content changes unannounced is read again on every call, but where it can
     // be no other file while no event comes, through the descriptor kept, as a kernel
     // attribute is: a fixture's copy of sysfs costs what sysfs does.
-    if (!announced_[i] && read.kind == Kind::kRead && read.status.ok()) {
+    if (!announced_[i] && (read.kind == Kind::kRead || read.kind == Kind::kLstat) &&
+        read.status.ok()) {
       identified_[i] = watches->WatchIdentity(read.path);
     }
   }
-  if (inotify_ >= 0 && std::find(announced_.begin(), announced_.end(), true) == announced_.end() &&
-      std::find(identified_.begin(), identified_.end(), true) == identified_.end()) {
+  for (size_t d = 0; d < directories_.size(); ++d) {
+    if (!listed_[d]) continue;
+    if (inotify_ < 0) {
+      inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+      if (inotify_ < 0) return;
+    }
+    if (!watches.has_value()) watches.emplace(host_, inotify_);
+    directory_identified_[d] = watches->WatchIdentity(directories_[d]);
+  }
+  auto none = [](const std::vector<bool>& marks) {
+    return std::find(marks.begin(), marks.end(), true) == marks.end();
+  };
+  if (inotify_ >= 0 && none(announced_) && none(identified_) && none(directory_identified_)) {
     close(inotify_);  // nothing it watches spares a read: not worth a read of its queue
     inotify_ = -1;
   }
@@ -232,20 +261,30 @@ bool ScanInputs::Unchanged() const {
     watched_ = false;
   }
   if (!watched_) Watch();
-  // Each directory is resolved when first needed in this call, as its entries are read.
+  const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+  const bool settings_due = now - settings_read_at_ >= setting_interval_;
+  std::vector<bool> looked(reads_.size(), false);  // read in this call
+  // Each directory is resolved when first needed in this call, as its entries are read, unless
+  // one is kept from an earlier call (kept_directories_).
   std::vector<std::unique_ptr<HostDirectory>> directories(directories_.size());
-  auto directory_of = [&](size_t i) -> const HostDirectory* {
-    const int d = directory_of_[i];
-    if (d < 0) return nullptr;
+  std::vector<bool> listed_now(directories_.size(), false);
+  auto directory_at = [&](int d) -> const HostDirectory* {
+    if (kept_directories_[d] != nullptr) return kept_directories_[d].get();
     if (directories[d] == nullptr) {
       directories[d] = std::make_unique<HostDirectory>(host_, directories_[d], listed_[d]);
     }
     return directories[d].get();
   };
+  auto directory_of = [&](size_t i) -> const HostDirectory* {
+    const int d = directory_of_[i];
+    return d < 0 ? nullptr : directory_at(d);
+  };
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
     const absl::string_view name = absl::string_view(read.path).substr(name_at_[i]);
     if (Settled(read) || verified_[i]) continue;
+    if (read.reread == Reread::kSetting && !settings_due) continue;
+    looked[i] = true;
     // Still nothing there: the same answer, without making it (a missing path's answer is an
     // error message, built anew each time).
     if (read.absent && host_->Absent(read.path, read.kind != Kind::kLstat)) continue;
@@ -273,12 +312,20 @@ bool ScanInputs::Unchanged() const {
         absl::StatusOr<std::vector<std::string>> names =
             directory != nullptr ? directory->ListDirectory() : host_->ListDirectory(read.path);
         if (names.status() != read.status || (names.ok() && *names != read.names)) return false;
+        if (directory != nullptr) listed_now[directory_of_[i]] = true;
         break;
       }
       case Kind::kStat:
       case Kind::kLstat: {
         const HostDirectory* directory = directory_of(i);
         const bool lstat = read.kind == Kind::kLstat;
+        // The same entry: no event since it was looked at after its watches (a fixture's copy
+        // of sysfs), or listed in this call under the inode number it had (sysfs itself).
+        if (lstat && read.status.ok() &&
+            (held_[i] || (directory != nullptr && listed_now[directory_of_[i]] &&
+                          directory->OnSysfs() && directory->ListedAs(name, read.info)))) {
+          break;
+        }
         absl::StatusOr<FileInfo> info =
             directory != nullptr ? (lstat ? directory->Lstat(name) : directory->Stat(name))
                                  : (lstat ? host_->Lstat(read.path) : host_->Stat(read.path));
@@ -298,7 +345,25 @@ bool ScanInputs::Unchanged() const {
     }
   }
   verified_ = announced_;
-  for (size_t i = 0; i < reads_.size(); ++i) held_[i] = identified_[i] && !reads_[i].kept.empty();
+  if (settings_due) settings_read_at_ = now;
+  // A file is held once read after its watches were added: one left alone in this call (a
+  // setting not due) may have been replaced before they were.
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    held_[i] = identified_[i] && (held_[i] || looked[i]) &&
+               (reads_[i].kind != Kind::kRead || !reads_[i].kept.empty());
+  }
+  // A listed directory is kept for the next call where the name cannot lead to another one
+  // unseen: no event comes while it does (a fixture's copy of sysfs); or, on sysfs, it listed
+  // entries: a sysfs directory removed has none, so a kept one that was replaced lists none,
+  // and the listing's comparison says so.
+  for (size_t i = 0; i < reads_.size(); ++i) {
+    const int d = directory_of_[i];
+    if (reads_[i].kind != Kind::kList || d < 0 || directories[d] == nullptr) continue;
+    if (directory_identified_[d] ||
+        (directories[d]->OnSysfs() && reads_[i].status.ok() && !reads_[i].names.empty())) {
+      kept_directories_[d] = std::move(directories[d]);
+    }
+  }
   return true;
 }
 

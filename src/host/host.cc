@@ -166,8 +166,12 @@ class NameBuffer {
 // The entries of the directory open for reading as `fd`, from its start, sorted, without "." and
 // "..". getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB
 // allocation on every probe's list of a class directory.
-absl::StatusOr<std::vector<std::string>> ListOpenDirectory(int fd, absl::string_view host_path) {
+// A directory's entries, but "." and "..", sorted by name, with each one's inode number and
+// type (d_ino, d_type) where `entries` is given.
+absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
+    int fd, absl::string_view host_path, std::vector<DirectoryEntry>* entries = nullptr) {
   std::vector<std::string> names;
+  std::vector<DirectoryEntry> found;
   alignas(8) char buffer[8192];
   while (true) {
     // The system call itself: glibc before 2.30 has no getdents64().
@@ -180,9 +184,23 @@ absl::StatusOr<std::vector<std::string>> ListOpenDirectory(int fd, absl::string_
     for (ssize_t at = 0; at < n;) {
       const auto* entry = reinterpret_cast<const struct dirent64*>(buffer + at);
       absl::string_view name = entry->d_name;
-      if (name != "." && name != "..") names.emplace_back(name);
+      if (name != "." && name != "..") {
+        if (entries != nullptr) {
+          found.push_back({std::string(name), static_cast<ino_t>(entry->d_ino), entry->d_type});
+        } else {
+          names.emplace_back(name);
+        }
+      }
       at += entry->d_reclen;
     }
+  }
+  if (entries != nullptr) {
+    std::sort(found.begin(), found.end(),
+              [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
+    names.reserve(found.size());
+    for (const DirectoryEntry& entry : found) names.push_back(entry.name);
+    *entries = std::move(found);
+    return names;
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -744,7 +762,9 @@ HostDirectory::HostDirectory(HostDirectory&& other) noexcept
       host_path_(std::move(other.host_path_)),
       fd_(other.fd_),
       listable_(other.listable_),
-      listed_(other.listed_) {
+      listed_(other.listed_),
+      entries_(std::move(other.entries_)),
+      sysfs_(other.sysfs_) {
   other.fd_ = -1;
 }
 
@@ -752,7 +772,34 @@ absl::StatusOr<std::vector<std::string>> HostDirectory::ListDirectory() const {
   if (!listable_) return host_->ListDirectory(host_path_);
   if (listed_ && lseek(fd_, 0, SEEK_SET) != 0) return host_->ListDirectory(host_path_);
   listed_ = true;
-  return ListOpenDirectory(fd_, host_path_);
+  entries_.clear();
+  return ListOpenDirectory(fd_, host_path_, &entries_);
+}
+
+bool HostDirectory::ListedAs(absl::string_view name, const FileInfo& info) const {
+  auto it = std::lower_bound(
+      entries_.begin(), entries_.end(), name,
+      [](const DirectoryEntry& entry, absl::string_view n) { return entry.name < n; });
+  if (it == entries_.end() || it->name != name || it->inode != info.inode) return false;
+  switch (info.type) {
+    case FileInfo::Type::kRegular:
+      return it->type == DT_REG;
+    case FileInfo::Type::kDirectory:
+      return it->type == DT_DIR;
+    case FileInfo::Type::kSymlink:
+      return it->type == DT_LNK;
+    default:
+      return false;
+  }
+}
+
+bool HostDirectory::OnSysfs() const {
+  if (!sysfs_.has_value()) {
+    struct statfs fs;
+    sysfs_ = fd_ >= 0 && fstatfs(fd_, &fs) == 0 &&
+             static_cast<uint64_t>(fs.f_type) == SYSFS_MAGIC;
+  }
+  return *sysfs_;
 }
 
 std::string HostDirectory::PathOf(absl::string_view name) const {

@@ -246,6 +246,24 @@ TEST_F(CoralTest, ScansWhileATpuIsUnpluggedAndReplugged) {
   EXPECT_GT(churns.load(), 0);
 }
 
+// The temperature lines change only when root writes them, so the probe's look compares them
+// once a minute (ScanInputs::kSetting), and the reading and the driver status on every look.
+TEST_F(CoralTest, TheProbeLeavesTheTemperatureLinesForAMinuteAndComparesTheReading) {
+  fixture_.AddCoralPcie({.index = 0});
+  ASSERT_EQ(Scan().size(), 1u);
+  EXPECT_TRUE(discoverer_->InputsUnchanged());
+  for (const char* line : {"trip_point0_temp", "trip_point1_temp", "trip_point2_temp",
+                           "hw_temp_warn1", "hw_temp_warn2"}) {
+    fixture_.SetApexAttribute(0, line, "59800\n");
+    EXPECT_TRUE(discoverer_->InputsUnchanged()) << line;
+  }
+  fixture_.SetApexAttribute(0, "temp", "46050\n");
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+  ASSERT_EQ(Scan().size(), 1u);
+  fixture_.SetApexAttribute(0, "status", "DEAD\n");
+  EXPECT_FALSE(discoverer_->InputsUnchanged());
+}
+
 // The probe's look (InputsUnchanged) reads the attributes through descriptors it keeps from its
 // first look on. Between two looks a TPU is removed, or removed and added again with the same
 // values under the same name, with nothing in /dev to announce it: the next look sees it.

@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "fixture_host.h"
 
 namespace edgeaccel {
@@ -95,6 +96,47 @@ TEST(ScanInputsTest, AFixedValueOnceReadIsNotReadAgainAndOneNotYetReadIs) {
   EXPECT_TRUE(inputs.Unchanged());  // fixed while the device is the same one
   fixture.WriteFile("/sys/class/thing/thing0/dev", "120:0\n");
   EXPECT_FALSE(inputs.Unchanged());  // there now: a scan would read it
+}
+
+// A threshold only root writes is compared once per setting interval; the probes between take
+// it as the scan read it, and the value beside it is still compared on every call.
+TEST(ScanInputsTest, ASettingIsComparedOncePerIntervalAndNotBetween) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/class/thing/thing0/temp", "45050\n");
+  fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "99800\n");
+  Host host(fixture.root());
+  {
+    ScanInputs inputs(&host, absl::Hours(1));
+    inputs.Clear();
+    EXPECT_EQ(*inputs.ReadInteger("/sys/class/thing/thing0/temp"), 45050);
+    EXPECT_EQ(*inputs.ReadInteger("/sys/class/thing/thing0/hw_temp_warn2", Reread::kSetting),
+              99800);
+    EXPECT_TRUE(inputs.Unchanged());
+    fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "89800\n");
+    EXPECT_TRUE(inputs.Unchanged());  // not due for an hour
+    fixture.Remove("/sys/class/thing/thing0/hw_temp_warn2");
+    EXPECT_TRUE(inputs.Unchanged());
+    fixture.WriteFile("/sys/class/thing/thing0/temp", "46050\n");
+    EXPECT_FALSE(inputs.Unchanged());  // the reading beside it still is
+  }
+  fixture.WriteFile("/sys/class/thing/thing0/temp", "45050\n");
+  fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "99800\n");
+  ScanInputs inputs(&host, absl::Milliseconds(200));
+  inputs.Clear();
+  (void)inputs.ReadInteger("/sys/class/thing/thing0/temp");
+  (void)inputs.ReadInteger("/sys/class/thing/thing0/hw_temp_warn2", Reread::kSetting);
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "89800\n");
+  EXPECT_TRUE(inputs.Unchanged());
+  absl::SleepFor(absl::Milliseconds(250));
+  EXPECT_FALSE(inputs.Unchanged());  // due: read, and seen
+  EXPECT_FALSE(inputs.Unchanged());  // until a scan reads it anew
+  fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "99800\n");
+  EXPECT_TRUE(inputs.Unchanged());  // as the scan read it: it counts from now on
+  fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "94800\n");
+  EXPECT_TRUE(inputs.Unchanged());
+  absl::SleepFor(absl::Milliseconds(250));
+  EXPECT_FALSE(inputs.Unchanged());
 }
 
 TEST(ScanInputsTest, AValueFixedAtBootIsNotReadAgainThereOrNot) {
@@ -490,6 +532,69 @@ TEST(ScanInputsTest, AFixtureAttributeIsReadThroughItsKeptDescriptorWithNoPathLo
 // A device node looked at in /dev (devtmpfs, a tmpfs that reports its changes) is watched for
 // what can change its answer (made, removed, renamed, its mode or owner changed), not for writes
 // to the files beside it: /dev/null and the ttys are written all the time.
+// A class directory as a discoverer looks at it: listed, then each entry looked at (lstat) and
+// an attribute read through it. On a fixture's copy of sysfs, whose filesystem announces what
+// would put another directory or entry under a name, the look lists the directory through the
+// descriptor kept from the look before and looks at no entry or path while no event comes; a
+// directory or entry put in place of the one kept is seen.
+TEST(ScanInputsTest, AFixtureClassDirectoryIsListedThroughItsKeptDescriptorWithNoPathLookup) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/devices/thing0/status", "ALIVE\n");
+  fixture.Symlink("../../devices/thing0", "/sys/class/thing/thing0");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  auto scan = [&] {
+    inputs.Clear();
+    ASSERT_TRUE(inputs.ListDirectory("/sys/class/thing").ok());
+    ASSERT_TRUE(inputs.Lstat("/sys/class/thing/thing0").ok());
+    ASSERT_TRUE(inputs.ReadAttribute("/sys/class/thing/thing0/status").ok());
+  };
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());  // watches, then opens and keeps
+  std::optional<bool> unchanged = TrueWithoutPathLookups([&] { return inputs.Unchanged(); });
+  if (!unchanged.has_value()) GTEST_SKIP() << "no seccomp here";
+  EXPECT_TRUE(*unchanged);
+  // The listing is still read: an entry added is seen, through the kept descriptor too.
+  fixture.Symlink("../../devices/thing1", "/sys/class/thing/thing1");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/sys/class/thing/thing1");
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(TrueWithoutPathLookups([&] { return inputs.Unchanged(); }), true);
+  // The entry made again, the same link under the same name: another entry.
+  fixture.Remove("/sys/class/thing/thing0");
+  fixture.Symlink("../../devices/thing0", "/sys/class/thing/thing0");
+  EXPECT_FALSE(inputs.Unchanged());
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(TrueWithoutPathLookups([&] { return inputs.Unchanged(); }), true);
+  // The directory moved away and another with the same entry put in its place: the kept
+  // descriptor would still list the old one.
+  const std::string dir = fixture.Path("/sys/class/thing");
+  ASSERT_EQ(rename(dir.c_str(), (dir + ".old").c_str()), 0);
+  fixture.Symlink("../../devices/thing0", "/sys/class/thing/thing0");
+  EXPECT_FALSE(inputs.Unchanged());
+}
+
+// On sysfs itself (this machine's /sys/class/net, where "lo" always is), which announces
+// nothing: the directory is kept once it listed an entry, and an entry listed under the inode
+// number it had is not looked at again.
+TEST(ScanInputsTest, ASysfsClassDirectoryIsListedThroughItsKeptDescriptorWithNoPathLookup) {
+  Host host("/");
+  if (!host.IsSilentToInotify("/sys/class/net") || !host.Exists("/sys/class/net/lo")) {
+    GTEST_SKIP() << "no sysfs /sys/class/net/lo here";
+  }
+  ScanInputs inputs(&host);
+  inputs.Clear();
+  ASSERT_TRUE(inputs.ListDirectory("/sys/class/net").ok());
+  ASSERT_TRUE(inputs.Lstat("/sys/class/net/lo").ok());
+  ASSERT_TRUE(inputs.ReadAttribute("/sys/class/net/lo/type").ok());
+  EXPECT_TRUE(inputs.Unchanged());  // opens and keeps
+  std::optional<bool> unchanged = TrueWithoutPathLookups([&] { return inputs.Unchanged(); });
+  if (!unchanged.has_value()) GTEST_SKIP() << "no seccomp here";
+  EXPECT_TRUE(*unchanged);
+}
+
 TEST(ScanInputsTest, WritesBesideAWatchedDeviceNodeAreNoEvent) {
   FixtureHost fixture;
   fixture.MakeCharDevice("/dev/nvhost-gpu", 486, 0);

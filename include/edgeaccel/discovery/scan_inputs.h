@@ -14,16 +14,20 @@
 // (its device nodes); with Reread::kUntilRead, what cannot change while the thing it belongs
 // to stays (a device's PCI address, while the sysfs entry that names the device, read with
 // kEveryProbe, is the same one); and with Reread::kFixedAtBoot, what cannot change while the
-// system runs.
+// system runs. Reread::kSetting marks what only an administrator's write changes (a threshold):
+// compared once a minute, not on every probe.
 #ifndef EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
 #define EDGEACCEL_DISCOVERY_SCAN_INPUTS_H_
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "edgeaccel/host/host.h"
 
 namespace edgeaccel {
@@ -32,7 +36,11 @@ class ScanInputs {
  public:
   // When Unchanged() reads an input again.
   enum class Reread {
-    kEveryProbe,  // a value the kernel or an administrator may change at any time
+    kEveryProbe,  // a value the kernel may change at any time (a temperature, a driver status)
+    // A value the kernel keeps as an administrator last wrote it (a driver's temperature
+    // threshold): read again once per setting interval (a minute by default), so a write is seen
+    // within that, and the probes between leave it alone.
+    kSetting,
     // A value fixed while what it belongs to stays: read again only while it could not be read
     // (an error may pass; a value, once there, does not change).
     kUntilRead,
@@ -41,8 +49,12 @@ class ScanInputs {
     kFixedAtBoot,
   };
 
-  // `host` must outlive this object.
-  explicit ScanInputs(const Host* host) : host_(host) {}
+  static constexpr absl::Duration kSettingInterval = absl::Minutes(1);
+
+  // `host` must outlive this object. `setting_interval`: how often Unchanged() reads a kSetting
+  // value again.
+  explicit ScanInputs(const Host* host, absl::Duration setting_interval = kSettingInterval)
+      : host_(host), setting_interval_(absl::ToChronoNanoseconds(setting_interval)) {}
   ~ScanInputs();
   ScanInputs(const ScanInputs&) = delete;
   ScanInputs& operator=(const ScanInputs&) = delete;
@@ -71,6 +83,8 @@ class ScanInputs {
 
   // Says whether every answer recorded since Clear() is still the one a read now would give.
   // Stops at the first that is not. False before the first Clear(): nothing was scanned yet.
+  // kSetting values count only in the first call a setting interval after they were last read
+  // (by the scan, or by a call that answered true); the calls between take them as recorded.
   //
   // What is on a filesystem that reports its changes (Host::WatchChanges: ext4, tmpfs, ...; a
   // host's /etc and /usr, a missing path's nearest directory) is watched with inotify from the
@@ -125,7 +139,10 @@ class ScanInputs {
   bool EventCame() const;
 
   const Host* host_;
+  const std::chrono::nanoseconds setting_interval_;
   bool started_ = false;
+  // When kSetting values were last read: by the scan, or by a call that found them all unchanged.
+  mutable std::chrono::steady_clock::time_point settings_read_at_;
   std::vector<Read> reads_;
   mutable size_t grouped_ = 0;  // reads_.size() when Group() last ran; 0: not since Clear()
   mutable std::vector<int> directory_of_;   // parallel to reads_
@@ -143,6 +160,12 @@ class ScanInputs {
   // Parallel to reads_: identified, and kept open by a call after its watches were added: read
   // through the descriptor alone.
   mutable std::vector<bool> held_;
+  // Parallel to directories_: a listed directory whose name leads to no other directory while
+  // no event comes (HostWatches::WatchIdentity).
+  mutable std::vector<bool> directory_identified_;
+  // Parallel to directories_: a listed directory kept open from an earlier call, read through
+  // without resolving its path again (null: resolved when needed).
+  mutable std::vector<std::unique_ptr<HostDirectory>> kept_directories_;
 };
 
 }  // namespace edgeaccel

@@ -46,6 +46,13 @@ struct FileInfo {
 class Host;
 class HostDirectory;
 
+// An entry of a directory listing: its name, inode number and type (a DT_ value).
+struct DirectoryEntry {
+  std::string name;
+  ino_t inode = 0;
+  unsigned char type = 0;
+};
+
 // A regular file read through a HostDirectory, held open so that reading it again need not open
 // it: the probe reads the same sysfs attributes every few seconds. Empty until
 // HostDirectory::ReadFile keeps a file in it. Owns its descriptor.
@@ -176,6 +183,13 @@ class HostDirectory {
   bool Exists(absl::string_view name) const;
   // Host::ListDirectory of the directory itself.
   absl::StatusOr<std::vector<std::string>> ListDirectory() const;
+  // Whether the last ListDirectory() through the descriptor listed `name` with the inode number
+  // and type `info` gives (a symlink, a directory or a regular file): for a filesystem that
+  // never gives a removed file's inode number to a new one soon (sysfs: kernfs numbers its
+  // nodes cyclically; not procfs, which reuses the lowest free one), the same entry still.
+  bool ListedAs(absl::string_view name, const FileInfo& info) const;
+  // Whether the directory is on sysfs (asked once).
+  bool OnSysfs() const;
 
  private:
   std::string PathOf(absl::string_view name) const;
@@ -189,6 +203,8 @@ class HostDirectory {
   int fd_ = -1;
   bool listable_ = false;  // fd_ is open for reading (not O_PATH)
   mutable bool listed_ = false;  // its offset has moved
+  mutable std::vector<DirectoryEntry> entries_;  // the last listing through fd_, by name
+  mutable std::optional<bool> sysfs_;
 };
 
 class Host {
