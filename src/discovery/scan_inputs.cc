@@ -209,8 +209,10 @@ void ScanInputs::Watch() const {
     // A value whose content changes unannounced is read again on every call, but where it can
     // be no other file while no event comes, through the descriptor kept, as a kernel
     // attribute is: a fixture's copy of sysfs costs what sysfs does.
-    if (!announced_[i] && (read.kind == Kind::kRead || read.kind == Kind::kLstat) &&
-        read.status.ok()) {
+    // So is what a look finds at a name: a file, an entry, or nothing (a missing path, watched up
+    // to where it stops).
+    if (!announced_[i] && (read.absent || ((read.kind == Kind::kRead || read.kind == Kind::kLstat) &&
+                                           read.status.ok()))) {
       identified_[i] = watches->WatchIdentity(read.path);
     }
   }
@@ -287,7 +289,7 @@ bool ScanInputs::Unchanged() const {
     looked[i] = true;
     // Still nothing there: the same answer, without making it (a missing path's answer is an
     // error message, built anew each time).
-    if (read.absent && host_->Absent(read.path, read.kind != Kind::kLstat)) continue;
+    if (read.absent && (held_[i] || host_->Absent(read.path, read.kind != Kind::kLstat))) continue;
     switch (read.kind) {
       case Kind::kRead: {
         absl::StatusOr<std::string> content;
@@ -350,7 +352,7 @@ bool ScanInputs::Unchanged() const {
   // setting not due) may have been replaced before they were.
   for (size_t i = 0; i < reads_.size(); ++i) {
     held_[i] = identified_[i] && (held_[i] || looked[i]) &&
-               (reads_[i].kind != Kind::kRead || !reads_[i].kept.empty());
+               (reads_[i].kind != Kind::kRead || reads_[i].absent || !reads_[i].kept.empty());
   }
   // A listed directory is kept for the next call where the name cannot lead to another one
   // unseen: no event comes while it does (a fixture's copy of sysfs); or, on sysfs, it listed

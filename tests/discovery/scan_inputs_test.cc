@@ -576,6 +576,44 @@ TEST(ScanInputsTest, AFixtureClassDirectoryIsListedThroughItsKeptDescriptorWithN
   EXPECT_FALSE(inputs.Unchanged());
 }
 
+// A path missing from a fixture's copy of sysfs or procfs, watched up to where it stops, is not
+// looked up while no event comes; whatever appears on the way is seen.
+TEST(ScanInputsTest, AMissingFixturePathIsNotLookedUpUntilSomethingAppearsOnTheWay) {
+  FixtureHost fixture;
+  fixture.MakeDirectory("/sys/class");
+  fixture.MakeDirectory("/proc");
+  Host host(fixture.root());
+  ScanInputs inputs(&host);
+  auto scan = [&] {
+    inputs.Clear();
+    EXPECT_FALSE(inputs.ListDirectory("/sys/bus/usb/devices").ok());
+    EXPECT_FALSE(inputs.Stat("/proc/driver/nvidia").ok());
+    EXPECT_FALSE(inputs.ReadAttribute("/sys/class/apex/apex_0/status").ok());
+  };
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());  // watches, then looks
+  std::optional<bool> unchanged = TrueWithoutPathLookups([&] { return inputs.Unchanged(); });
+  if (!unchanged.has_value()) GTEST_SKIP() << "no seccomp here";
+  EXPECT_TRUE(*unchanged);
+  // A step on the way: still missing, and watched from there on.
+  fixture.MakeDirectory("/sys/bus/usb");
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(TrueWithoutPathLookups([&] { return inputs.Unchanged(); }), true);
+  fixture.MakeDirectory("/sys/bus/usb/devices");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/sys/bus");
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());
+  fixture.MakeDirectory("/proc/driver/nvidia");
+  EXPECT_FALSE(inputs.Unchanged());
+  fixture.Remove("/proc/driver");
+  scan();
+  EXPECT_TRUE(inputs.Unchanged());
+  EXPECT_EQ(TrueWithoutPathLookups([&] { return inputs.Unchanged(); }), true);
+  fixture.WriteFile("/sys/class/apex/apex_0/status", "ALIVE\n");
+  EXPECT_FALSE(inputs.Unchanged());
+}
+
 // On sysfs itself (this machine's /sys/class/net, where "lo" always is), which announces
 // nothing: the directory is kept once it listed an entry, and an entry listed under the inode
 // number it had is not looked at again.

@@ -90,11 +90,18 @@ class ScanInputs {
   // host's /etc and /usr, a missing path's nearest directory) is watched with inotify from the
   // first call after a scan on, and read again only until one call found it unchanged: after
   // that, while no event came, its answer stands without a read. Any event makes the next call
-  // read everything again. The rest (sysfs, procfs) is read again on every call: the entries of
-  // a directory through one HostDirectory, resolved again for each call, and a file through the
-  // descriptor kept from the call before (KeptFile; a kernel attribute costs one pread, another
-  // file one fstatat and one pread, or one pread where inotify reports what would put another
-  // file in its place: a fixture's copy of sysfs) until the next Clear().
+  // read everything again. The rest (sysfs, procfs) is read again on every call:
+  //  - a file through the descriptor kept from the call before (KeptFile) until the next
+  //    Clear(): a kernel attribute costs one pread; another file one fstatat and one pread;
+  //  - a directory's entries through one HostDirectory, resolved again for each call, or kept
+  //    from the call before where its name cannot lead to another directory unseen: on sysfs,
+  //    once it listed an entry (a removed sysfs directory lists none); an entry looked at there
+  //    (Lstat) that this call's listing shows under the inode number it had is the same entry;
+  //  - a missing path with one lookup that makes no answer (Host::Absent).
+  // A fixture's copy of sysfs and procfs, on a filesystem that reports what would put another
+  // file, entry or directory under a name (HostWatches::WatchIdentity), is read as the kernel's
+  // is, content on every call, but what a name leads to (a kept file, a kept directory, an
+  // entry, nothing at all) stands while no event came.
   bool Unchanged() const;
 
   // How many reads are recorded (for tests).
@@ -154,11 +161,12 @@ class ScanInputs {
   mutable std::vector<bool> announced_;  // parallel to reads_: an event comes on its change
   // Parallel to reads_: announced, and found unchanged by a call after its watches were added.
   mutable std::vector<bool> verified_;
-  // Parallel to reads_: a file whose content is not announced, but whose name leads to no other
-  // file while no event comes (HostWatches::WatchIdentity).
+  // Parallel to reads_: a file or entry whose content is not announced, or a missing path, that
+  // a name leads to while no event comes (HostWatches::WatchIdentity).
   mutable std::vector<bool> identified_;
-  // Parallel to reads_: identified, and kept open by a call after its watches were added: read
-  // through the descriptor alone.
+  // Parallel to reads_: identified, and looked at by a call after its watches were added (a file
+  // kept open then): a file read through the descriptor alone; an entry, or nothing, taken as
+  // it was without a look.
   mutable std::vector<bool> held_;
   // Parallel to directories_: a listed directory whose name leads to no other directory while
   // no event comes (HostWatches::WatchIdentity).
