@@ -769,10 +769,10 @@ HostDirectory::HostDirectory(HostDirectory&& other) noexcept
 }
 
 absl::StatusOr<std::vector<std::string>> HostDirectory::ListDirectory() const {
+  entries_.clear();  // ListedAs() answers for this listing only
   if (!listable_) return host_->ListDirectory(host_path_);
   if (listed_ && lseek(fd_, 0, SEEK_SET) != 0) return host_->ListDirectory(host_path_);
   listed_ = true;
-  entries_.clear();
   return ListOpenDirectory(fd_, host_path_, &entries_);
 }
 

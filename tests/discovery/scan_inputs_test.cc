@@ -247,6 +247,37 @@ TEST(HostDirectoryTest, AnswersAsHostDoes) {
 // same inode) and one written by replacing the file are both read; a file removed, moved away,
 // made unreadable, swapped for a link or a device node, or a directory that now resolves
 // elsewhere give Host's answer, not the kept file's.
+// ListedAs answers from the last listing through the directory: an entry under the inode number
+// and type an lstat gave, and nothing for a name not listed, another inode or another type.
+TEST(HostDirectoryTest, ListedAsAnswersFromTheLastListing) {
+  FixtureHost fixture;
+  fixture.WriteFile("/sys/class/thing/file", "1\n");
+  fixture.MakeDirectory("/sys/class/thing/dir");
+  fixture.Symlink("../../devices/thing0", "/sys/class/thing/link");
+  Host host(fixture.root());
+  HostDirectory directory(&host, "/sys/class/thing", /*listable=*/true);
+  const FileInfo file = *host.Lstat("/sys/class/thing/file");
+  const FileInfo dir = *host.Lstat("/sys/class/thing/dir");
+  const FileInfo link = *host.Lstat("/sys/class/thing/link");
+  EXPECT_FALSE(directory.ListedAs("link", link));  // not listed yet
+  ASSERT_EQ(*directory.ListDirectory(), (std::vector<std::string>{"dir", "file", "link"}));
+  EXPECT_TRUE(directory.ListedAs("file", file));
+  EXPECT_TRUE(directory.ListedAs("dir", dir));
+  EXPECT_TRUE(directory.ListedAs("link", link));
+  EXPECT_FALSE(directory.ListedAs("file", link));  // another inode
+  FileInfo retyped = link;
+  retyped.type = FileInfo::Type::kRegular;
+  EXPECT_FALSE(directory.ListedAs("link", retyped));
+  EXPECT_FALSE(directory.ListedAs("other", link));
+  // A directory in the link's place: the next listing answers for it.
+  fixture.Remove("/sys/class/thing/link");
+  fixture.MakeDirectory("/sys/class/thing/link");
+  ASSERT_TRUE(directory.ListDirectory().ok());
+  EXPECT_FALSE(directory.ListedAs("link", link));
+  EXPECT_TRUE(directory.ListedAs("link", *host.Lstat("/sys/class/thing/link")));
+  EXPECT_FALSE(directory.OnSysfs());
+}
+
 TEST(HostDirectoryTest, AKeptFileAnswersAsHostDoesForItsPath) {
   FixtureHost fixture;
   const std::string dir = "/sys/class/thing/thing0";
