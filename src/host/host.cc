@@ -164,10 +164,9 @@ class NameBuffer {
 };
 
 // The entries of the directory open for reading as `fd`, from its start, sorted, without "." and
-// "..". getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB
-// allocation on every probe's list of a class directory.
-// A directory's entries, but "." and "..", sorted by name, with each one's inode number and
-// type (d_ino, d_type) where `entries` is given.
+// "..", and where `entries` is given, each one's inode number and type (d_ino, d_type) there.
+// getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB allocation on
+// every probe's list of a class directory.
 absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
     int fd, absl::string_view host_path, std::vector<DirectoryEntry>* entries = nullptr) {
   std::vector<std::string> names;
