@@ -191,14 +191,18 @@ void ScanInputs::Watch() const {
   // Kept from before these watches: what they would have announced may already have happened.
   for (std::unique_ptr<HostDirectory>& kept : kept_directories_) kept.reset();
   std::optional<HostWatches> watches;
+  // The inotify instance and the watches on it, made when first needed; false where no instance
+  // is left: everything is read again.
+  auto ready = [&] {
+    if (inotify_ < 0) inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_ < 0) return false;
+    if (!watches.has_value()) watches.emplace(host_, inotify_);
+    return true;
+  };
   for (size_t i = 0; i < reads_.size(); ++i) {
     const Read& read = reads_[i];
     if (Settled(read)) continue;
-    if (inotify_ < 0) {
-      inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-      if (inotify_ < 0) return;  // out of inotify instances: everything is read again
-    }
-    if (!watches.has_value()) watches.emplace(host_, inotify_);
+    if (!ready()) return;
     // A file's content matters where it is read, or where a regular file's size and times are
     // compared. Not a device node's: writes to /dev/null would be events.
     const bool content =
@@ -218,11 +222,7 @@ void ScanInputs::Watch() const {
   }
   for (size_t d = 0; d < directories_.size(); ++d) {
     if (!listed_[d]) continue;
-    if (inotify_ < 0) {
-      inotify_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-      if (inotify_ < 0) return;
-    }
-    if (!watches.has_value()) watches.emplace(host_, inotify_);
+    if (!ready()) return;
     directory_identified_[d] = watches->WatchIdentity(directories_[d]);
   }
   auto none = [](const std::vector<bool>& marks) {
