@@ -169,7 +169,6 @@ class NameBuffer {
 // every probe's list of a class directory.
 absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
     int fd, absl::string_view host_path, std::vector<DirectoryEntry>* entries = nullptr) {
-  std::vector<std::string> names;
   std::vector<DirectoryEntry> found;
   alignas(8) char buffer[8192];
   while (true) {
@@ -184,24 +183,17 @@ absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
       const auto* entry = reinterpret_cast<const struct dirent64*>(buffer + at);
       absl::string_view name = entry->d_name;
       if (name != "." && name != "..") {
-        if (entries != nullptr) {
-          found.push_back({std::string(name), static_cast<ino_t>(entry->d_ino), entry->d_type});
-        } else {
-          names.emplace_back(name);
-        }
+        found.push_back({std::string(name), static_cast<ino_t>(entry->d_ino), entry->d_type});
       }
       at += entry->d_reclen;
     }
   }
-  if (entries != nullptr) {
-    std::sort(found.begin(), found.end(),
-              [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
-    names.reserve(found.size());
-    for (const DirectoryEntry& entry : found) names.push_back(entry.name);
-    *entries = std::move(found);
-    return names;
-  }
-  std::sort(names.begin(), names.end());
+  std::sort(found.begin(), found.end(),
+            [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
+  std::vector<std::string> names;
+  names.reserve(found.size());
+  for (const DirectoryEntry& entry : found) names.push_back(entry.name);
+  if (entries != nullptr) *entries = std::move(found);
   return names;
 }
 
