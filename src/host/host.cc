@@ -569,14 +569,18 @@ bool InKernelTree(absl::string_view lexical_path) {
          absl::StartsWith(lexical_path, "/sys/") || absl::StartsWith(lexical_path, "/proc/");
 }
 
+// The type (statfs f_type, a *_MAGIC) of the filesystem `fd` is on; 0 where it cannot be told.
+uint64_t FilesystemType(int fd) {
+  struct statfs fs;
+  return fstatfs(fd, &fs) == 0 ? static_cast<uint64_t>(fs.f_type) : 0;
+}
+
 // Whether inotify reports every change on the filesystem of `fd`, whoever makes it: local
 // filesystems that keep their own inodes, and read-only images that never change (a driver's
 // squashfs). Not sysfs, procfs, debugfs (values change with no event), nor network, FUSE or
 // overlay filesystems (changed beneath the mount with no event).
 bool AnnouncesChanges(int fd) {
-  struct statfs fs;
-  if (fstatfs(fd, &fs) != 0) return false;
-  switch (static_cast<uint64_t>(fs.f_type)) {
+  switch (FilesystemType(fd)) {
     case EXT4_SUPER_MAGIC:  // ext2, ext3 and ext4 share it
     case XFS_SUPER_MAGIC:
     case BTRFS_SUPER_MAGIC:
@@ -709,9 +713,7 @@ bool Host::IsSilentToInotify(absl::string_view host_path) const {
   absl::StatusOr<int> opened = Open(host_path, O_PATH);
   if (!opened.ok()) return false;  // not there yet: its ancestor stands in, and is checked then
   Fd fd(*opened);
-  struct statfs fs;
-  if (fstatfs(fd.get(), &fs) != 0) return false;
-  switch (static_cast<uint64_t>(fs.f_type)) {
+  switch (FilesystemType(fd.get())) {
     case SYSFS_MAGIC:
     case PROC_SUPER_MAGIC:
     case DEBUGFS_MAGIC:
@@ -785,11 +787,7 @@ bool HostDirectory::ListedAs(absl::string_view name, const FileInfo& info) const
 }
 
 bool HostDirectory::OnSysfs() const {
-  if (!sysfs_.has_value()) {
-    struct statfs fs;
-    sysfs_ = fd_ >= 0 && fstatfs(fd_, &fs) == 0 &&
-             static_cast<uint64_t>(fs.f_type) == SYSFS_MAGIC;
-  }
+  if (!sysfs_.has_value()) sysfs_ = fd_ >= 0 && FilesystemType(fd_) == SYSFS_MAGIC;
   return *sysfs_;
 }
 
@@ -881,9 +879,8 @@ void KeptFile::Keep(int fd, const struct stat& st) {
   uid_ = st.st_uid;
   gid_ = st.st_gid;
   size_ = st.st_size;
-  struct statfs fs;
-  kernel_file_ = fstatfs(fd, &fs) == 0 && (static_cast<uint64_t>(fs.f_type) == SYSFS_MAGIC ||
-                                           static_cast<uint64_t>(fs.f_type) == PROC_SUPER_MAGIC);
+  const uint64_t filesystem = FilesystemType(fd);
+  kernel_file_ = filesystem == SYSFS_MAGIC || filesystem == PROC_SUPER_MAGIC;
 }
 
 std::optional<std::string> KeptFile::ReadIfKernelFile(size_t max_bytes) const {
