@@ -110,16 +110,29 @@ for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc_unsecu
   ldd build-tsan/edgeaccel-device-plugin | grep "$lib" > /dev/null ||
     { echo "tsan.sh: $lib is not the one the daemon loads" >&2; exit 1; }
 done
-failed=0
-for t in "${tests[@]}"; do
+# One test binary per core at a time (as ctest -j runs the other builds' cases); each writes its
+# verdict to build-tsan/<binary>.result, printed in order once all have ended.
+tsan_one() {
+  local t=$1
   if build-tsan/"${t}_test" > "build-tsan/${t}_test.log" 2>&1; then
     echo "tsan: ${t}_test clean"
   else
     echo "tsan: ${t}_test FAILED"
     grep -A40 -m1 'WARNING: ThreadSanitizer' "build-tsan/${t}_test.log" ||
       tail -30 "build-tsan/${t}_test.log"
-    failed=1
-  fi
+  fi > "build-tsan/${t}_test.result"
+}
+running=0
+for t in "${tests[@]}"; do
+  if ((running >= jobs)); then wait -n; running=$((running - 1)); fi
+  tsan_one "$t" &
+  running=$((running + 1))
+done
+wait
+failed=0
+for t in "${tests[@]}"; do
+  cat "build-tsan/${t}_test.result"
+  grep -q "^tsan: ${t}_test clean" "build-tsan/${t}_test.result" || failed=1
 done
 # The churn soak against the TSan-built daemon: 16 allocating clients, device churn and kubelet
 # restarts at once. A report makes the daemon exit (halt_on_error), which the soak fails on. RSS
