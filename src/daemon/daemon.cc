@@ -229,13 +229,43 @@ absl::Status Daemon::StartDra() {
                    absl::StrCat("the kubelet refused DRA driver ", name, ": ", error)});
     };
     driver->server = std::make_unique<DraPluginServer>(serve, driver->service.get());
-    if (absl::Status serving = driver->server->Start(); !serving.ok()) {
-      return absl::UnavailableError(absl::StrCat(name, ": ", serving.message()));
+    // A driver with nothing to offer and nothing prepared stays away from the kubelet and the
+    // API server, as a device plugin resource does, until its first device appears (a Coral USB
+    // Accelerator plugged in): the shipped --dra names every family, and most nodes have one
+    // kind. Its slice from an earlier run, if any, is the kubelet's to delete (it does, 30 s after
+    // the plugin went). A driver holding prepared claims serves at once, so the kubelet can
+    // unprepare them.
+    if (driver->set->Current()->devices.empty() && driver->preparer->Prepared().empty()) {
+      LOG(INFO) << name << ": no device yet; the DRA driver registers with the kubelet and publishes "
+                << "its ResourceSlice when the first one appears";
+      auto serve_once_found = [this, driver](const Snapshot& snapshot) {
+        if (snapshot.devices.empty()) return;
+        if (absl::Status serving = ServeDra(driver); !serving.ok()) {
+          // The next change of its devices tries again.
+          LOG(ERROR) << driver->set->resource_name() << ": " << serving.message();
+        }
+      };
+      driver->first_device_listener = driver->set->Subscribe(
+          [serve_once_found](std::shared_ptr<const Snapshot> snapshot) { serve_once_found(*snapshot); });
+      // A device that came between the look above and the subscription.
+      serve_once_found(*driver->set->Current());
+      continue;
     }
-    // Serving first: the kubelet can prepare its waiting pods' claims while the API server is
-    // slow to take the slice.
-    driver->publisher->Start();
+    if (absl::Status serving = ServeDra(driver); !serving.ok()) return serving;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ServeDra(DraDriver* driver) {
+  absl::MutexLock lock(&driver->serve_mu);
+  if (driver->serving) return absl::OkStatus();
+  if (absl::Status serving = driver->server->Start(); !serving.ok()) {
+    return absl::UnavailableError(absl::StrCat(driver->set->resource_name(), ": ", serving.message()));
+  }
+  // Serving first: the kubelet can prepare its waiting pods' claims while the API server is slow
+  // to take the slice.
+  driver->publisher->Start();
+  driver->serving = true;
   return absl::OkStatus();
 }
 
@@ -518,6 +548,10 @@ void Daemon::Stop() {
   // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
   // claims stay: running pods keep their devices, and the next daemon takes over both.
   for (auto& driver : dra_drivers_) {
+    if (driver->first_device_listener != 0) {
+      driver->set->Unsubscribe(driver->first_device_listener);
+      driver->first_device_listener = 0;
+    }
     if (driver->server != nullptr) driver->server->Stop();
     if (driver->publisher != nullptr) driver->publisher->Stop();
     // Waits for claim reads still under way (cancelled above), while dra_api_ still exists.

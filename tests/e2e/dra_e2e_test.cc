@@ -188,6 +188,34 @@ TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
   StopDaemon(daemon.get());
 }
 
+// The shipped DRA configuration (manifests/components/dra: --dra=coral-pcie,coral-usb,tegra) on a
+// node with Edge TPUs on PCIe and USB and a Jetson, every sink on: two drivers (the Edge TPUs'
+// and the GPU's), each with its loop and its slice publisher, and no device plugin resource, so
+// no ea-loop and no ea-grpc: 8 threads or fewer, main included (issue #33).
+TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsOrFewer) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  kubelet_.Start();
+  StartDraKubelet();
+  TempDir nfd;
+  std::vector<std::string> flags = EverySinkFlags(nfd.path());
+  flags.push_back("--dra=coral-pcie,coral-usb,tegra");
+  auto daemon = StartDaemon(flags);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kGpuDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 tpu-usb-2-1 ")) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(Eventually([&] {
+    threads = Threads(daemon->pid());
+    return NamedThreads(threads) <= 7;  // and main
+  })) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 2) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 0) << threads;
+  StopDaemon(daemon.get());
+}
+
 TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   kubelet_.Start();
   StartDraKubelet();
@@ -299,6 +327,73 @@ TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
   ASSERT_TRUE(undone.ok()) << undone.status();
   EXPECT_EQ(undone->claims.at(uid), "");
   EXPECT_FALSE(PathExists(SpecPath(uid)));
+}
+
+// A driver with nothing to offer stays away from the kubelet and the API server until its first
+// device appears, as a device plugin resource does: the shipped --dra names every family, and a
+// node without a Jetson must not run (and register) the GPU driver. Here the PCIe TPUs stay with
+// the device plugin; the Edge TPU driver has only the USB family, and no Accelerator is plugged
+// in at start; the GPU driver has the Jetson family, and no Jetson.
+TEST_F(DraE2eTest, ADriverWithNoDeviceWaitsForItsFirstOneBeforeRegisteringOrPublishing) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  kubelet_.Start();
+  StartDraKubelet();
+  auto daemon = StartDaemon({"--dra=coral-usb,tegra", "--node-name=node-1", "--api-server=" + api_.url(),
+                             "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
+                             "--cdi-dir=" + cdi_.path()});
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 2)) << daemon->Log();
+  for (const char* driver : {kDriver, kGpuDriver}) {
+    ASSERT_TRUE(daemon->WaitForLog(absl::StrCat(driver, ": no device yet; the DRA driver registers with "
+                                                        "the kubelet and publishes its ResourceSlice when the first one appears")))
+        << daemon->Log();
+  }
+  // Decided at start, so nothing of theirs exists by now: no socket, no registration, no slice.
+  for (const char* driver : {kDriver, kGpuDriver}) {
+    EXPECT_FALSE(PathExists(kubelet_.root() + "/plugins_registry/" + driver + "-reg.sock")) << driver;
+    EXPECT_FALSE(PathExists(kubelet_.root() + "/plugins/" + driver + "/dra.sock")) << driver;
+    EXPECT_TRUE(dra_kubelet_->registrations(driver).empty()) << driver;
+  }
+  EXPECT_TRUE(api_.ResourceSlices().empty());
+  EXPECT_EQ(ThreadsCalled(Threads(daemon->pid()), "ea-dra"), 0) << Threads(daemon->pid());
+
+  // The Accelerator is plugged in: the Edge TPU driver registers and publishes it; the GPU driver
+  // still has nothing.
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-usb-2-1 ")) << daemon->Log();
+  EXPECT_TRUE(dra_kubelet_->registrations(kGpuDriver).empty());
+  EXPECT_FALSE(PathExists(kubelet_.root() + "/plugins_registry/" + kGpuDriver + "-reg.sock"));
+  EXPECT_EQ(ThreadsCalled(Threads(daemon->pid()), "ea-dra"), 1) << Threads(daemon->pid());
+  const std::string uid = Prepared("pod-tpu", "tpu-usb-2-1");
+  EXPECT_TRUE(PathExists(SpecPath(uid)));
+  StopDaemon(daemon.get());
+}
+
+// A driver whose devices are gone while it holds prepared claims serves at once: the kubelet must
+// be able to unprepare them when their pods go.
+TEST_F(DraE2eTest, ADriverHoldingPreparedClaimsServesWithoutADevice) {
+  const FixtureHost::CoralUsb usb{.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true};
+  host_.AddCoralUsb(usb);
+  StartDraKubelet();
+  const std::vector<std::string> flags = {"--dra=coral-usb", "--node-name=node-1", "--api-server=" + api_.url(),
+                                          "--api-token-file=" + api_.token_file(),
+                                          "--api-ca-file=" + api_.ca_file(), "--cdi-dir=" + cdi_.path()};
+  auto daemon = StartDaemon(flags);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  const std::string uid = Prepared("pod-tpu", "tpu-usb-2-1");
+  StopDaemon(daemon.get());
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->Deregistered(kDriver); }));
+
+  host_.UnplugCoralUsb(usb);  // while the daemon is away
+  auto restarted = StartDaemon(flags);
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
+      << restarted->Log();
+  api_.DeleteResourceClaim("default", "pod-tpu");
+  auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", "pod-tpu", uid}});
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  EXPECT_EQ(undone->claims.at(uid), "");
+  EXPECT_FALSE(PathExists(SpecPath(uid)));
+  StopDaemon(restarted.get());
 }
 
 TEST_F(DraE2eTest, AKubeletThatDeletesTheSlicesAtItsStartGetsThemBack) {

@@ -97,6 +97,11 @@ class Daemon {
     std::unique_ptr<DraPluginService> service;
     std::unique_ptr<DraPluginServer> server;
     std::unique_ptr<SlicePublisher> publisher;
+    // Until it serves (no device and no prepared claim at start), `first_device_listener` waits
+    // for its first device, on the thread that publishes the set's changes (ea-hostwatch).
+    uint64_t first_device_listener = 0;
+    absl::Mutex serve_mu;  // held while it starts, so it starts once
+    bool serving ABSL_GUARDED_BY(serve_mu) = false;
   };
 
   // One device's lines in Describe().
@@ -110,6 +115,9 @@ class Daemon {
   GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
   absl::Status StartDra();
+  // Starts the driver's kubelet plugin and slice publisher unless they run already (see
+  // StartDra).
+  absl::Status ServeDra(DraDriver* driver);
   // Recomputes the node labels; logs and writes them (NFD) when they changed. kRetry when the
   // NFD file could not be written (the sink worker retries with backoff).
   SerialWorker::Outcome RefreshLabels();
