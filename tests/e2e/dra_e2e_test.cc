@@ -216,6 +216,30 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
   StopDaemon(daemon.get());
 }
 
+// The same configuration on an x86 node with a discrete GPU beside the Edge TPUs: the GPU stays
+// with the device plugin (nvidia is not in --dra), so its registration loop and server run, and
+// the GPU driver, with no Jetson, does not start: 8 threads or fewer, main included.
+TEST_F(DraE2eTest, TheShippedDraConfigurationBesideADiscreteGpuIdlesAtEightThreadsOrFewer) {
+  host_.AddNvidiaGpu({});
+  kubelet_.Start();
+  StartDraKubelet();
+  TempDir nfd;
+  std::vector<std::string> flags = EverySinkFlags(nfd.path());
+  flags.push_back("--dra=coral-pcie,coral-usb,tegra");
+  auto daemon = StartDaemon(flags);
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceNvidiaGpu), 1, 1)) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(Eventually([&] {
+    threads = Threads(daemon->pid());
+    return NamedThreads(threads) <= 7;  // and main
+  })) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
+  EXPECT_TRUE(dra_kubelet_->registrations("gpu.edgeaccel.io").empty());
+  StopDaemon(daemon.get());
+}
+
 TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   kubelet_.Start();
   StartDraKubelet();
