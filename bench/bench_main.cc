@@ -44,6 +44,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon_process.h"
+#include "dra_kubelet.h"
 #include "echo.grpc.pb.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/host/host.h"
@@ -51,6 +52,7 @@
 #include "edgeaccel/kubelet/kubelet_api.h"
 #include "fixture_host.h"
 #include "glog/logging.h"
+#include "test_api_server.h"
 #include "test_kubelet.h"
 #include "edgeaccel/inventory/replicas.h"
 
@@ -723,10 +725,56 @@ void BenchColdStart(int samples) {
          samples, r.p50, r.p99, a.p50, a.p99);
 }
 
-// The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), and with
-// every sink that needs no API server on, beside the floor server idle over the same window: what
-// gRPC itself costs an idle process. `host_root` empty: a fixture host with two Edge TPUs; else
-// that host's own devices (NVML too, on a GPU node: its helper is counted apart).
+// The daemon with every sink on and the shipped DRA configuration (manifests/components/dra:
+// --dra=coral-pcie,coral-usb,tegra) on the fixture host's two Edge TPUs: node labels and Events
+// against the API server stand-in, which also takes the ResourceSlice and serves the slice
+// watch; CDI, NFD and the seed labels; the DRA kubelet double registered the Edge TPU driver
+// and holds its health stream open.
+struct RunningDraDaemon {
+  RunningDraDaemon() : kubelet(dir.path() + "/kubelet") {
+    host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
+    host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
+    kubelet.Start();
+    dra = std::make_unique<testing::DraKubelet>(kubelet.root());
+    dra->Start();
+    mkdir((dir.path() + "/cdi").c_str(), 0755);
+    mkdir((dir.path() + "/nfd").c_str(), 0755);
+    daemon = std::make_unique<DaemonProcess>(
+        ProgramPath(EDGEACCEL_DAEMON_PATH),
+        std::vector<std::string>{"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
+                                 "--device-plugin-dir=" + kubelet.DevicePluginsDir(), "--probe-interval=5s",
+                                 "--metrics-address=127.0.0.1:0", "--node-name=node-1",
+                                 "--api-server=" + api.url(), "--api-token-file=" + api.token_file(),
+                                 "--api-ca-file=" + api.ca_file(), "--label-node", "--node-events", "--cdi",
+                                 "--cdi-dir=" + dir.path() + "/cdi", "--nfd-features-dir=" + dir.path() + "/nfd",
+                                 "--seed-labels", "--dra=coral-pcie,coral-usb,tegra"});
+    const bool published =
+        dra->WaitForRegistration(std::string(kDraDriver)).ok() &&
+        api.WaitForResourceSlices(
+            [](const std::vector<nlohmann::json>& slices) {
+              return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
+            },
+            absl::Seconds(10));
+    if (!published) {
+      fprintf(stderr, "the DRA driver did not register and publish:\n%s\n", daemon->Log().c_str());
+      daemon.reset();
+      exit(1);
+    }
+  }
+  static constexpr absl::string_view kDraDriver = "edgetpu.edgeaccel.io";
+  FixtureHost host;
+  TempDir dir{"edgeaccel-bench-dra"};
+  TestKubelet kubelet;
+  testing::TestApiServer api{"node-1"};
+  std::unique_ptr<testing::DraKubelet> dra;
+  std::unique_ptr<DaemonProcess> daemon;
+};
+
+// The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), with every
+// sink that needs no API server on, and (on the fixture host) with every sink and the shipped DRA
+// configuration, beside the floor server idle over the same window: what gRPC itself costs an
+// idle process. `host_root` empty: a fixture host with two Edge TPUs; else that host's own
+// devices (NVML too, on a GPU node: its helper is counted apart).
 void BenchIdleWithProbe(absl::Duration window, const std::string& host_root = "") {
   RunningDaemon running("5s", {}, host_root);
   TempDir dir("edgeaccel-floor");
@@ -743,10 +791,18 @@ void BenchIdleWithProbe(absl::Duration window, const std::string& host_root = ""
       host_root.empty() ? std::string("fixture host, 2 Edge TPUs")
                         : absl::StrCat("host ", host_root, ", serving ", running.served, " x",
                                        running.kubelet.Allocatable(running.served));
+  std::unique_ptr<RunningDraDaemon> dra;
+  if (host_root.empty()) dra = std::make_unique<RunningDraDaemon>();
   printf("idle: %ld CPUs online; %s\n", sysconf(_SC_NPROCESSORS_ONLN), where.c_str());
-  MeasureIdle({{"daemon probe=5s (default; stream open, metrics on)", running.daemon->pid()},
-               {"daemon probe=5s --cdi --nfd-features-dir --seed-labels", sinks.daemon->pid()},
-               {"echo-floor (bare sync gRPC server, no calls)", floor.pid()}},
+  std::vector<std::pair<std::string, pid_t>> measured = {
+      {"daemon probe=5s (default; stream open, metrics on)", running.daemon->pid()},
+      {"daemon probe=5s --cdi --nfd-features-dir --seed-labels", sinks.daemon->pid()}};
+  if (dra != nullptr) {
+    measured.push_back({"daemon probe=5s, every sink (labels, Events too) and --dra=coral-pcie,coral-usb,tegra",
+                        dra->daemon->pid()});
+  }
+  measured.push_back({"echo-floor (bare sync gRPC server, no calls)", floor.pid()});
+  MeasureIdle(measured,
               // Past the first probe, which sets up what every later one reuses (the files kept
               // open, the inotify watches): once per scan, not an idle cost.
               window, absl::Milliseconds(5500));
