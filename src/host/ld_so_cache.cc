@@ -19,8 +19,12 @@ constexpr size_t kNewEntrySize = 24;   // flags, key, value, osversion, uint64 h
 constexpr int32_t kFlagElfLibc6 = 0x0003;
 constexpr int32_t kFlagTypeMask = 0x00ff;
 constexpr int32_t kFlagArchMask = 0xff00;
-constexpr int32_t kFlagX8664Lib64 = 0x0300;
-constexpr int32_t kFlagAarch64Lib64 = 0x0a00;
+// The architecture this build runs on, as ldconfig marks its 64-bit libraries.
+#if defined(__aarch64__)
+constexpr int32_t kFlagNativeLib64 = 0x0a00;  // FLAG_AARCH64_LIB64
+#else
+constexpr int32_t kFlagNativeLib64 = 0x0300;  // FLAG_X8664_LIB64
+#endif
 // A cache lists every library of the host: thousands of entries at most, well under this.
 
 uint32_t ReadU32(absl::string_view data, size_t at) {
@@ -39,13 +43,7 @@ absl::StatusOr<std::string> StringAt(absl::string_view strings, uint32_t offset)
 
 }  // namespace
 
-int32_t NativeLdCacheFlags() {
-#if defined(__aarch64__)
-  return kFlagElfLibc6 | kFlagAarch64Lib64;
-#else
-  return kFlagElfLibc6 | kFlagX8664Lib64;
-#endif
-}
+int32_t NativeLdCacheFlags() { return kFlagElfLibc6 | kFlagNativeLib64; }
 
 bool IsNativeLdCacheEntry(const LdCacheEntry& entry) {
   return (entry.flags & kFlagTypeMask) == kFlagElfLibc6 &&
