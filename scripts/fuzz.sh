@@ -13,30 +13,18 @@ targets=(tegra_release nvidia_proc flags cdi host_files labels host_resolution u
          event_body kubelet_checkpoint nvml_record ld_so_cache dra_claim tegra_host_files)
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 mkdir -p build-fuzz/crashes
-# One target per core at a time: each still fuzzes FUZZ_SECONDS on a core of its own, and the
-# stage takes 1/nproc of the time. Each writes its verdict to build-fuzz/<target>.result, printed
-# in the targets' order once all have ended.
 fuzz_one() {
-  local t=$1 work
+  local t=$1 work status=0
   work=$(mktemp -d)
   if build-fuzz/fuzz_$t -max_total_time="${FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix=build-fuzz/crashes/$t- "$work" "fuzz/corpus/$t" >"build-fuzz/$t.log" 2>&1; then
     echo "fuzz_$t: ok, $(grep -Eo '#[0-9]+' "build-fuzz/$t.log" | tail -1 | tr -d '#') runs, corpus $(ls "$work" | wc -l)"
   else
-    echo "fuzz_$t: FAILED"; tail -30 "build-fuzz/$t.log"
-  fi > "build-fuzz/$t.result"
+    echo "fuzz_$t: FAILED"; tail -30 "build-fuzz/$t.log"; status=1
+  fi
   rm -rf "$work"
+  return $status
 }
-running=0
-for t in "${targets[@]}"; do
-  if ((running >= $(nproc))); then wait -n; running=$((running - 1)); fi
-  fuzz_one "$t" &
-  running=$((running + 1))
-done
-wait
-failed=0
-for t in "${targets[@]}"; do
-  cat "build-fuzz/$t.result"
-  grep -q "^fuzz_$t: ok" "build-fuzz/$t.result" || failed=1
-done
-exit $failed
+# One target per core at a time: each still fuzzes FUZZ_SECONDS on a core of its own.
+source scripts/each-in-parallel.sh
+each_in_parallel "$(nproc)" build-fuzz/results fuzz_one "${targets[@]}"

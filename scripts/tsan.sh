@@ -110,8 +110,6 @@ for lib in "$absl_dir/lib/libabsl_synchronization" "$grpc_dir/lib/libgrpc_unsecu
   ldd build-tsan/edgeaccel-device-plugin | grep "$lib" > /dev/null ||
     { echo "tsan.sh: $lib is not the one the daemon loads" >&2; exit 1; }
 done
-# One test binary per core at a time (as ctest -j runs the other builds' cases); each writes its
-# verdict to build-tsan/<binary>.result, printed in order once all have ended.
 tsan_one() {
   local t=$1
   if build-tsan/"${t}_test" > "build-tsan/${t}_test.log" 2>&1; then
@@ -120,20 +118,13 @@ tsan_one() {
     echo "tsan: ${t}_test FAILED"
     grep -A40 -m1 'WARNING: ThreadSanitizer' "build-tsan/${t}_test.log" ||
       tail -30 "build-tsan/${t}_test.log"
-  fi > "build-tsan/${t}_test.result"
+    return 1
+  fi
 }
-running=0
-for t in "${tests[@]}"; do
-  if ((running >= jobs)); then wait -n; running=$((running - 1)); fi
-  tsan_one "$t" &
-  running=$((running + 1))
-done
-wait
+# One test binary per core at a time, as ctest -j runs the other builds' cases.
+source scripts/each-in-parallel.sh
 failed=0
-for t in "${tests[@]}"; do
-  cat "build-tsan/${t}_test.result"
-  grep -q "^tsan: ${t}_test clean" "build-tsan/${t}_test.result" || failed=1
-done
+each_in_parallel "$jobs" build-tsan/results tsan_one "${tests[@]}" || failed=1
 # The churn soak against the TSan-built daemon: 16 allocating clients, device churn and kubelet
 # restarts at once. A report makes the daemon exit (halt_on_error), which the soak fails on. RSS
 # is allowed to grow here: TSan's shadow memory and history grow with the run, not the daemon.

@@ -145,6 +145,23 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
     dra_kubelet_ = std::make_unique<DraKubelet>(kubelet_.root(), options);
     dra_kubelet_->Start();
   }
+  // Both kubelet doubles, then the daemon with every sink on and --dra=`families`.
+  std::unique_ptr<DaemonProcess> StartWithEverySinkAndDra(const std::string& families) {
+    kubelet_.Start();
+    StartDraKubelet();
+    std::vector<std::string> flags = EverySinkFlags(nfd_.path());
+    flags.push_back("--dra=" + families);
+    return StartDaemon(flags);
+  }
+  TempDir nfd_;
+  // Whether the daemon comes to idle at 8 threads or fewer, main included (issue #33); `threads`:
+  // what it has then, or at the end of the wait.
+  static bool IdlesAtEightThreadsOrFewer(const DaemonProcess& daemon, std::string* threads) {
+    return Eventually([&] {
+      *threads = Threads(daemon.pid());
+      return NamedThreads(*threads) <= 7;  // and main
+    });
+  }
 };
 
 // Every sink at once (the node labeller and the Event recorder against the API server, CDI specs,
@@ -153,14 +170,10 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
 TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
   kubelet_.Start();
-  TempDir nfd;
-  auto daemon = StartDaemon(EverySinkFlags(nfd.path()));
+  auto daemon = StartDaemon(EverySinkFlags(nfd_.path()));
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 3, 3)) << daemon->Log();
   std::string threads;
-  EXPECT_TRUE(Eventually([&] {
-    threads = Threads(daemon->pid());
-    return NamedThreads(threads) <= 7;  // and main
-  })) << threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   StopDaemon(daemon.get());
 }
 
@@ -169,20 +182,12 @@ TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
 // daemon still idles at 8 threads or fewer, main included, which answers /metrics.
 TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
-  kubelet_.Start();
-  StartDraKubelet();
-  TempDir nfd;
-  std::vector<std::string> flags = EverySinkFlags(nfd.path());
-  flags.push_back("--dra=coral-pcie");
-  auto daemon = StartDaemon(flags);
+  auto daemon = StartWithEverySinkAndDra("coral-pcie");
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
   std::string threads;
-  EXPECT_TRUE(Eventually([&] {
-    threads = Threads(daemon->pid());
-    return NamedThreads(threads) <= 7;  // and main
-  })) << threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-metrics"), 0) << threads;
   StopDaemon(daemon.get());
@@ -196,20 +201,12 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
   constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
   host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
-  kubelet_.Start();
-  StartDraKubelet();
-  TempDir nfd;
-  std::vector<std::string> flags = EverySinkFlags(nfd.path());
-  flags.push_back("--dra=coral-pcie,coral-usb,tegra");
-  auto daemon = StartDaemon(flags);
+  auto daemon = StartWithEverySinkAndDra("coral-pcie,coral-usb,tegra");
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kGpuDriver).ok()) << daemon->Log();
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 tpu-usb-2-1 ")) << daemon->Log();
   std::string threads;
-  EXPECT_TRUE(Eventually([&] {
-    threads = Threads(daemon->pid());
-    return NamedThreads(threads) <= 7;  // and main
-  })) << threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 2) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 0) << threads;
@@ -221,20 +218,12 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
 // the GPU driver, with no Jetson, does not start: 8 threads or fewer, main included.
 TEST_F(DraE2eTest, TheShippedDraConfigurationBesideADiscreteGpuIdlesAtEightThreadsOrFewer) {
   host_.AddNvidiaGpu({});
-  kubelet_.Start();
-  StartDraKubelet();
-  TempDir nfd;
-  std::vector<std::string> flags = EverySinkFlags(nfd.path());
-  flags.push_back("--dra=coral-pcie,coral-usb,tegra");
-  auto daemon = StartDaemon(flags);
+  auto daemon = StartWithEverySinkAndDra("coral-pcie,coral-usb,tegra");
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
   ASSERT_TRUE(Advertised(std::string(kResourceNvidiaGpu), 1, 1)) << daemon->Log();
   std::string threads;
-  EXPECT_TRUE(Eventually([&] {
-    threads = Threads(daemon->pid());
-    return NamedThreads(threads) <= 7;  // and main
-  })) << threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
   EXPECT_TRUE(dra_kubelet_->registrations("gpu.edgeaccel.io").empty());
   StopDaemon(daemon.get());
