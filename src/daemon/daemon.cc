@@ -452,13 +452,16 @@ std::string Daemon::RenderMetrics() const {
 
 bool Daemon::Healthy(std::string* why) const {
   std::vector<std::string> problems;
-  for (const auto& resource : resources_) {
-    for (const auto& discoverer : resource->discoverers) {
+  auto look_for_stale_views = [&](const std::vector<std::unique_ptr<Discoverer>>& discoverers) {
+    for (const auto& discoverer : discoverers) {
       if (std::string stale = discoverer->StaleHostView(); !stale.empty()) {
         problems.push_back(absl::StrCat(discoverer->Family(), ": ", stale));
       }
     }
-  }
+  };
+  for (const auto& resource : resources_) look_for_stale_views(resource->discoverers);
+  // A family published through DRA sees the host through the same mounts.
+  for (const auto& driver : dra_drivers_) look_for_stale_views(driver->discoverers);
   for (const auto& resource : resources_) {
     // A resource without devices is not registered on purpose, nor one left to another plugin.
     if (resource->set->Current()->devices.empty()) continue;

@@ -409,6 +409,30 @@ TEST_F(DraE2eTest, ADriverHoldingPreparedClaimsServesWithoutADevice) {
   StopDaemon(restarted.get());
 }
 
+// A discrete GPU published through DRA, and the NVIDIA driver reloaded under the running pod:
+// its /proc/driver/nvidia mount is stale, and /healthz fails as it does for the device plugin's
+// GPUs, so the liveness probe restarts the pod with a fresh mount.
+TEST_F(DraE2eTest, AStaleDriverMountUnderADraFamilyFailsHealthz) {
+  host_.AddNvidiaGpu({});
+  kubelet_.Start();  // the Edge TPUs' device plugin registers: /healthz waits for that
+  StartDraKubelet();
+  auto daemon = StartDaemon({"--dra=nvidia", "--node-name=node-1", "--api-server=" + api_.url(),
+                             "--api-token-file=" + api_.token_file(), "--api-ca-file=" + api_.ca_file(),
+                             "--cdi-dir=" + cdi_.path()});
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration("gpu.edgeaccel.io").ok()) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 2)) << daemon->Log();
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon));
+  ASSERT_EQ(client.Get("/healthz")->status, 200);
+  ::edgeaccel::testing::StaleMount stale(host_.Path("/proc/driver/nvidia"));
+  if (!stale.mounted()) GTEST_SKIP() << stale.why();
+  ASSERT_TRUE(daemon->WaitForLog("restart the pod for a fresh one")) << daemon->Log();
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, ::testing::HasSubstr("nvidia: /proc/driver/nvidia is a stale mount"));
+  StopDaemon(daemon.get());
+}
+
 TEST_F(DraE2eTest, AKubeletThatDeletesTheSlicesAtItsStartGetsThemBack) {
   StartDraKubelet();
   auto daemon = StartDraDaemon();
