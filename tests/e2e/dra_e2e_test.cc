@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "daemon_test.h"
 #include "eventually.h"
 #include "dra_kubelet.h"
