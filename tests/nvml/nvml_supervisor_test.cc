@@ -400,7 +400,8 @@ TEST_F(NvmlSupervisorTest, StopEndsTheHelper) {
 // wait), is told what its pipe holds then: a helper that answered in time is not killed for the
 // loop's delay.
 TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) {
-  // A member whose step, each time its eventfd is written, holds the loop for `hold`.
+  // A member stepped before the supervisor: its first step holds the loop until the test
+  // releases it, its second for 4 s.
   class Busy : public PollLoop::Member {
    public:
     Busy() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -410,45 +411,55 @@ TEST_F(NvmlSupervisorTest, AnAnswerThatCameWhileTheSharedLoopWasBusyIsNotAHang) 
       if (ready[0] & POLLIN) {
         uint64_t count;
         (void)!read(fd_, &count, sizeof(count));
-        started_.fetch_add(1);
-        absl::SleepFor(absl::Milliseconds(hold_ms_.load()));
+        if (started_.fetch_add(1) == 0) {
+          release_.WaitForNotification();
+        } else {
+          absl::SleepFor(absl::Seconds(4));
+        }
         done_.fetch_add(1);
       }
       return absl::InfiniteFuture();
     }
-    void Poke(int hold_ms) {
-      hold_ms_ = hold_ms;
+    void Poke() {
       uint64_t one = 1;
       (void)!write(fd_, &one, sizeof(one));
     }
     std::atomic<int> started_{0};
     std::atomic<int> done_{0};
+    absl::Notification release_;
 
    private:
     const int fd_;
-    std::atomic<int> hold_ms_{0};
   };
   PollLoop loop("ea-test-loop");
   Busy busy;
-  loop.Add(&busy);  // stepped before the supervisor after each wait
+  loop.Add(&busy);
   Install(TwoGpus());
   NvmlSupervisor& supervisor = Start({.timeout = absl::Seconds(3), .loop = &loop});
   ASSERT_TRUE(Eventually([&] { return Ready(); }));
+  // The sample asked for at the listing is answered before NVML turns slow.
+  ASSERT_EQ(supervisor.Telemetry(absl::Seconds(5)).size(), 2u);
   const pid_t helper = supervisor.helper_pid();
-  Script("sample=delay:1500\n" + TwoGpus());
+  // Each GPU's sample now takes 750 ms: the answer comes 1.5 s after the request, half the
+  // 3 s deadline.
+  Script("sample=delay:750\n" + TwoGpus());
   absl::SleepFor(absl::Milliseconds(1100));  // the cached sample is more than a second old
-  // While a first 500 ms step holds the loop: a sample is asked for (the supervisor's eventfd,
-  // answered 1.5 s later) and the next step is asked for. The next wait sees both eventfds and
-  // no answer yet; that step holds the loop 4 s, past the answer and the 3 s deadline, and the
-  // supervisor is stepped after it, for its eventfd. (Margins of a second each way, for a
-  // loaded machine and TSan.)
-  busy.Poke(500);
+  // While the first step holds the loop, a sample is asked for (the supervisor's eventfd) and
+  // the busy member's next step too. Released, the loop's next wait sees both eventfds and no
+  // answer yet; the busy step holds the loop 4 s, past the answer and past the deadline, and
+  // the supervisor is stepped after it. Nothing here depends on how fast this thread runs: the
+  // first step waits for it, and the second starts after the request.
+  busy.Poke();
   ASSERT_TRUE(Eventually([&] { return busy.started_ == 1; }));
   (void)supervisor.Telemetry(absl::ZeroDuration());
-  busy.Poke(4000);
+  busy.Poke();
+  busy.release_.Notify();
   ASSERT_TRUE(Eventually([&] { return busy.done_ == 2; }, absl::Seconds(10)));
-  // The supervisor's next step reads the answer, or kills the helper for the deadline: either
-  // ends the pending sample, which Telemetry waits for.
+  // The supervisor's step after the busy one reads the answer, or kills the helper for the
+  // deadline: either ends the pending sample, which Telemetry waits for. NVML is quick again,
+  // so a sample Telemetry asks for itself (this thread was slow, the answer is a second old)
+  // is answered well inside the deadline.
+  Script(TwoGpus());
   (void)supervisor.Telemetry(absl::Seconds(5));
   EXPECT_EQ(supervisor.Status().hangs, 0u) << supervisor.Status().reason;
   EXPECT_EQ(supervisor.helper_pid(), helper);
