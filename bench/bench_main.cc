@@ -471,14 +471,28 @@ std::string ProgramPath(const char* built) {
 // The real daemon binary, registered with a test kubelet: on a fixture host with two Edge TPUs,
 // or, given `host_root`, on that host with whatever devices it has (at least one registered).
 struct RunningDaemon {
-  explicit RunningDaemon(const std::string& probe_interval, std::vector<std::string> extra = {},
-                         const std::string& host_root = "")
-      : kubelet(dir.path() + "/kubelet") {
+  // The fixture host's TPUs and the kubelet; the daemon starts with Start().
+  struct NotStarted {};
+  explicit RunningDaemon(NotStarted, const std::string& host_root = "")
+      : host_root(host_root), kubelet(dir.path() + "/kubelet") {
     if (host_root.empty()) {
       host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
       host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
     }
     kubelet.Start();
+  }
+  // Started and registered, as Start(probe_interval, extra) leaves it.
+  explicit RunningDaemon(const std::string& probe_interval, std::vector<std::string> extra = {},
+                         const std::string& host_root = "")
+      : RunningDaemon(NotStarted{}, host_root) {
+    Start(probe_interval, std::move(extra));
+  }
+
+  // Starts the daemon with the host, the kubelet, the probe, /metrics and `extra`, and waits
+  // until `serving` says it serves (by default: its device plugin resource is allocatable);
+  // exits the bench with the daemon's log when it never does.
+  void Start(const std::string& probe_interval, std::vector<std::string> extra,
+             const std::function<bool()>& serving = nullptr) {
     std::vector<std::string> args = {"--host-root=" + (host_root.empty() ? host.root() : host_root),
                                      "--kubelet-root=" + kubelet.root(),
                                      "--device-plugin-dir=" + kubelet.DevicePluginsDir(),
@@ -486,7 +500,7 @@ struct RunningDaemon {
                                      "--metrics-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon = std::make_unique<DaemonProcess>(ProgramPath(EDGEACCEL_DAEMON_PATH), args);
-    const bool registered = kubelet.WaitFor([&] {
+    const bool ok = serving != nullptr ? serving() : kubelet.WaitFor([&] {
       if (host_root.empty()) return kubelet.Allocatable(kTpu) == 2;
       for (const std::string resource : {kTpu, std::string(kResourceNvidiaGpu)}) {
         if (kubelet.Allocatable(resource) > 0) {
@@ -496,12 +510,13 @@ struct RunningDaemon {
       }
       return false;
     });
-    if (!registered) {
-      fprintf(stderr, "daemon did not register:\n%s\n", daemon->Log().c_str());
+    if (!ok) {
+      fprintf(stderr, "the daemon did not start serving:\n%s\n", daemon->Log().c_str());
       daemon.reset();  // exit() runs no destructor of ours: the daemon would outlive the bench
       exit(1);
     }
   }
+  const std::string host_root;
   FixtureHost host;
   TempDir dir{"edgeaccel-bench"};
   TestKubelet kubelet;
@@ -731,43 +746,34 @@ void BenchColdStart(int samples) {
 // watch; CDI, NFD and the seed labels; the DRA kubelet double registered the Edge TPU driver
 // and holds its health stream open.
 struct RunningDraDaemon {
-  RunningDraDaemon() : kubelet(dir.path() + "/kubelet") {
-    host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0"});
-    host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0"});
-    kubelet.Start();
-    dra = std::make_unique<testing::DraKubelet>(kubelet.root());
+  RunningDraDaemon() {
+    dra = std::make_unique<testing::DraKubelet>(running.kubelet.root());
     dra->Start();
     mkdir((dir.path() + "/cdi").c_str(), 0755);
     mkdir((dir.path() + "/nfd").c_str(), 0755);
-    daemon = std::make_unique<DaemonProcess>(
-        ProgramPath(EDGEACCEL_DAEMON_PATH),
-        std::vector<std::string>{"--host-root=" + host.root(), "--kubelet-root=" + kubelet.root(),
-                                 "--device-plugin-dir=" + kubelet.DevicePluginsDir(), "--probe-interval=5s",
-                                 "--metrics-address=127.0.0.1:0", "--node-name=node-1",
-                                 "--api-server=" + api.url(), "--api-token-file=" + api.token_file(),
-                                 "--api-ca-file=" + api.ca_file(), "--label-node", "--node-events", "--cdi",
-                                 "--cdi-dir=" + dir.path() + "/cdi", "--nfd-features-dir=" + dir.path() + "/nfd",
-                                 "--seed-labels", "--dra=coral-pcie,coral-usb,tegra"});
-    const bool published =
-        dra->WaitForRegistration(std::string(kDraDriver)).ok() &&
-        api.WaitForResourceSlices(
-            [](const std::vector<nlohmann::json>& slices) {
-              return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
-            },
-            absl::Seconds(10));
-    if (!published) {
-      fprintf(stderr, "the DRA driver did not register and publish:\n%s\n", daemon->Log().c_str());
-      daemon.reset();
-      exit(1);
-    }
+    running.Start("5s",
+                  {"--node-name=node-1", "--api-server=" + api.url(),
+                   "--api-token-file=" + api.token_file(), "--api-ca-file=" + api.ca_file(),
+                   "--label-node", "--node-events", "--cdi", "--cdi-dir=" + dir.path() + "/cdi",
+                   "--nfd-features-dir=" + dir.path() + "/nfd", "--seed-labels",
+                   "--dra=coral-pcie,coral-usb,tegra"},
+                  [this] {  // the Edge TPU driver registered and published both TPUs
+                    return dra->WaitForRegistration(std::string(kDraDriver)).ok() &&
+                           api.WaitForResourceSlices(
+                               [](const std::vector<nlohmann::json>& slices) {
+                                 return slices.size() == 1 &&
+                                        slices[0]["spec"]["devices"].size() == 2;
+                               },
+                               absl::Seconds(10));
+                  });
   }
+  // The daemon goes first, as from a node: then its kubelets.
+  ~RunningDraDaemon() { running.daemon.reset(); }
   static constexpr absl::string_view kDraDriver = "edgetpu.edgeaccel.io";
-  FixtureHost host;
   TempDir dir{"edgeaccel-bench-dra"};
-  TestKubelet kubelet;
   testing::TestApiServer api{"node-1"};
+  RunningDaemon running{RunningDaemon::NotStarted{}};
   std::unique_ptr<testing::DraKubelet> dra;
-  std::unique_ptr<DaemonProcess> daemon;
 };
 
 // The daemon as deployed (default 5 s probe, /metrics on, the kubelet's stream open), with every
@@ -799,7 +805,7 @@ void BenchIdleWithProbe(absl::Duration window, const std::string& host_root = ""
       {"daemon probe=5s --cdi --nfd-features-dir --seed-labels", sinks.daemon->pid()}};
   if (dra != nullptr) {
     measured.push_back({"daemon probe=5s, every sink (labels, Events too) and --dra=coral-pcie,coral-usb,tegra",
-                        dra->daemon->pid()});
+                        dra->running.daemon->pid()});
   }
   measured.push_back({"echo-floor (bare sync gRPC server, no calls)", floor.pid()});
   MeasureIdle(measured,
