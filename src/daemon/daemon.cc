@@ -245,8 +245,11 @@ absl::Status Daemon::StartDra() {
           LOG(ERROR) << driver->set->resource_name() << ": " << serving.message();
         }
       };
-      driver->first_device_listener = driver->set->Subscribe(
-          [serve_once_found](std::shared_ptr<const Snapshot> snapshot) { serve_once_found(*snapshot); });
+      {
+        absl::MutexLock lock(&driver->serve_mu);  // ServeDra, in the listener, ends it
+        driver->first_device_listener = driver->set->Subscribe(
+            [serve_once_found](std::shared_ptr<const Snapshot> snapshot) { serve_once_found(*snapshot); });
+      }
       // A device that came between the look above and the subscription.
       serve_once_found(*driver->set->Current());
       continue;
@@ -266,6 +269,11 @@ absl::Status Daemon::ServeDra(DraDriver* driver) {
   // to take the slice.
   driver->publisher->Start();
   driver->serving = true;
+  // Serving, it stays so: the first device's listener has done its work.
+  if (driver->first_device_listener != 0) {
+    driver->set->Unsubscribe(driver->first_device_listener);
+    driver->first_device_listener = 0;
+  }
   return absl::OkStatus();
 }
 
@@ -551,9 +559,12 @@ void Daemon::Stop() {
   // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
   // claims stay: running pods keep their devices, and the next daemon takes over both.
   for (auto& driver : dra_drivers_) {
-    if (driver->first_device_listener != 0) {
-      driver->set->Unsubscribe(driver->first_device_listener);
-      driver->first_device_listener = 0;
+    {
+      absl::MutexLock lock(&driver->serve_mu);
+      if (driver->first_device_listener != 0) {
+        driver->set->Unsubscribe(driver->first_device_listener);
+        driver->first_device_listener = 0;
+      }
     }
     if (driver->server != nullptr) driver->server->Stop();
     if (driver->publisher != nullptr) driver->publisher->Stop();

@@ -97,11 +97,11 @@ class Daemon {
     std::unique_ptr<DraPluginService> service;
     std::unique_ptr<DraPluginServer> server;
     std::unique_ptr<SlicePublisher> publisher;
-    // Until it serves (no device and no prepared claim at start), `first_device_listener` waits
-    // for its first device, on the thread that publishes the set's changes (ea-hostwatch).
-    uint64_t first_device_listener = 0;
     absl::Mutex serve_mu;  // held while it starts, so it starts once
     bool serving ABSL_GUARDED_BY(serve_mu) = false;
+    // Until it serves (no device and no prepared claim at start), this listener waits for its
+    // first device, on the thread that publishes the set's changes (ea-hostwatch); 0 otherwise.
+    uint64_t first_device_listener ABSL_GUARDED_BY(serve_mu) = 0;
   };
 
   // One device's lines in Describe().
