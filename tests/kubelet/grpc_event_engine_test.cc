@@ -25,6 +25,7 @@ namespace {
 
 using grpc_event_engine::experimental::EventEngine;
 using std::chrono::milliseconds;
+using std::chrono::seconds;
 
 using ::edgeaccel::testing::ThreadNames;
 
@@ -83,7 +84,8 @@ TEST(OneThreadEventEngineTest, CancellingTheTimerTheLoopWaitsForIsSafe) {
   std::unique_ptr<EventEngine> engine = MakeOneThreadEventEngine("test-engine");
   std::atomic<int> ran{0};
   for (int i = 0; i < 20; ++i) {
-    EventEngine::TaskHandle earliest = engine->RunAfter(milliseconds(200), [&] { ++ran; });
+    // Far enough away that a stalled test thread still cancels it before it is due.
+    EventEngine::TaskHandle earliest = engine->RunAfter(seconds(60), [&] { ++ran; });
     std::this_thread::sleep_for(milliseconds(2));  // the loop is waiting for it now
     EXPECT_TRUE(engine->Cancel(earliest));
   }

@@ -238,7 +238,10 @@ TEST_P(NeighbourhoodTest, ARolloutWithMaxSurgeHandsOverWithoutAFailedAdmission) 
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Allocatable(kTpu) == 4; }));
   DeviceSet next_tpus(kTpu);
   next_tpus.Update({Dev("apex_0"), Dev("apex_1"), Dev("apex_2"), Dev("apex_3")});
-  auto next = StartRegistrar(&next_tpus);
+  // Its backoff as in production: no retry timer comes due within the handover's bound, so
+  // only the old socket's removal can start the takeover that quickly.
+  auto next = StartRegistrar(&next_tpus, RegistrationMode::kKubelet,
+                             [](ResourceRegistrar::Options* o) { o->max_backoff = absl::Seconds(30); });
   ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
   for (int i = 0; i < 6; ++i) {  // pods arrive while both run
     absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
@@ -246,14 +249,14 @@ TEST_P(NeighbourhoodTest, ARolloutWithMaxSurgeHandsOverWithoutAFailedAdmission) 
     kubelet_.DeletePod(*pod);
   }
   EXPECT_EQ(kubelet_.Registrations(kTpu), 1) << "the new one waits";
-  const absl::Time stop = absl::Now();
-  old->Stop();
+  old->Stop();  // its socket is gone when this returns
+  const absl::Time gone = absl::Now();
   ASSERT_TRUE(kubelet_.WaitFor([&] {
     return kubelet_.Registrations(kTpu) == 2 && kubelet_.Allocatable(kTpu) == 4;
   }));
-  const absl::Duration handover = absl::Now() - stop;
+  const absl::Duration handover = absl::Now() - gone;
   RecordProperty("handover_ms", std::to_string(absl::ToDoubleMilliseconds(handover)));
-  EXPECT_LT(handover, absl::Milliseconds(200));
+  EXPECT_LT(handover, absl::Seconds(1));  // tens of ms here; slack for a sanitizer build
   for (int i = 0; i < 6; ++i) {
     absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
     ASSERT_TRUE(pod.ok()) << pod.status();
