@@ -318,11 +318,12 @@ TEST_F(GpuE2eTest, AHungNvmlNeverBlocksServingAndAGpuInMigModeIsLeftOut) {
   // NVML hangs in nvmlInit: the GPUs are served from /proc meanwhile.
   const std::string script = kNvmlDriver + NvmlGpuLine(kUuid0) + NvmlGpuLine(kUuid1);
   host_.AddFakeNvml("init=hang\n" + script);
-  StartKubeletAndDaemon({"--nvml-timeout=300ms"});
+  // Long enough for a sanitized helper to start and list, once NVML answers again.
+  StartKubeletAndDaemon({"--nvml-timeout=2s"});
   ASSERT_TRUE(Advertised(kGpu, 2, 2)) << daemon_->Log();
   ASSERT_TRUE(kubelet_.Allocate(kGpu, {kUuid1}).ok());
   EXPECT_TRUE(Eventually([&] {
-    return absl::StrContains(daemon_->Log(), "did not list the GPUs within 300ms");
+    return absl::StrContains(daemon_->Log(), "did not list the GPUs within 2s");
   })) << daemon_->Log();
   // NVML comes back, with MIG on for the first GPU: that GPU leaves nvidia.com/gpu.
   std::string mig = script;
@@ -335,13 +336,13 @@ TEST_F(GpuE2eTest, AHungNvmlNeverBlocksServingAndAGpuInMigModeIsLeftOut) {
 
 // NVML answering only after the first scan, as a slow driver does (on the H100 of the issue the
 // labels were written 22 ms before NVML answered): the H100 of docs/host-facts.md §5.6, its NVML
-// 1.5 s late.
+// 4 s late (room for a sanitized daemon to write its first labels before).
 class LateNvmlE2eTest : public GpuE2eTest {
  protected:
   void SetUp() override {
     host_.AddNvidiaGpu({.pci_address = "0000:00:06.0", .minor = 0, .uuid = kUuid0,
                         .model = "NVIDIA H100 80GB HBM3", .numa_node = 0});
-    host_.AddFakeNvml("init=delay:1500\n" + NvmlScriptFor(kUuid0));
+    host_.AddFakeNvml("init=delay:4000\n" + NvmlScriptFor(kUuid0));
   }
   std::vector<std::string> ApiFlags() const {
     return {"--node-name=node-1", "--api-server=" + api_.url(),
@@ -387,7 +388,7 @@ TEST_F(LateNvmlE2eTest, ItsFactsReachTheNfdFileAndTheNodeLabelsAtOnce) {
         }
         return true;
       },
-      absl::Seconds(1)))
+      absl::Seconds(10)))  // nothing else would ever write them
       << "NFD file:\n" << nfd_file() << daemon_->Log();
   EXPECT_TRUE(Eventually(
       [&] {
@@ -397,15 +398,16 @@ TEST_F(LateNvmlE2eTest, ItsFactsReachTheNfdFileAndTheNodeLabelsAtOnce) {
         }
         return true;
       },
-      absl::Seconds(1)))
+      absl::Seconds(10)))
       << "Node: " << api_.Node().dump() << daemon_->Log();
 }
 
-// Its facts reach the DRA slice as soon as it answers, not at the next --dra-resync (30 s).
+// Its facts reach the DRA slice as soon as it answers, not at the next --dra-resync (5 min).
 TEST_F(LateNvmlE2eTest, ItsFactsReachTheDraSliceAtOnce) {
   TempDir cdi;
   std::vector<std::string> flags = ApiFlags();
   flags.push_back("--dra=nvidia");
+  flags.push_back("--dra-resync=5m");
   flags.push_back("--cdi-dir=" + cdi.path());
   StartKubeletAndDaemon(flags);
   // What a device of our slice says of NVML's facts: its compute capability, its memory.
@@ -430,7 +432,7 @@ TEST_F(LateNvmlE2eTest, ItsFactsReachTheDraSliceAtOnce) {
       [&](const std::vector<nlohmann::json>& slices) {
         return nvml_facts(slices) == R"({"version":"9.0.0"} 81559Mi )";
       },
-      absl::Seconds(1)))
+      absl::Seconds(10)))
       << nvml_facts(api_.ResourceSlices()) << "\n" << daemon_->Log();
 }
 
