@@ -149,7 +149,7 @@ TEST_F(NeighboursTest, HungSocketsCostTheBudgetAtMost) {
   ASSERT_EQ(mkdir(kubelet_.DevicePluginsDir().c_str(), 0755), 0);
   ASSERT_EQ(mkdir(kubelet_.PluginsRegistryDir().c_str(), 0755), 0);
   std::vector<std::unique_ptr<HungSocket>> hung;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 16; ++i) {
     hung.push_back(std::make_unique<HungSocket>(kubelet_.PluginsRegistryDir() + "/hung-" +
                                                 std::to_string(i) + ".sock"));
   }
@@ -158,7 +158,7 @@ TEST_F(NeighboursTest, HungSocketsCostTheBudgetAtMost) {
   query.call_timeout = absl::Milliseconds(150);
   const absl::Time start = absl::Now();
   NeighbourView view = LookAround(query);
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(700));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1200)) << "the budget, not the 2.4 s sum";
   EXPECT_TRUE(view.out_of_budget);
   EXPECT_EQ(view.registry_claim, "");
 }
