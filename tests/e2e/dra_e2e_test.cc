@@ -445,7 +445,7 @@ TEST_F(DraE2eTest, AKubeletThatDeletesTheSlicesAtItsStartGetsThemBack) {
   dra_kubelet_->Stop();
   ASSERT_GE(api_.DeleteAllResourceSlices("node-1"), 1);
   dra_kubelet_->Start();
-  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ", absl::Seconds(5))) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ", absl::Seconds(15))) << daemon->Log();
 }
 
 TEST_F(DraE2eTest, AKubelet133UsesV1beta1AndGetsPerClaimErrors) {

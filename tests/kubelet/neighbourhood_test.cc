@@ -162,7 +162,7 @@ TEST_P(NeighbourhoodTest, ANeighbourWithEveryDeviceUnhealthyKeepsItsResource) {
   EXPECT_EQ(kubelet_.Devices(kGpu).size(), 8u);
   // It goes for good: the grace starts, and then the resource is ours.
   neighbour->Stop();
-  ASSERT_TRUE(Eventually([&] { return gpu->registered(); }, absl::Seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return gpu->registered(); }, absl::Seconds(15)));
   gpu.reset();
   kubelet_.Stop();
 }
@@ -282,7 +282,7 @@ TEST_P(NeighbourhoodTest, ARolloutThatSwitchesRegistrationModeIsNeverDisconnecte
   kubelet_.DeletePod(*pod);
   old->Stop();
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.RegisteredVia(kTpu) == "kubelet"; },
-                               absl::Seconds(5)));
+                               absl::Seconds(15)));
   const std::vector<std::string> calls = kubelet_.CallLog();
   auto deregistered = std::find(calls.begin(), calls.end(), "DeRegisterPlugin " + kTpu);
   auto registered = std::find(calls.rbegin(), calls.rend(), "Register " + kTpu);

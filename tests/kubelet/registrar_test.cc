@@ -388,7 +388,7 @@ TEST_F(RegistrationTest, DevicesUnpluggedWhileTheKubeletWasDownAreNotAnotherPlug
   set_.Update({Tpu("apex_2")});  // apex_0 and apex_1 unplugged, another one plugged in
   kubelet_.Start();
   ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Registrations(kTpu) == 2; },
-                               absl::Seconds(5)));
+                               absl::Seconds(15)));
   ASSERT_TRUE(Advertised(1));
   EXPECT_FALSE(log.Contains("not registering it")) << log.Text();
   EXPECT_FALSE(log.Contains("stepping back")) << log.Text();
