@@ -178,8 +178,22 @@ TEST_F(GrpcTimersTest, AnIdleServerAndConnectedChannelWakeNoThreadOfGrpcs) {
   ASSERT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
   ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
 
-  // Settle (the call's own work done), then count over a window longer than gRPC's 1 s timer tick.
-  std::this_thread::sleep_for(milliseconds(300));
+  // Settle (the call's own work done: 300 ms in which no thread but this one woke, looked for
+  // for up to 10 s), then count over a window longer than gRPC's 1 s timer tick.
+  auto others_woke = [](const std::map<std::string, int64_t>& from,
+                        const std::map<std::string, int64_t>& to) {
+    for (const auto& [name, switches] : to) {
+      auto it = from.find(name);
+      if (name != "grpc_timers_tes" && switches != (it == from.end() ? 0 : it->second)) return true;
+    }
+    return false;
+  };
+  for (const auto give_up = steady_clock::now() + std::chrono::seconds(10);
+       steady_clock::now() < give_up;) {
+    const std::map<std::string, int64_t> start = WakeUpsByThread();
+    std::this_thread::sleep_for(milliseconds(300));
+    if (!others_woke(start, WakeUpsByThread())) break;
+  }
   const std::map<std::string, int64_t> before = WakeUpsByThread();
   std::this_thread::sleep_for(milliseconds(2500));
   const std::map<std::string, int64_t> after = WakeUpsByThread();
