@@ -121,21 +121,23 @@ TEST(ScanInputsTest, ASettingIsComparedOncePerIntervalAndNotBetween) {
   }
   fixture.WriteFile("/sys/class/thing/thing0/temp", "45050\n");
   fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "99800\n");
-  ScanInputs inputs(&host, absl::Milliseconds(200));
+  // Settings are read again every 2 s: long enough that the looks meant to fall before that
+  // do, however slow this thread.
+  ScanInputs inputs(&host, absl::Seconds(2));
   inputs.Clear();
   (void)inputs.ReadInteger("/sys/class/thing/thing0/temp");
   (void)inputs.ReadInteger("/sys/class/thing/thing0/hw_temp_warn2", Reread::kSetting);
   EXPECT_TRUE(inputs.Unchanged());
   fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "89800\n");
   EXPECT_TRUE(inputs.Unchanged());
-  absl::SleepFor(absl::Milliseconds(250));
+  absl::SleepFor(absl::Milliseconds(2100));
   EXPECT_FALSE(inputs.Unchanged());  // due: read, and seen
   EXPECT_FALSE(inputs.Unchanged());  // until a scan reads it anew
   fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "99800\n");
   EXPECT_TRUE(inputs.Unchanged());  // as the scan read it: it counts from now on
   fixture.WriteFile("/sys/class/thing/thing0/hw_temp_warn2", "94800\n");
   EXPECT_TRUE(inputs.Unchanged());
-  absl::SleepFor(absl::Milliseconds(250));
+  absl::SleepFor(absl::Milliseconds(2100));
   EXPECT_FALSE(inputs.Unchanged());
 }
 
