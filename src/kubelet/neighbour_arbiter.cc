@@ -27,6 +27,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   ArbiterDecision decision;
   auto leave = [&](std::string to, std::string why) {
     unserved_since_ = absl::InfinitePast();  // "gone for good" counts from when it goes
+    predecessor_served_ = false;
     decision.verdict = input.registered ? ArbiterDecision::kStepBack : ArbiterDecision::kLeave;
     decision.to = std::move(to);
     decision.why = std::move(why);
@@ -76,15 +77,19 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
 
   if (!view.predecessor.empty()) {
     decision.to_edgeaccel = true;
-    return leave(view.predecessor,
-                 absl::StrCat("an earlier edgeaccel still serves ", resource_, " on ",
-                              view.predecessor, "; registering the moment it is gone"));
+    leave(view.predecessor, absl::StrCat("an earlier edgeaccel still serves ", resource_, " on ",
+                                         view.predecessor, "; registering the moment it is gone"));
+    predecessor_served_ = true;
+    return decision;
   }
+  // Our predecessor just went: what the kubelet still lists of ours is its list, not another
+  // plugin's.
+  const bool predecessors_list = predecessor_served_ && foreign_id.empty();
   // Without pod-resources, a checkpoint listing only our devices after our own registration is
   // our stale list, not another plugin's.
   const bool stale_own_list =
       view.holdings.source == "checkpoint" && foreign_id.empty() && input.registered_last;
-  if (!healthy.empty() && healthy_is_live && !stale_own_list) {
+  if (!healthy.empty() && healthy_is_live && !stale_own_list && !predecessors_list) {
     sockets_when_served_ = std::set<std::string>(view.live_foreign.begin(), view.live_foreign.end());
     // The least id names the plugin: pod-resources lists devices in no particular order, and the
     // same plugin must read the same (one log line, not one per look).
@@ -111,7 +116,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   // Nobody serves it now. Ours to take, unless the kubelet knows it from another plugin that
   // may still come back (after a kubelet restart or a reboot every plugin registers again, in
   // no particular order, and some start minutes late).
-  bool ours_before = input.registered_last;
+  bool ours_before = input.registered_last || predecessors_list;
   for (const std::string& id : held(view.holdings.allocated)) {
     if (ours.contains(PhysicalIdOf(id))) ours_before = true;
   }

@@ -54,6 +54,32 @@ TEST_F(ArbiterTest, HealthyDevicesWeDidNotRegisterAreAnotherPlugins) {
   EXPECT_EQ(Decide(absl::ZeroDuration()).verdict, ArbiterDecision::kLeave);
 }
 
+// A rollout: an earlier edgeaccel serves our devices, and goes. Until the kubelet sees it go
+// (its plugin watcher's next pass, the stream's end), it still lists that edgeaccel's devices as
+// healthy: those are our own ids, not another plugin's, so we serve at once rather than leave
+// them to a plugin that is not there, or wait out the grace for it (seen under load in CI).
+TEST_F(ArbiterTest, OurPredecessorsDevicesStillListedAfterItWentAreNotAnotherPlugins) {
+  view.predecessor = "/var/lib/kubelet/plugins_registry/edgeaccel-nvidia.com-gpu.sock";
+  KubeletLists({"GPU-ours-0"});
+  ArbiterDecision waiting = Decide(absl::ZeroDuration());
+  EXPECT_EQ(waiting.verdict, ArbiterDecision::kLeave);
+  EXPECT_TRUE(waiting.to_edgeaccel);
+  view.predecessor.clear();  // its socket went; the kubelet still lists its devices
+  EXPECT_EQ(Decide(absl::Milliseconds(100)).verdict, ArbiterDecision::kServe);
+  view.holdings.healthy.clear();  // the kubelet has seen it go; nobody lists a healthy one
+  EXPECT_EQ(Decide(absl::Milliseconds(200)).verdict, ArbiterDecision::kServe);
+}
+
+// After the predecessor, another plugin's device in the list is still that plugin's.
+TEST_F(ArbiterTest, AForeignDeviceListedAfterOurPredecessorWentIsStillAnotherPlugins) {
+  view.predecessor = "/var/lib/kubelet/plugins_registry/edgeaccel-nvidia.com-gpu.sock";
+  KubeletLists({"GPU-ours-0"});
+  ASSERT_TRUE(Decide(absl::ZeroDuration()).to_edgeaccel);
+  view.predecessor.clear();
+  KubeletLists({"GPU-theirs"});
+  EXPECT_EQ(Decide(absl::Milliseconds(100)).verdict, ArbiterDecision::kLeave);
+}
+
 // pod-resources lists a plugin's devices in no set order: the same plugin reads the same, so the
 // registrar says "not registering it" once, not on every look (seen on a real kubelet 1.36).
 TEST_F(ArbiterTest, ThePluginLeftToIsNamedTheSameWhateverOrderItsDevicesCome) {

@@ -70,6 +70,10 @@ class NeighbourArbiter {
   // its own. A kubelet restart deletes them (and the plugin makes a new one), which starts the
   // grace.
   std::set<std::string> sockets_when_served_;
+  // The last look found an earlier edgeaccel serving the resource (a rollout). Once it goes, the
+  // kubelet lists its devices as healthy until it sees it go (its plugin watcher's next pass, the
+  // stream's end): our own ids, served by us before, not another plugin's.
+  bool predecessor_served_ = false;
 };
 
 }  // namespace edgeaccel
