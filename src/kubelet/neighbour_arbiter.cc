@@ -82,14 +82,13 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
     predecessor_served_ = true;
     return decision;
   }
-  // Our predecessor just went: what the kubelet still lists of ours is its list, not another
-  // plugin's.
-  const bool predecessors_list = predecessor_served_ && foreign_id.empty();
-  // Without pod-resources, a checkpoint listing only our devices after our own registration is
-  // our stale list, not another plugin's.
-  const bool stale_own_list =
-      view.holdings.source == "checkpoint" && foreign_id.empty() && input.registered_last;
-  if (!healthy.empty() && healthy_is_live && !stale_own_list && !predecessors_list) {
+  // A list of only our devices is edgeaccel's, not another plugin's: our own stale one (without
+  // pod-resources, the checkpoint after our own registration), or our predecessor's (it just
+  // went, and the kubelet has not seen it go yet).
+  const bool edgeaccels_list =
+      foreign_id.empty() &&
+      ((view.holdings.source == "checkpoint" && input.registered_last) || predecessor_served_);
+  if (!healthy.empty() && healthy_is_live && !edgeaccels_list) {
     sockets_when_served_ = std::set<std::string>(view.live_foreign.begin(), view.live_foreign.end());
     // The least id names the plugin: pod-resources lists devices in no particular order, and the
     // same plugin must read the same (one log line, not one per look).
@@ -116,7 +115,7 @@ ArbiterDecision NeighbourArbiter::Decide(const ArbiterInput& input, absl::Time n
   // Nobody serves it now. Ours to take, unless the kubelet knows it from another plugin that
   // may still come back (after a kubelet restart or a reboot every plugin registers again, in
   // no particular order, and some start minutes late).
-  bool ours_before = input.registered_last || predecessors_list;
+  bool ours_before = input.registered_last || edgeaccels_list;
   for (const std::string& id : held(view.holdings.allocated)) {
     if (ours.contains(PhysicalIdOf(id))) ours_before = true;
   }
