@@ -1,10 +1,10 @@
 #include "edgeaccel/dra/slice_publisher.h"
 
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -128,7 +128,8 @@ SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceS
     : options_(std::move(options)),
       client_(client),
       set_(set),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      backoff_(options_.initial_backoff, options_.max_backoff, 0.2) {}
 
 SlicePublisher::~SlicePublisher() {
   Stop();
@@ -142,14 +143,8 @@ void SlicePublisher::Wake() {
   }
 }
 
-bool SlicePublisher::WaitUntil(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dirty_ || stopping_; };
-  mu_.AwaitWithDeadline(absl::Condition(&due), deadline);
-  return !stopping_;
-}
-
 void SlicePublisher::Start() {
+  if (loop_ != nullptr) return;
   // A slice carries facts (compute capability, memory): a change of facts alone publishes too.
   listener_ = set_->Subscribe(
       [this](std::shared_ptr<const Snapshot>) {
@@ -160,7 +155,13 @@ void SlicePublisher::Start() {
         Wake();
       },
       DeviceSet::Changes::kAdvertisedOrFacts);
-  thread_ = std::thread([this] { Run(); });
+  next_chore_ = options_.chore ? absl::Now() : absl::InfiniteFuture();
+  loop_ = options_.loop;
+  if (loop_ == nullptr) {
+    own_loop_ = std::make_unique<PollLoop>("ea-dra-slices");
+    loop_ = own_loop_.get();
+  }
+  loop_->Add(this);
 }
 
 void SlicePublisher::Stop() {
@@ -172,8 +173,12 @@ void SlicePublisher::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  Wake();
-  if (thread_.joinable()) thread_.join();
+  if (loop_ != nullptr) {
+    loop_->Remove(this);  // waits for a step in progress: a request in it ends at Cancel
+    loop_ = nullptr;
+  }
+  own_loop_.reset();
+  watch_.reset();
 }
 
 void SlicePublisher::Resync() {
@@ -190,87 +195,71 @@ SlicePublisher::Status SlicePublisher::status() const {
   return status_;
 }
 
-void SlicePublisher::Run() {
-  pthread_setname_np(pthread_self(), "ea-dra-slices");
-  Backoff backoff(options_.initial_backoff, options_.max_backoff, 0.2);
-  View view;
-  bool reconcile = true;
-  // The chore runs after the first reconcile and then when a watch ends once it is due, so it
-  // never wakes the thread by itself.
-  absl::Time next_chore = options_.chore ? absl::Now() : absl::InfiniteFuture();
-  auto fail = [&](const absl::Status& error, absl::string_view what) {
-    errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
-    return WaitUntil(absl::Now() + backoff.Next());
-  };
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      reconcile = reconcile || dirty_;
-      dirty_ = false;
-      if (relist_) view.synced = false;
-      relist_ = false;
-    }
-    if (reconcile || !view.synced) {
-      absl::Status result = Reconcile(view);
-      if (absl::IsCancelled(result)) {
-        WaitUntil(absl::InfiniteFuture());  // stopping: nothing more to ask the API server
-        continue;
-      }
-      reconcile = !result.ok();
-      if (!result.ok()) {
-        if (!fail(result, "cannot publish the ResourceSlice")) return;
-        continue;
-      }
-      backoff.Reset();
-    }
-    if (absl::Now() >= next_chore) {
-      options_.chore();
-      next_chore = absl::Now() + options_.chore_interval;
-    }
-    if (status().watch_refused) {
-      // No watch: the view is listed again every resync.
-      if (!WaitUntil(absl::Now() + options_.resync)) return;
-      view.synced = false;
-      continue;
-    }
-    absl::StatusOr<WatchEnd> end = WatchOnce(view);
-    if (!end.ok()) {
-      if (absl::IsCancelled(end.status())) {
-        WaitUntil(absl::InfiniteFuture());  // stopping, as above
-        continue;
-      }
-      if (!fail(end.status(), "the ResourceSlice watch failed")) return;
-      continue;
-    }
-    switch (*end) {
-      case WatchEnd::kRenew: {
-        // An API server that dropped taints may keep them now (its gate turned on): try again.
-        absl::MutexLock lock(&mu_);
-        if (taints_dropped_) {
-          taints_dropped_ = false;
-          reconcile = true;
-        }
-        break;
-      }
-      case WatchEnd::kStopping:
-        break;
-      case WatchEnd::kReconcile:
-        reconcile = true;
-        break;
-      case WatchEnd::kRelist:
-        view.synced = false;
-        break;
-      case WatchEnd::kRefused:
-        LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
-                     << "daemon's role lacks the watch verb?): listing them every "
-                     << absl::FormatDuration(options_.resync) << " instead";
-        break;
-    }
-  }
+PollLoop::Fds SlicePublisher::WaitFds() {
+  return {wake_fd_, watch_ != nullptr ? watch_->fd() : -1, -1, -1};
 }
 
-absl::StatusOr<SlicePublisher::WatchEnd> SlicePublisher::WatchOnce(View& view) {
+void SlicePublisher::RetryLater(const absl::Status& error, absl::string_view what) {
+  errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
+  retry_at_ = absl::Now() + backoff_.Next();
+}
+
+absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
+  if (ready[0] != 0) {
+    uint64_t count;
+    if (read(wake_fd_, &count, sizeof(count)) < 0) {
+      // EAGAIN: nothing to take; the flags below say what is to do.
+    }
+  }
+  if (watch_ != nullptr && ready[1] != 0) ReadWatch();
+  if (watch_ != nullptr && absl::Now() >= watch_deadline_) {
+    watch_.reset();  // the server did not end it when asked: another one below
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::InfiniteFuture();
+    if (dirty_) {
+      reconcile_ = true;
+      retry_at_ = absl::InfinitePast();  // a change is tried at once, also while backing off
+    }
+    dirty_ = false;
+    if (relist_) view_.synced = false;
+    relist_ = false;
+  }
+  const bool refused = status().watch_refused;
+  if (refused && absl::Now() >= next_list_) view_.synced = false;  // without a watch: list again
+  auto next_wake = [&] {
+    absl::Time next = watch_ != nullptr ? watch_deadline_ : absl::InfiniteFuture();
+    if (refused) next = std::min(next, next_list_);
+    if (retry_at_ > absl::Now()) next = std::min(next, retry_at_);
+    return next;
+  };
+  if (absl::Now() < retry_at_) return next_wake();
+
+  if (reconcile_ || !view_.synced) {
+    const uint64_t lists = status().lists;
+    absl::Status result = Reconcile(view_);
+    if (absl::IsCancelled(result)) return absl::InfiniteFuture();  // stopping: nothing more to ask
+    // A list is a new view: the watch starts again from it, not from before it.
+    if (status().lists != lists) watch_.reset();
+    if (!result.ok()) {
+      reconcile_ = true;
+      RetryLater(result, "cannot publish the ResourceSlice");
+      return next_wake();
+    }
+    reconcile_ = false;
+    backoff_.Reset();
+    if (refused) next_list_ = absl::Now() + options_.resync;
+  }
+  if (absl::Now() >= next_chore_) {
+    options_.chore();
+    next_chore_ = absl::Now() + options_.chore_interval;
+  }
+  if (!refused && watch_ == nullptr) OpenWatch();
+  return next_wake();
+}
+
+void SlicePublisher::OpenWatch() {
   // As client-go's reflector: the server ends the watch after a random time between resync and
   // twice that (the fleet's renewals spread out), and we wait a little longer than that.
   static thread_local std::mt19937 random(std::random_device{}());
@@ -279,96 +268,114 @@ absl::StatusOr<SlicePublisher::WatchEnd> SlicePublisher::WatchOnce(View& view) {
   const std::string path =
       absl::StrCat(kSlicesPath, "?watch=true&allowWatchBookmarks=true&fieldSelector=",
                    SliceFieldSelector(options_.driver, options_.node_name),
-                   "&resourceVersion=", UrlEncode(view.resource_version),
+                   "&resourceVersion=", UrlEncode(view_.resource_version),
                    "&timeoutSeconds=", timeout_seconds);
-  WatchEnd end = WatchEnd::kRenew;
-  absl::Status stop_watching = absl::AbortedError("the watch has what it needs");
-  ApiClient::WatchCallbacks callbacks;
-  callbacks.wake_fd = wake_fd_;
-  callbacks.on_wake = [&]() -> absl::Status {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      end = WatchEnd::kStopping;
-      return stop_watching;
-    }
-    if (dirty_) {
-      end = WatchEnd::kReconcile;
-      return stop_watching;
-    }
-    return absl::OkStatus();
-  };
-  callbacks.on_event = [&](absl::string_view line) -> absl::Status {
-    json event = json::parse(line, nullptr, false);
-    const std::string type = JsonString(event, "type").value_or("");
-    const json* object = JsonMember(event, "object");
-    const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
-    if (type == "ERROR") {
-      // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
-      const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
-      if (code == 410) {
-        end = WatchEnd::kRelist;
-        return stop_watching;
-      }
-      return absl::UnavailableError(absl::StrCat(
-          "the watch ended with an error: ",
-          object == nullptr ? std::string("(none given)")
-                            : JsonString(*object, "message").value_or(object->dump())));
-    }
-    if (metadata == nullptr) {
-      return absl::DataLossError(absl::StrCat("not a watch event: ", line.substr(0, 200)));
-    }
-    const std::string version = JsonString(*metadata, "resourceVersion").value_or("");
-    if (!version.empty()) {
-      view.resource_version = version;
-      absl::MutexLock lock(&mu_);
-      status_.resource_version = version;
-    }
-    if (type == "BOOKMARK") return absl::OkStatus();
-    const std::string name = JsonString(*metadata, "name").value_or("");
-    if (type == "DELETED") {
-      if (view.slices.erase(name) == 0) return absl::OkStatus();
-    } else if (type == "ADDED" || type == "MODIFIED") {
-      auto known = view.slices.find(name);
-      // Our own write's event, or an older one replayed (the watch starts from the list's
-      // version, before our writes): the view holds that or newer already.
-      if (known != view.slices.end() &&
-          !NewerVersion(version, JsonString(known->second["metadata"], "resourceVersion").value_or(""))) {
-        return absl::OkStatus();
-      }
-      view.slices[name] = *object;
-    } else {
-      return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
-    }
-    // Someone else changed our slices: compare at once.
-    end = WatchEnd::kReconcile;
-    return stop_watching;
-  };
   {
     absl::MutexLock lock(&mu_);
     ++status_.watches;
   }
-  absl::StatusOr<HttpResponse> response = client_->Watch(
-      path, absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30), callbacks);
-  if (!response.ok()) {
-    if (response.status() == stop_watching) return end;
-    // Our own deadline: the server did not end the watch when asked; start another.
-    if (absl::IsDeadlineExceeded(response.status())) return WatchEnd::kRenew;
-    return response.status();
+  absl::StatusOr<std::unique_ptr<WatchStream>> opened = client_->OpenWatch(path);
+  if (!opened.ok()) {
+    if (!absl::IsCancelled(opened.status())) {
+      RetryLater(opened.status(), "the ResourceSlice watch failed");
+    }
+    return;
   }
-  switch (response->status) {
-    case 200:
-      return WatchEnd::kRenew;  // the server ended it (timeoutSeconds)
+  watch_ = *std::move(opened);
+  watch_deadline_ = absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30);
+}
+
+void SlicePublisher::ReadWatch() {
+  // 410 Gone in an ERROR event: the watch's resourceVersion is compacted away.
+  const absl::Status expired = absl::AbortedError("the watch's resourceVersion is gone");
+  absl::StatusOr<std::optional<HttpResponse>> read =
+      watch_->ReadAvailable([&](absl::string_view line) -> absl::Status {
+        absl::Status applied = ApplyEvent(line);
+        if (absl::IsOutOfRange(applied)) return expired;
+        return applied;
+      });
+  if (read.ok() && !read->has_value()) return;  // it goes on
+  watch_.reset();
+  if (!read.ok()) {
+    if (read.status() == expired) {
+      view_.synced = false;
+    } else if (!absl::IsCancelled(read.status())) {
+      RetryLater(read.status(), "the ResourceSlice watch failed");
+    }
+    return;
+  }
+  const HttpResponse& response = **read;
+  switch (response.status) {
+    case 200: {
+      // The server ended it (timeoutSeconds): renewed in this step. An API server that dropped
+      // taints may keep them now (its gate turned on): try again.
+      absl::MutexLock lock(&mu_);
+      if (taints_dropped_) {
+        taints_dropped_ = false;
+        reconcile_ = true;
+      }
+      return;
+    }
     case 410:
-      return WatchEnd::kRelist;
+      view_.synced = false;
+      return;
     case 403:
     case 405: {
+      LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
+                   << "daemon's role lacks the watch verb?): listing them every "
+                   << absl::FormatDuration(options_.resync) << " instead";
+      next_list_ = absl::Now() + options_.resync;
       absl::MutexLock lock(&mu_);
       status_.watch_refused = true;
-      return WatchEnd::kRefused;
+      return;
     }
     default:
-      return HttpError("watching ResourceSlices", *response);
+      RetryLater(HttpError("watching ResourceSlices", response), "the ResourceSlice watch failed");
   }
+}
+
+absl::Status SlicePublisher::ApplyEvent(absl::string_view line) {
+  json event = json::parse(line, nullptr, false);
+  const std::string type = JsonString(event, "type").value_or("");
+  const json* object = JsonMember(event, "object");
+  const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
+  if (type == "ERROR") {
+    // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
+    const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
+    if (code == 410) return absl::OutOfRangeError("410");
+    return absl::UnavailableError(absl::StrCat(
+        "the watch ended with an error: ",
+        object == nullptr ? std::string("(none given)")
+                          : JsonString(*object, "message").value_or(object->dump())));
+  }
+  if (metadata == nullptr) {
+    return absl::DataLossError(absl::StrCat("not a watch event: ", line.substr(0, 200)));
+  }
+  const std::string version = JsonString(*metadata, "resourceVersion").value_or("");
+  if (!version.empty()) {
+    view_.resource_version = version;
+    absl::MutexLock lock(&mu_);
+    status_.resource_version = version;
+  }
+  if (type == "BOOKMARK") return absl::OkStatus();
+  const std::string name = JsonString(*metadata, "name").value_or("");
+  if (type == "DELETED") {
+    if (view_.slices.erase(name) == 0) return absl::OkStatus();
+  } else if (type == "ADDED" || type == "MODIFIED") {
+    auto known = view_.slices.find(name);
+    // Our own write's event, or an older one replayed (the watch starts from the list's
+    // version, before our writes): the view holds that or newer already.
+    if (known != view_.slices.end() &&
+        !NewerVersion(version, JsonString(known->second["metadata"], "resourceVersion").value_or(""))) {
+      return absl::OkStatus();
+    }
+    view_.slices[name] = *object;
+  } else {
+    return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
+  }
+  // Someone else changed our slices: compare in this step.
+  reconcile_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status SlicePublisher::ReconcileOnce() {

@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -402,7 +403,7 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, int can
 // step's result (> 0 done, 0 end of stream) or an error.
 template <typename Step>
 absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, int cancel_fd,
-                          Step step, const Wake& wake = {}) {
+                          Step step) {
   while (true) {
     if (IsSignalled(cancel_fd)) return Cancelled(what);
     // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
@@ -418,8 +419,7 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, i
 #endif
     if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
       absl::Status waited =
-          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd,
-                  wake);
+          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd);
       if (!waited.ok()) return waited;
       continue;
     }
@@ -679,12 +679,6 @@ void ApiClient::Cancel() const {
 
 bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
 
-absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
-                                                absl::string_view content_type,
-                                                absl::string_view body) const {
-  return Exchange(method, path, content_type, body, absl::Now() + config_.timeout, nullptr);
-}
-
 absl::Status LineSplitter::Feed(absl::string_view data) {
   while (!data.empty()) {
     const size_t eol = data.find('\n');
@@ -711,25 +705,26 @@ absl::Status LineSplitter::Feed(absl::string_view data) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<HttpResponse> ApiClient::Watch(absl::string_view path, absl::Time deadline,
-                                              const WatchCallbacks& callbacks) const {
-  return Exchange("GET", path, "", "", deadline, &callbacks);
-}
-
-absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl::string_view path,
-                                                 absl::string_view content_type,
-                                                 absl::string_view body, absl::Time deadline,
-                                                 const WatchCallbacks* watch) const {
-  const std::string what = absl::StrCat(method, " ", path);
-  const Wake wake = watch == nullptr ? Wake{} : Wake{watch->wake_fd, &watch->on_wake};
-  if (cancelled()) return Cancelled(what);
+// One TLS connection with its request sent. The session's I/O context is `socket_fd`, so the
+// connection stays where it was made (it is only ever held by pointer).
+struct ApiConnection {
   Tls tls;
-  if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
   Fd fd;
-  // Connecting, the handshake and sending the request get the configured timeout even in a watch,
-  // whose own deadline (minutes) is for the answer: a server that never accepts is an error soon.
-  const absl::Time setup_deadline = std::min(deadline, absl::Now() + config_.timeout);
-  if (absl::Status connected = Connect(config_, setup_deadline, cancel_fd_, fd); !connected.ok()) {
+  int socket_fd = -1;
+};
+
+absl::StatusOr<std::unique_ptr<ApiConnection>> ApiClient::Send(absl::string_view method,
+                                                               absl::string_view path,
+                                                               absl::string_view content_type,
+                                                               absl::string_view body,
+                                                               absl::Time setup_deadline) const {
+  const std::string what = absl::StrCat(method, " ", path);
+  if (cancelled()) return Cancelled(what);
+  auto connection = std::make_unique<ApiConnection>();
+  Tls& tls = connection->tls;
+  if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
+  if (absl::Status connected = Connect(config_, setup_deadline, cancel_fd_, connection->fd);
+      !connected.ok()) {
     return connected;
   }
 
@@ -742,8 +737,9 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
     rc = mbedtls_ssl_set_hostname(&tls.ssl, by_address ? nullptr : config_.host.c_str());
   }
   if (rc != 0) return absl::InternalError(absl::StrCat("TLS session: ", MbedError(rc)));
-  int socket_fd = fd.get();
-  mbedtls_ssl_set_bio(&tls.ssl, &socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
+  connection->socket_fd = connection->fd.get();
+  const int socket_fd = connection->socket_fd;
+  mbedtls_ssl_set_bio(&tls.ssl, &connection->socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
   absl::StatusOr<int> handshake = Drive(socket_fd, setup_deadline, "TLS handshake", cancel_fd_,
                                         [&] { return mbedtls_ssl_handshake(&tls.ssl); });
   if (!handshake.ok() || *handshake != 0) {
@@ -793,28 +789,27 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
     if (*n == 0) return absl::UnavailableError(absl::StrCat(what, ": the server closed the connection"));
     sent += *n;
   }
+  return connection;
+}
 
+absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
+                                                absl::string_view content_type,
+                                                absl::string_view body) const {
+  const std::string what = absl::StrCat(method, " ", path);
+  const absl::Time deadline = absl::Now() + config_.timeout;
+  absl::StatusOr<std::unique_ptr<ApiConnection>> connection =
+      Send(method, path, content_type, body, deadline);
+  if (!connection.ok()) return connection.status();
+  mbedtls_ssl_context* ssl = &(*connection)->tls.ssl;
   // Each read is handed to the reader once: the answer is parsed as it arrives, never again
-  // from its start (reparsing is quadratic for a big answer in small TLS records). A watch's
-  // events go to its callback line by line instead of into the body.
-  std::unique_ptr<LineSplitter> lines;
-  absl::Status event_error;  // the callback's own error, returned as it is
-  if (watch != nullptr) {
-    lines = std::make_unique<LineSplitter>(kMaxApiResponseBytes, [&](absl::string_view line) {
-      event_error = watch->on_event(line);
-      return event_error;
-    });
-  }
-  HttpResponseReader reader = lines == nullptr
-                                  ? HttpResponseReader()
-                                  : HttpResponseReader([&](absl::string_view data) { return lines->Feed(data); });
+  // from its start (reparsing is quadratic for a big answer in small TLS records).
+  HttpResponseReader reader;
   size_t received = 0;
   char buf[16 * 1024];
   while (true) {
-    absl::StatusOr<int> n = Drive(
-        socket_fd, deadline, what, cancel_fd_,
-        [&] { return mbedtls_ssl_read(&tls.ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf)); },
-        wake);
+    absl::StatusOr<int> n = Drive((*connection)->socket_fd, deadline, what, cancel_fd_, [&] {
+      return mbedtls_ssl_read(ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
+    });
     if (!n.ok()) return n.status();
     if (*n == 0) {
       if (absl::Status finished = reader.Finish(); !finished.ok()) {
@@ -823,19 +818,112 @@ absl::StatusOr<HttpResponse> ApiClient::Exchange(absl::string_view method, absl:
       return std::move(reader.response());
     }
     received += *n;
-    if (received > kMaxApiResponseBytes + 64 * 1024 && lines == nullptr) {
+    if (received > kMaxApiResponseBytes + 64 * 1024) {
       return absl::ResourceExhaustedError(absl::StrCat(what, ": the answer is larger than 8 MiB"));
     }
     absl::StatusOr<bool> done = reader.Feed(absl::string_view(buf, *n));
     if (!done.ok()) {
-      if (!event_error.ok()) return event_error;
       return absl::Status(done.status().code(), absl::StrCat(what, ": ", done.status().message()));
     }
     if (*done) {
-      mbedtls_ssl_close_notify(&tls.ssl);  // best effort
+      mbedtls_ssl_close_notify(ssl);  // best effort
       return std::move(reader.response());
     }
   }
+}
+
+absl::StatusOr<std::unique_ptr<WatchStream>> ApiClient::OpenWatch(absl::string_view path) const {
+  absl::StatusOr<std::unique_ptr<ApiConnection>> connection =
+      Send("GET", path, "", "", absl::Now() + config_.timeout);
+  if (!connection.ok()) return connection.status();
+  return std::unique_ptr<WatchStream>(
+      new WatchStream(*std::move(connection), absl::StrCat("GET ", path), config_.timeout));
+}
+
+absl::StatusOr<HttpResponse> ApiClient::Watch(absl::string_view path, absl::Time deadline,
+                                              const WatchCallbacks& callbacks) const {
+  const std::string what = absl::StrCat("GET ", path);
+  absl::StatusOr<std::unique_ptr<WatchStream>> stream = OpenWatch(path);
+  if (!stream.ok()) return stream.status();
+  const Wake wake{callbacks.wake_fd, &callbacks.on_wake};
+  while (true) {
+    absl::StatusOr<std::optional<HttpResponse>> read = (*stream)->ReadAvailable(callbacks.on_event);
+    if (!read.ok()) return read.status();
+    if (read->has_value()) return std::move(**read);
+    // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
+    if (absl::Status waited = WaitFor((*stream)->fd(), POLLIN, deadline, what, cancel_fd_, wake);
+        !waited.ok()) {
+      return waited;
+    }
+  }
+}
+
+WatchStream::WatchStream(std::unique_ptr<ApiConnection> connection, std::string what,
+                         absl::Duration timeout)
+    : connection_(std::move(connection)),
+      what_(std::move(what)),
+      timeout_(timeout),
+      lines_(kMaxApiResponseBytes,
+             [this](absl::string_view line) {
+               event_error_ = (*on_event_)(line);
+               return event_error_;
+             }),
+      reader_([this](absl::string_view data) { return lines_.Feed(data); }) {}
+
+WatchStream::~WatchStream() = default;
+
+int WatchStream::fd() const { return connection_->socket_fd; }
+
+absl::StatusOr<std::optional<HttpResponse>> WatchStream::ReadAvailable(
+    const std::function<absl::Status(absl::string_view event)>& on_event) {
+  if (end_.has_value()) {
+    if (!end_->ok()) return end_->status();
+    return std::optional<HttpResponse>(**end_);
+  }
+  on_event_ = &on_event;
+  mbedtls_ssl_context* ssl = &connection_->tls.ssl;
+  char buf[16 * 1024];
+  // Until the socket has nothing more: what mbedTLS has decrypted and kept is read too, so
+  // nothing that came waits for the next poll.
+  while (!end_.has_value()) {
+    const int n = mbedtls_ssl_read(ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
+    if (n > 0) {
+      absl::StatusOr<bool> done = reader_.Feed(absl::string_view(buf, n));
+      if (!done.ok()) {
+        end_ = !event_error_.ok() ? event_error_
+                                  : absl::Status(done.status().code(),
+                                                 absl::StrCat(what_, ": ", done.status().message()));
+      } else if (*done) {
+        mbedtls_ssl_close_notify(ssl);  // best effort
+        end_ = std::move(reader_.response());
+      }
+      continue;
+    }
+    if (n == MBEDTLS_ERR_SSL_WANT_READ) break;
+#ifdef MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET
+    if (n == MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET) continue;  // as Drive, above
+#endif
+    if (n == MBEDTLS_ERR_SSL_WANT_WRITE) {
+      // The session has to send before it can read on: rare, and bounded as a request's write.
+      if (absl::Status waited = WaitFor(fd(), POLLOUT, absl::Now() + timeout_, what_, -1);
+          !waited.ok()) {
+        end_ = waited;
+      }
+      continue;
+    }
+    if (n == 0 || n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF) {
+      absl::Status finished = reader_.Finish();
+      end_ = finished.ok() ? absl::StatusOr<HttpResponse>(std::move(reader_.response()))
+                           : absl::Status(finished.code(), absl::StrCat(what_, ": ", finished.message()));
+      continue;
+    }
+    end_ = absl::UnavailableError(absl::StrCat(what_, ": ", MbedError(n)));
+  }
+  on_event_ = nullptr;
+  if (!end_.has_value()) return std::optional<HttpResponse>();
+  if (!end_->ok()) return end_->status();
+  return std::optional<HttpResponse>(**end_);
 }
 
 }  // namespace edgeaccel

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "captured_log.h"
@@ -385,6 +389,86 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
   EXPECT_EQ(api_.resource_slice_writes(), writes + 1) << "only the device change was written";
   EXPECT_TRUE(publisher.status().last_error.empty()) << publisher.status().last_error;
+}
+
+// A device change is published while the watch stays open: one watch for the publisher's life
+// while the server does not end it, however often the devices change.
+TEST_F(SlicePublisherTest, ADeviceChangeIsPublishedWithTheWatchLeftOpen) {
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  for (size_t devices : {1u, 2u, 1u}) {
+    set_.Update(devices == 1 ? std::vector<Device>{Tpu("0000:03:00.0")}
+                             : std::vector<Device>{Tpu("0000:03:00.0"), Tpu("0000:04:00.0")});
+    ASSERT_TRUE(api_.WaitForResourceSlices([&](const std::vector<json>& slices) {
+      return slices.size() == 1 && slices[0]["spec"]["devices"].size() == devices;
+    }));
+  }
+  // Our own writes' events came back on the watch and changed nothing.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(api_.resource_slice_watches(), 1);
+  EXPECT_EQ(api_.open_slice_watches(), 1);
+  EXPECT_EQ(publisher.status().lists, 1u);
+  EXPECT_EQ(publisher.status().generation, 4) << "created, then three changes";
+  publisher.Stop();
+}
+
+// Two drivers' publishers on one loop (the daemon's ea-dra-slices): each keeps its own slice and
+// its own watch, and one's change or another writer's delete is published while the other waits.
+TEST_F(SlicePublisherTest, TwoDriversShareOneLoopThread) {
+  constexpr char kOther[] = "gpu.edgeaccel.io";
+  DeviceSet other_set(kOther);
+  other_set.Update({Tpu("0000:05:00.0")});
+  PollLoop loop("ea-dra-slices");
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  options.loop = &loop;
+  SlicePublisher::Options other_options = options;
+  other_options.driver = kOther;
+  SlicePublisher publisher(options, client_.get(), &set_);
+  SlicePublisher other(other_options, client_.get(), &other_set);
+  publisher.Start();
+  other.Start();
+  auto two_slices = [&](size_t ours, size_t others) {
+    return api_.WaitForResourceSlices([&](const std::vector<json>& slices) {
+      size_t found = 0;
+      for (const json& slice : slices) {
+        const size_t devices = slice["spec"]["devices"].size();
+        if (slice["spec"]["driver"] == kDriver && devices == ours) ++found;
+        if (slice["spec"]["driver"] == kOther && devices == others) ++found;
+      }
+      return slices.size() == 2 && found == 2;
+    });
+  };
+  ASSERT_TRUE(two_slices(2, 1));
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 2; }));
+  std::string threads;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "ea-dra-slices") threads += entry.path().filename().string() + " ";
+  }
+  EXPECT_EQ(std::count(threads.begin(), threads.end(), ' '), 1) << "threads called ea-dra-slices: " << threads;
+
+  other_set.Update({Tpu("0000:05:00.0"), Tpu("0000:06:00.0")});
+  ASSERT_TRUE(two_slices(2, 2));
+  api_.DeleteAllResourceSlices("node-1");
+  EXPECT_TRUE(two_slices(2, 2)) << "both put back from their watches";
+  EXPECT_EQ(publisher.status().lists, 1u);
+  EXPECT_EQ(other.status().lists, 1u);
+  other.Stop();
+  set_.Update({Tpu("0000:03:00.0")});
+  EXPECT_TRUE(api_.WaitForResourceSlices([&](const std::vector<json>& slices) {
+    for (const json& slice : slices) {
+      if (slice["spec"]["driver"] == kDriver) return slice["spec"]["devices"].size() == 1u;
+    }
+    return false;
+  })) << "the other's stop leaves this one on the loop";
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  publisher.Stop();
 }
 
 // A role without `watch` (an install from before watches): the publisher says so once and lists

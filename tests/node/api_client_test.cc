@@ -552,6 +552,52 @@ TEST_F(ApiClientTest, AWatchEndsOnTheCallbacksErrorAWakeOrItsDeadline) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(response.status())) << response.status();
 }
 
+// An opened watch is read by whoever polls its descriptor: each read takes what has come and
+// returns at once, the event first, then nothing while the server is quiet; the answer once the
+// server ends it; and the same answer again after that.
+TEST_F(ApiClientTest, AnOpenWatchIsReadAsItArrivesWithoutWaiting) {
+  ApiClient client(Config());
+  absl::StatusOr<std::unique_ptr<WatchStream>> quiet = client.OpenWatch("/watch-quiet");
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  std::vector<std::string> events;
+  auto keep = [&](absl::string_view event) {
+    events.emplace_back(event);
+    return absl::OkStatus();
+  };
+  pollfd readable{(*quiet)->fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&readable, 1, 5000), 1);
+  while (events.empty()) {
+    absl::StatusOr<std::optional<HttpResponse>> read = (*quiet)->ReadAvailable(keep);
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_FALSE(read->has_value()) << "the quiet watch does not end";
+    if (events.empty()) ASSERT_EQ(poll(&readable, 1, 5000), 1);
+  }
+  EXPECT_THAT(events, ::testing::ElementsAre("{\"type\":\"ADDED\"}"));
+  const absl::Time before = absl::Now();
+  absl::StatusOr<std::optional<HttpResponse>> read = (*quiet)->ReadAvailable(keep);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_FALSE(read->has_value());
+  EXPECT_LT(absl::Now() - before, absl::Seconds(1)) << "nothing came: it returned, not waited";
+  EXPECT_EQ(events.size(), 1u);
+
+  absl::StatusOr<std::unique_ptr<WatchStream>> ended = client.OpenWatch("/watch");
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  events.clear();
+  std::optional<HttpResponse> answer;
+  while (!answer.has_value()) {
+    pollfd more{(*ended)->fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&more, 1, 5000), 1);
+    read = (*ended)->ReadAvailable(keep);
+    ASSERT_TRUE(read.ok()) << read.status();
+    answer = *read;
+  }
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(events.size(), 3u);
+  read = (*ended)->ReadAvailable(keep);
+  ASSERT_TRUE(read.ok() && read->has_value()) << "done: the same answer";
+  EXPECT_EQ((*read)->status, 200);
+}
+
 TEST_F(ApiClientTest, AWatchRefusedIsAnsweredWhole) {
   ApiClient::WatchCallbacks callbacks;
   callbacks.on_event = [](absl::string_view) { return absl::InternalError("no event expected"); };

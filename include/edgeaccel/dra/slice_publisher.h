@@ -1,5 +1,6 @@
 // SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's devices
-// (the Unhealthy ones tainted, see below), on a thread of its own ("ea-dra-slices").
+// (the Unhealthy ones tainted, see below). It is a member of a PollLoop: the daemon runs every
+// driver's publisher on one ("ea-dra-slices"); alone, a publisher makes a loop of its own.
 //
 // What it knows of the API server's slices is a view kept by a watch, as the Go helper keeps its
 // slices with an informer: a LIST of the driver's slices of this node (fieldSelector spec.driver
@@ -7,8 +8,10 @@
 // renewed from the last resourceVersion it saw (events and bookmarks) when the API server ends it
 // (timeoutSeconds: a random time between `resync` and twice that, as client-go's reflector
 // picks). It lists again only when the watch answers 410 Gone (that resourceVersion is
-// compacted) or a write met a 409 Conflict. While nothing changes it sends nothing but the
-// renewal of its watch.
+// compacted) or a write met a 409 Conflict, and then watches again from the list. While nothing
+// changes it sends nothing but the renewal of its watch. The watch is read as it arrives, never
+// waited on (ApiClient::OpenWatch); the requests (list, writes, opening the watch) are made in
+// the loop's step, each bounded by the client's timeout, and the watch stays open across them.
 //
 // It reconciles the view with the devices when the device set changes (hot-plug, health, or the
 // devices' facts alone: NVML's, which arrive after the first scan), on Resync() (the kubelet
@@ -34,17 +37,17 @@
 // watch is renewed, so an API server whose gate is turned on gets them without a restart of the
 // daemon.
 //
-// The driver's other periodic work (ClaimPreparer::Cleanup) runs on this thread too, as the
-// `chore`: after the first reconcile, then each time a watch ends at least `chore_interval` after
-// its last run, so it costs no thread and no wake-up of its own.
+// The driver's other periodic work (ClaimPreparer::Cleanup) runs in the publisher's step too, as
+// the `chore`: after the first reconcile, then at the first step at least `chore_interval` after
+// its last run (a watch's renewal at the latest), so it costs no thread and no wake-up of its own.
 #ifndef EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 #define EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -53,13 +56,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "edgeaccel/dra/resource_slice.h"
+#include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/once_logger.h"
+#include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/node/api_client.h"
 
 namespace edgeaccel {
 
-class SlicePublisher {
+class SlicePublisher : private PollLoop::Member {
  public:
   struct Options {
     std::string driver;
@@ -73,6 +78,8 @@ class SlicePublisher {
     // Run after reconciles (see above); empty: none.
     std::function<void()> chore;
     absl::Duration chore_interval = absl::Minutes(5);
+    // The loop it runs on (it outlives the publisher); nullptr: a loop of its own.
+    PollLoop* loop = nullptr;
   };
 
   // What the publisher last did, for --discover, /metrics and tests.
@@ -94,11 +101,12 @@ class SlicePublisher {
 
   // `client` and `set` outlive this object.
   SlicePublisher(Options options, const ApiClient* client, DeviceSet* set);
-  ~SlicePublisher();
+  ~SlicePublisher() override;
 
+  // Joins the loop: its first step lists and publishes.
   void Start();
-  // Stops the thread (a watch in flight ends at once, another request at the client's timeout);
-  // leaves the slice.
+  // Leaves the loop (a watch ends at once; a request in flight at the client's timeout, or at
+  // once after ApiClient::Cancel); leaves the slice. After it, the publisher does nothing more.
   void Stop();
   // List and reconcile now (also while the set did not change): the slices may have changed
   // without a watch event (the kubelet registered us, and a kubelet that starts deletes them).
@@ -112,37 +120,54 @@ class SlicePublisher {
   absl::Status ReconcileOnce();
 
  private:
-  // The thread's knowledge of our slices on the API server.
+  // What the publisher knows of our slices on the API server.
   struct View {
     bool synced = false;                          // listed, and kept by the watch since
     std::string resource_version;                 // where the next watch starts
     std::map<std::string, nlohmann::json> slices;  // by name
   };
-  enum class WatchEnd { kRenew, kReconcile, kRelist, kRefused, kStopping };
 
-  void Run();
+  // PollLoop::Member: the wake eventfd and the open watch's socket.
+  PollLoop::Fds WaitFds() override;
+  absl::Time Step(const PollLoop::Events& ready) override;
+
+  // Reads what the watch has brought, applying it to the view; closes it when it ended.
+  void ReadWatch();
+  // One watch event: updates the view; a change someone else made asks for a reconcile.
+  absl::Status ApplyEvent(absl::string_view line);
+  void OpenWatch();
+  // Logs an error once per distinct message and waits for the backoff before trying again.
+  void RetryLater(const absl::Status& error, absl::string_view what);
   absl::Status Reconcile(View& view);
   absl::Status List(View& view);
-  // One watch from view.resource_version; updates the view from its events.
-  absl::StatusOr<WatchEnd> WatchOnce(View& view);
   std::string NodeUid();
   void Wake();
-  // Waits until Resync(), Stop() or `deadline`; false when stopping.
-  bool WaitUntil(absl::Time deadline);
 
   const Options options_;
   const ApiClient* const client_;
   DeviceSet* const set_;
-  const int wake_fd_;  // an eventfd: ends the wait inside a watch (Resync, Stop)
+  const int wake_fd_;  // an eventfd: a device change, Resync, Stop
   uint64_t listener_ = 0;
-  std::thread thread_;
+  std::unique_ptr<PollLoop> own_loop_;
+  PollLoop* loop_ = nullptr;  // while started
+
+  // The loop's step alone uses these (ReconcileOnce and RemoveAll have views of their own).
+  View view_;
+  std::unique_ptr<WatchStream> watch_;
+  absl::Time watch_deadline_ = absl::InfiniteFuture();  // we end a watch the server did not end
+  Backoff backoff_;
+  absl::Time retry_at_ = absl::InfinitePast();          // after an error, the next attempt
+  bool reconcile_ = true;
+  absl::Time next_chore_ = absl::InfiniteFuture();
+  absl::Time next_list_ = absl::InfiniteFuture();       // without a watch (refused)
+
   mutable absl::Mutex mu_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;   // reconcile
   bool relist_ ABSL_GUARDED_BY(mu_) = false;  // and list first
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool taints_dropped_ ABSL_GUARDED_BY(mu_) = false;
   Status status_ ABSL_GUARDED_BY(mu_);
-  std::string node_uid_;  // the thread's (or ReconcileOnce's caller's)
+  std::string node_uid_;  // the step's (or ReconcileOnce's caller's)
   OnceLogger errors_;
 };
 

@@ -19,6 +19,8 @@
 #define EDGEACCEL_NODE_API_CLIENT_H_
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,9 @@ struct HttpResponse {
 
 // The largest answer read; a Node object is a few KiB.
 inline constexpr size_t kMaxApiResponseBytes = 8 << 20;
+
+struct ApiConnection;
+class WatchStream;
 
 class ApiClient {
  public:
@@ -59,16 +64,21 @@ class ApiClient {
                                        absl::string_view content_type = "",
                                        absl::string_view body = "") const;
 
-  // A watch (GET `path`, which asks for one with watch=true): while the server answers 200, its
+  // A watch (GET `path`, which asks for one with watch=true) opened for a thread that waits on
+  // other things too: connects, shakes hands and sends the request, all within the configured
+  // timeout, as a Request() does, then returns the open stream, whose answer is read with
+  // WatchStream::ReadAvailable whenever its descriptor is readable, never waiting.
+  absl::StatusOr<std::unique_ptr<WatchStream>> OpenWatch(absl::string_view path) const;
+
+  // The same watch on the caller's thread, read until it ends: while the server answers 200, its
   // body is a stream of watch events, one JSON object per line, and `on_event` is given each
   // line as it arrives (without its newline; at most 8 MiB). Whenever `wake_fd` (an eventfd the
   // caller owns; -1: none) is signalled, it is read and `on_wake` runs. Either callback ends the
   // watch by returning an error, which Watch returns. Otherwise it returns when the server ends
   // the stream (the head's status, no body), at `deadline` (DEADLINE_EXCEEDED), on Cancel()
-  // (CANCELLED), or on an error as Request()'s. Connecting, the TLS handshake and sending the
-  // request are bounded by the configured timeout, as a Request() is; only the answer has until
-  // `deadline`. An answer other than 200 is returned whole, as Request() returns it. The callbacks
-  // run on the caller's thread.
+  // (CANCELLED), or on an error as Request()'s. Only the answer has until `deadline`; opening it
+  // has the configured timeout. An answer other than 200 is returned whole, as Request() returns
+  // it. The callbacks run on the caller's thread.
   struct WatchCallbacks {
     std::function<absl::Status(absl::string_view event)> on_event;
     int wake_fd = -1;
@@ -80,11 +90,11 @@ class ApiClient {
   const ApiServerConfig& config() const { return config_; }
 
  private:
-  // One request and its answer; the body goes to `body_sink` instead when one is given and the
-  // answer is 200.
-  absl::StatusOr<HttpResponse> Exchange(absl::string_view method, absl::string_view path,
-                                        absl::string_view content_type, absl::string_view body,
-                                        absl::Time deadline, const WatchCallbacks* watch) const;
+  // A TLS connection to the API server with the request sent on it, within `setup_deadline`.
+  absl::StatusOr<std::unique_ptr<ApiConnection>> Send(absl::string_view method, absl::string_view path,
+                                                      absl::string_view content_type,
+                                                      absl::string_view body,
+                                                      absl::Time setup_deadline) const;
 
   const ApiServerConfig config_;
   const int cancel_fd_;  // an eventfd, signalled by Cancel()
@@ -138,6 +148,37 @@ class LineSplitter {
   const size_t max_line_;
   std::function<absl::Status(absl::string_view)> on_line_;
   std::string partial_;
+};
+
+// An open watch (ApiClient::OpenWatch): its answer read as it arrives, by whoever polls fd().
+class WatchStream {
+ public:
+  ~WatchStream();
+  WatchStream(const WatchStream&) = delete;
+  WatchStream& operator=(const WatchStream&) = delete;
+
+  // Readable (POLLIN) when more of the answer has come.
+  int fd() const;
+  // Reads all that has come, never waiting, and hands each whole event line of a 200 answer to
+  // `on_event` (without its newline; at most 8 MiB). nullopt: the answer goes on. Once it has
+  // ended: the answer, as ApiClient::Watch returns it (200 with no body when the server ended
+  // the stream; any other status whole), or an error: `on_event`'s own, as it is, or the
+  // connection's. After an answer or an error the stream is done; a later call returns the same.
+  absl::StatusOr<std::optional<HttpResponse>> ReadAvailable(
+      const std::function<absl::Status(absl::string_view event)>& on_event);
+
+ private:
+  friend class ApiClient;
+  WatchStream(std::unique_ptr<ApiConnection> connection, std::string what, absl::Duration timeout);
+
+  const std::unique_ptr<ApiConnection> connection_;
+  const std::string what_;        // "GET <path>", for errors
+  const absl::Duration timeout_;  // for a write the TLS session needs in the middle of a read
+  const std::function<absl::Status(absl::string_view)>* on_event_ = nullptr;  // during a read
+  absl::Status event_error_;
+  LineSplitter lines_;
+  HttpResponseReader reader_;
+  std::optional<absl::StatusOr<HttpResponse>> end_;
 };
 
 // The parsed head and body of an HTTP/1.1 answer read to the end of the connection; exposed for
