@@ -212,11 +212,11 @@ absl::Status Daemon::StartDra() {
     publish.node_name = config_.node_name;
     publish.resync = config_.dra_resync;
     publish.sharing = DraSharing();
-    // Claims the kubelet will never unprepare: at start and then at most every --dra-resync, in
-    // the publisher's step.
+    // Claims the kubelet will never unprepare: at start and then at most every --dra-resync, on
+    // the publisher's worker.
     publish.chore = [preparer = driver->preparer.get()] { preparer->Cleanup(); };
     publish.chore_interval = config_.dra_resync;
-    publish.loop = &slices_loop_;
+    publish.loop = &event_loop_;
     driver->publisher = std::make_unique<SlicePublisher>(publish, dra_api_.get(), driver->set.get());
     driver->service = std::make_unique<DraPluginService>(driver->preparer.get(), driver->set.get(),
                                                          config_.node_name, &driver->counters);

@@ -128,8 +128,7 @@ SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceS
     : options_(std::move(options)),
       client_(client),
       set_(set),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      backoff_(options_.initial_backoff, options_.max_backoff, 0.2) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 SlicePublisher::~SlicePublisher() {
   Stop();
@@ -143,6 +142,15 @@ void SlicePublisher::Wake() {
   }
 }
 
+void SlicePublisher::PostSync() {
+  worker_.PostRetrying("sync", [this] { return Sync(); },
+                       {.first = options_.initial_backoff,
+                        .max = options_.max_backoff,
+                        .jitter = 0.2,
+                        // A change is tried at once, also while a failure's retry waits.
+                        .newer_waits_for_retry = false});
+}
+
 void SlicePublisher::Start() {
   if (loop_ != nullptr) return;
   // A slice carries facts (compute capability, memory): a change of facts alone publishes too.
@@ -152,16 +160,17 @@ void SlicePublisher::Start() {
           absl::MutexLock lock(&mu_);
           dirty_ = true;
         }
-        Wake();
+        PostSync();
       },
       DeviceSet::Changes::kAdvertisedOrFacts);
   next_chore_ = options_.chore ? absl::Now() : absl::InfiniteFuture();
   loop_ = options_.loop;
   if (loop_ == nullptr) {
-    own_loop_ = std::make_unique<PollLoop>("ea-dra-slices");
+    own_loop_ = std::make_unique<PollLoop>("ea-dra-watch");
     loop_ = own_loop_.get();
   }
   loop_->Add(this);
+  PostSync();
 }
 
 void SlicePublisher::Stop() {
@@ -174,11 +183,14 @@ void SlicePublisher::Stop() {
     stopping_ = true;
   }
   if (loop_ != nullptr) {
-    loop_->Remove(this);  // waits for a step in progress: a request in it ends at Cancel
+    loop_->Remove(this);
     loop_ = nullptr;
   }
+  worker_.Stop();  // waits for a sync under way: its request ends at the client's Cancel
   own_loop_.reset();
   watch_.reset();
+  absl::MutexLock lock(&mu_);
+  opened_.reset();
 }
 
 void SlicePublisher::Resync() {
@@ -187,7 +199,7 @@ void SlicePublisher::Resync() {
     dirty_ = true;
     relist_ = true;
   }
-  Wake();
+  PostSync();
 }
 
 SlicePublisher::Status SlicePublisher::status() const {
@@ -199,67 +211,217 @@ PollLoop::Fds SlicePublisher::WaitFds() {
   return {wake_fd_, watch_ != nullptr ? watch_->fd() : -1, -1, -1};
 }
 
-void SlicePublisher::RetryLater(const absl::Status& error, absl::string_view what) {
-  errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
-  retry_at_ = absl::Now() + backoff_.Next();
-}
-
 absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
   if (ready[0] != 0) {
     uint64_t count;
     if (read(wake_fd_, &count, sizeof(count)) < 0) {
-      // EAGAIN: nothing to take; the flags below say what is to do.
+      // EAGAIN: nothing to take; the state below says what changed.
     }
   }
+  // ready[1] is the socket of the watch_ polled: read it before a newer one replaces it.
   if (watch_ != nullptr && ready[1] != 0) ReadWatch();
-  if (watch_ != nullptr && absl::Now() >= watch_deadline_) {
-    watch_.reset();  // the server did not end it when asked: another one below
-  }
+  bool sync = false;
+  absl::Time next = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::InfiniteFuture();
-    if (dirty_) {
-      reconcile_ = true;
-      retry_at_ = absl::InfinitePast();  // a change is tried at once, also while backing off
+    if (opened_ != nullptr) {
+      watch_ = std::move(opened_);
+      watch_id_ = stream_id_;
+      watch_deadline_ = opened_deadline_;
+    } else if (watch_ != nullptr && watch_id_ != stream_id_) {
+      watch_.reset();  // the worker dropped it (a new list)
     }
+    if (watch_ != nullptr && absl::Now() >= watch_deadline_) {
+      // The server did not end it when asked: as if it had, another one from where we are.
+      watch_.reset();
+      stream_open_ = false;
+      HttpResponse renewed;
+      renewed.status = 200;
+      stream_end_ = renewed;
+      sync = true;
+    }
+    if (absl::Now() >= next_list_) {
+      next_list_ = absl::InfiniteFuture();  // without a watch: list again every resync
+      relist_ = true;
+      sync = true;
+    }
+    if (watch_ != nullptr) next = watch_deadline_;
+    next = std::min(next, next_list_);
+  }
+  if (sync) PostSync();
+  return next;
+}
+
+void SlicePublisher::ReadWatch() {
+  std::vector<std::string> lines;
+  absl::StatusOr<std::optional<HttpResponse>> read =
+      watch_->ReadAvailable([&](absl::string_view line) {
+        lines.emplace_back(line);
+        return absl::OkStatus();
+      });
+  const bool ended = !read.ok() || read->has_value();
+  bool sync = ended;
+  {
+    absl::MutexLock lock(&mu_);
+    if (watch_id_ == stream_id_) {  // not dropped meanwhile
+      for (std::string& line : lines) {
+        if (events_.empty()) {
+          // Nothing waits for the worker: a bookmark only moves where the next watch starts.
+          const json event = json::parse(line, nullptr, false);
+          const json* object = JsonMember(event, "object");
+          const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
+          const std::optional<std::string> version =
+              metadata == nullptr ? std::nullopt : JsonString(*metadata, "resourceVersion");
+          if (JsonString(event, "type") == "BOOKMARK" && version.has_value() && !version->empty()) {
+            bookmark_version_ = *version;
+            status_.resource_version = *version;
+            continue;
+          }
+        }
+        events_.push_back(std::move(line));
+        sync = true;
+      }
+      if (ended) {
+        stream_open_ = false;
+        stream_end_ = read.ok() ? absl::StatusOr<HttpResponse>(**read) : read.status();
+      }
+    }
+  }
+  if (ended) watch_.reset();
+  if (sync) PostSync();
+}
+
+void SlicePublisher::DropWatch() {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stream_id_;
+    stream_open_ = false;
+    opened_.reset();
+    events_.clear();
+    bookmark_version_.clear();
+    stream_end_.reset();
+  }
+  Wake();
+}
+
+SerialWorker::Outcome SlicePublisher::Sync() {
+  std::vector<std::string> events;
+  std::optional<absl::StatusOr<HttpResponse>> end;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return SerialWorker::Outcome::kDone;
+    ++status_.syncs;
+    // A bookmark came before every event waiting here.
+    if (!bookmark_version_.empty()) view_.resource_version = std::move(bookmark_version_);
+    bookmark_version_.clear();
+    events.swap(events_);
+    end.swap(stream_end_);
+    reconcile_ = reconcile_ || dirty_;
     dirty_ = false;
     if (relist_) view_.synced = false;
     relist_ = false;
   }
-  const bool refused = status().watch_refused;
-  if (refused && absl::Now() >= next_list_) view_.synced = false;  // without a watch: list again
-  auto next_wake = [&] {
-    absl::Time next = watch_ != nullptr ? watch_deadline_ : absl::InfiniteFuture();
-    if (refused) next = std::min(next, next_list_);
-    if (retry_at_ > absl::Now()) next = std::min(next, retry_at_);
-    return next;
-  };
-  if (absl::Now() < retry_at_) return next_wake();
+  absl::Status watch_error;
+  for (const std::string& line : events) {
+    absl::StatusOr<bool> changed = ApplyEvent(line);
+    if (!changed.ok()) {
+      // 410 Gone: the watch's version is compacted away; list again. Anything else: a failed watch.
+      if (absl::IsOutOfRange(changed.status())) {
+        view_.synced = false;
+      } else {
+        watch_error = changed.status();
+      }
+      DropWatch();
+      end.reset();
+      break;
+    }
+    reconcile_ = reconcile_ || *changed;  // someone else changed our slices: compare now
+  }
+  if (end.has_value()) watch_error = WatchEnded(*end);
 
+  const bool refused = status().watch_refused;
   if (reconcile_ || !view_.synced) {
     const uint64_t lists = status().lists;
     absl::Status result = Reconcile(view_);
-    if (absl::IsCancelled(result)) return absl::InfiniteFuture();  // stopping: nothing more to ask
+    if (absl::IsCancelled(result)) return SerialWorker::Outcome::kDone;  // stopping
     // A list is a new view: the watch starts again from it, not from before it.
-    if (status().lists != lists) watch_.reset();
+    if (status().lists != lists) DropWatch();
     if (!result.ok()) {
       reconcile_ = true;
-      RetryLater(result, "cannot publish the ResourceSlice");
-      return next_wake();
+      errors_.Warn(absl::StrCat(options_.driver, ": cannot publish the ResourceSlice: ",
+                                result.message(), " (retrying)"));
+      return SerialWorker::Outcome::kRetry;
     }
     reconcile_ = false;
-    backoff_.Reset();
-    if (refused) next_list_ = absl::Now() + options_.resync;
+    if (refused) {
+      absl::MutexLock lock(&mu_);
+      next_list_ = absl::Now() + options_.resync;
+    }
+    if (refused) Wake();  // the loop's wake time
+  }
+  if (!watch_error.ok()) {
+    if (absl::IsCancelled(watch_error)) return SerialWorker::Outcome::kDone;
+    errors_.Warn(absl::StrCat(options_.driver, ": the ResourceSlice watch failed: ",
+                              watch_error.message(), " (retrying)"));
+    return SerialWorker::Outcome::kRetry;
   }
   if (absl::Now() >= next_chore_) {
     options_.chore();
     next_chore_ = absl::Now() + options_.chore_interval;
   }
-  if (!refused && watch_ == nullptr) OpenWatch();
-  return next_wake();
+  bool open = false;
+  {
+    absl::MutexLock lock(&mu_);
+    open = stream_open_;
+  }
+  if (!refused && !open) {
+    absl::Status opened = OpenWatch();
+    if (absl::IsCancelled(opened)) return SerialWorker::Outcome::kDone;
+    if (!opened.ok()) {
+      errors_.Warn(absl::StrCat(options_.driver, ": the ResourceSlice watch failed: ",
+                                opened.message(), " (retrying)"));
+      return SerialWorker::Outcome::kRetry;
+    }
+  }
+  return SerialWorker::Outcome::kDone;
 }
 
-void SlicePublisher::OpenWatch() {
+absl::Status SlicePublisher::WatchEnded(const absl::StatusOr<HttpResponse>& end) {
+  if (!end.ok()) return end.status();
+  switch (end->status) {
+    case 200: {
+      // The server ended it (timeoutSeconds): renewed in this sync. An API server that dropped
+      // taints may keep them now (its gate turned on): try again.
+      absl::MutexLock lock(&mu_);
+      if (taints_dropped_) {
+        taints_dropped_ = false;
+        reconcile_ = true;
+      }
+      return absl::OkStatus();
+    }
+    case 410:
+      view_.synced = false;
+      return absl::OkStatus();
+    case 403:
+    case 405: {
+      LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
+                   << "daemon's role lacks the watch verb?): listing them every "
+                   << absl::FormatDuration(options_.resync) << " instead";
+      {
+        absl::MutexLock lock(&mu_);
+        status_.watch_refused = true;
+        next_list_ = absl::Now() + options_.resync;
+      }
+      Wake();
+      return absl::OkStatus();
+    }
+    default:
+      return HttpError("watching ResourceSlices", *end);
+  }
+}
+
+absl::Status SlicePublisher::OpenWatch() {
   // As client-go's reflector: the server ends the watch after a random time between resync and
   // twice that (the fleet's renewals spread out), and we wait a little longer than that.
   static thread_local std::mt19937 random(std::random_device{}());
@@ -275,66 +437,19 @@ void SlicePublisher::OpenWatch() {
     ++status_.watches;
   }
   absl::StatusOr<std::unique_ptr<WatchStream>> opened = client_->OpenWatch(path);
-  if (!opened.ok()) {
-    if (!absl::IsCancelled(opened.status())) {
-      RetryLater(opened.status(), "the ResourceSlice watch failed");
-    }
-    return;
+  if (!opened.ok()) return opened.status();
+  {
+    absl::MutexLock lock(&mu_);
+    ++stream_id_;
+    stream_open_ = true;
+    opened_ = *std::move(opened);
+    opened_deadline_ = absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30);
   }
-  watch_ = *std::move(opened);
-  watch_deadline_ = absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30);
+  Wake();
+  return absl::OkStatus();
 }
 
-void SlicePublisher::ReadWatch() {
-  // 410 Gone in an ERROR event: the watch's resourceVersion is compacted away.
-  const absl::Status expired = absl::AbortedError("the watch's resourceVersion is gone");
-  absl::StatusOr<std::optional<HttpResponse>> read =
-      watch_->ReadAvailable([&](absl::string_view line) -> absl::Status {
-        absl::Status applied = ApplyEvent(line);
-        if (absl::IsOutOfRange(applied)) return expired;
-        return applied;
-      });
-  if (read.ok() && !read->has_value()) return;  // it goes on
-  watch_.reset();
-  if (!read.ok()) {
-    if (read.status() == expired) {
-      view_.synced = false;
-    } else if (!absl::IsCancelled(read.status())) {
-      RetryLater(read.status(), "the ResourceSlice watch failed");
-    }
-    return;
-  }
-  const HttpResponse& response = **read;
-  switch (response.status) {
-    case 200: {
-      // The server ended it (timeoutSeconds): renewed in this step. An API server that dropped
-      // taints may keep them now (its gate turned on): try again.
-      absl::MutexLock lock(&mu_);
-      if (taints_dropped_) {
-        taints_dropped_ = false;
-        reconcile_ = true;
-      }
-      return;
-    }
-    case 410:
-      view_.synced = false;
-      return;
-    case 403:
-    case 405: {
-      LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
-                   << "daemon's role lacks the watch verb?): listing them every "
-                   << absl::FormatDuration(options_.resync) << " instead";
-      next_list_ = absl::Now() + options_.resync;
-      absl::MutexLock lock(&mu_);
-      status_.watch_refused = true;
-      return;
-    }
-    default:
-      RetryLater(HttpError("watching ResourceSlices", response), "the ResourceSlice watch failed");
-  }
-}
-
-absl::Status SlicePublisher::ApplyEvent(absl::string_view line) {
+absl::StatusOr<bool> SlicePublisher::ApplyEvent(absl::string_view line) {
   json event = json::parse(line, nullptr, false);
   const std::string type = JsonString(event, "type").value_or("");
   const json* object = JsonMember(event, "object");
@@ -342,7 +457,7 @@ absl::Status SlicePublisher::ApplyEvent(absl::string_view line) {
   if (type == "ERROR") {
     // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
     const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
-    if (code == 410) return absl::OutOfRangeError("410");
+    if (code == 410) return absl::OutOfRangeError("the watch's resourceVersion is gone");
     return absl::UnavailableError(absl::StrCat(
         "the watch ended with an error: ",
         object == nullptr ? std::string("(none given)")
@@ -357,25 +472,21 @@ absl::Status SlicePublisher::ApplyEvent(absl::string_view line) {
     absl::MutexLock lock(&mu_);
     status_.resource_version = version;
   }
-  if (type == "BOOKMARK") return absl::OkStatus();
+  if (type == "BOOKMARK") return false;
   const std::string name = JsonString(*metadata, "name").value_or("");
-  if (type == "DELETED") {
-    if (view_.slices.erase(name) == 0) return absl::OkStatus();
-  } else if (type == "ADDED" || type == "MODIFIED") {
+  if (type == "DELETED") return view_.slices.erase(name) != 0;
+  if (type == "ADDED" || type == "MODIFIED") {
     auto known = view_.slices.find(name);
     // Our own write's event, or an older one replayed (the watch starts from the list's
     // version, before our writes): the view holds that or newer already.
     if (known != view_.slices.end() &&
         !NewerVersion(version, JsonString(known->second["metadata"], "resourceVersion").value_or(""))) {
-      return absl::OkStatus();
+      return false;
     }
     view_.slices[name] = *object;
-  } else {
-    return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
+    return true;
   }
-  // Someone else changed our slices: compare in this step.
-  reconcile_ = true;
-  return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
 }
 
 absl::Status SlicePublisher::ReconcileOnce() {

@@ -364,9 +364,11 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
   EXPECT_EQ(publisher.status().lists, 1u);
 
   const std::string before = publisher.status().resource_version;
+  const uint64_t syncs = publisher.status().syncs;
   api_.BookmarkSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
       [&] { return publisher.status().resource_version != before; }));
+  EXPECT_EQ(publisher.status().syncs, syncs) << "a bookmark alone is kept by the loop: no worker";
   api_.CompactSliceHistory();  // the bookmark's version is the oldest kept: still good
   api_.EndSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
@@ -415,13 +417,14 @@ TEST_F(SlicePublisherTest, ADeviceChangeIsPublishedWithTheWatchLeftOpen) {
   publisher.Stop();
 }
 
-// Two drivers' publishers on one loop (the daemon's ea-dra-slices): each keeps its own slice and
-// its own watch, and one's change or another writer's delete is published while the other waits.
-TEST_F(SlicePublisherTest, TwoDriversShareOneLoopThread) {
+// Two drivers' publishers on one loop (the daemon's ea-loop): each keeps its own slice and its
+// own watch, and one's change or another writer's delete is published while the other waits.
+// Idle, they hold no thread but the loop's: their workers (ea-dra-slices) have ended.
+TEST_F(SlicePublisherTest, TwoDriversShareOneLoopAndHoldNoThreadWhenIdle) {
   constexpr char kOther[] = "gpu.edgeaccel.io";
   DeviceSet other_set(kOther);
   other_set.Update({Tpu("0000:05:00.0")});
-  PollLoop loop("ea-dra-slices");
+  PollLoop loop("ea-loop");
   SlicePublisher::Options options = Options();
   options.resync = absl::Hours(1);
   options.loop = &loop;
@@ -444,14 +447,19 @@ TEST_F(SlicePublisherTest, TwoDriversShareOneLoopThread) {
   };
   ASSERT_TRUE(two_slices(2, 1));
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 2; }));
-  std::string threads;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(entry.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name == "ea-dra-slices") threads += entry.path().filename().string() + " ";
-  }
-  EXPECT_EQ(std::count(threads.begin(), threads.end(), ' '), 1) << "threads called ea-dra-slices: " << threads;
+  auto threads_called = [](const std::string& wanted) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(entry.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == wanted) ++n;
+    }
+    return n;
+  };
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return threads_called("ea-dra-slices") == 0; }))
+      << "idle: the workers have ended";
+  EXPECT_EQ(threads_called("ea-loop"), 1);
 
   other_set.Update({Tpu("0000:05:00.0"), Tpu("0000:06:00.0")});
   ASSERT_TRUE(two_slices(2, 2));

@@ -28,6 +28,7 @@ using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::DraKubelet;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::NamedThreads;
+using ::edgeaccel::testing::SettledThreads;
 using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::ThreadsCalled;
 using ::edgeaccel::testing::DraKubeletGeneration;
@@ -160,7 +161,7 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
   // what it has then, or at the end of the wait.
   static bool IdlesAtEightThreadsOrFewer(const DaemonProcess& daemon, std::string* threads) {
     return Eventually([&] {
-      *threads = Threads(daemon.pid());
+      *threads = SettledThreads(daemon.pid());
       return NamedThreads(*threads) <= 7;  // and main
     });
   }
@@ -180,8 +181,9 @@ TEST_F(DraE2eTest, EverySinkOnIdlesAtEightThreadsOrFewer) {
 }
 
 // The same with the DRA driver on for the PCIe TPUs beside the USB one's device plugin: its
-// sockets share one loop (ea-dra) and its slice publisher has one thread (ea-dra-slices), so the
-// daemon still idles at 8 threads or fewer, main included, which answers /metrics.
+// sockets share one loop (ea-dra), and its slice watch is read on ea-loop with the registrations
+// (its worker, ea-dra-slices, ends when idle), so the daemon still idles at 8 threads or fewer,
+// main included, which answers /metrics.
 TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
   auto daemon = StartWithEverySinkAndDra("coral-pcie");
@@ -191,15 +193,15 @@ TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 0) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-metrics"), 0) << threads;
   StopDaemon(daemon.get());
 }
 
 // The shipped DRA configuration (manifests/components/dra: --dra=coral-pcie,coral-usb,tegra) on a
 // node with Edge TPUs on PCIe and USB and a Jetson, every sink on: two drivers (the Edge TPUs'
-// and the GPU's), each with its loop, their slice publishers on one loop (ea-dra-slices), and no
-// device plugin resource, so no ea-loop and no ea-grpc: 8 threads or fewer, main included
-// (issue #33); 7 in fact.
+// and the GPU's), each with its gRPC loop, their slice watches on ea-loop, and no device plugin
+// resource, so no ea-grpc: 8 threads or fewer, main included (issue #33); 7 in fact.
 TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsOrFewer) {
   constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
@@ -211,8 +213,46 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
-  EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 1) << threads << ": one for every driver";
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 0) << threads << ": idle, the workers ended";
+  EXPECT_EQ(ThreadsCalled(threads, "ea-loop"), 1) << threads << ": both watches on it";
   EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 0) << threads;
+  StopDaemon(daemon.get());
+}
+
+// Both drivers with devices beside a device plugin resource, the most any configuration of one
+// kind of node runs (a split the shipped --dra does not make: the PCIe TPUs and a Jetson through
+// DRA, a Coral USB Accelerator left to the device plugin), every sink on: 8 threads or fewer,
+// main included (issue #33). It idled at 10 while each driver's slice publisher had a thread.
+TEST_F(DraE2eTest, BothDriversBesideADevicePluginResourceIdleAtEightThreadsOrFewer) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  auto daemon = StartWithEverySinkAndDra("coral-pcie,tegra");
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kGpuDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 1) << threads;
+  StopDaemon(daemon.get());
+}
+
+// Two device plugin resources (the PCIe TPUs and a Jetson) beside a driver (the USB Accelerator
+// through DRA), every sink on: 8 threads or fewer, main included (issue #33).
+TEST_F(DraE2eTest, TwoDevicePluginResourcesBesideADriverIdleAtEightThreadsOrFewer) {
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  auto daemon = StartWithEverySinkAndDra("coral-usb");
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-usb-2-1 ")) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 2)) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceNvidiaGpu), 1, 1)) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 2) << threads;
   StopDaemon(daemon.get());
 }
 
@@ -379,7 +419,8 @@ TEST_F(DraE2eTest, ADriverWithNoDeviceWaitsForItsFirstOneBeforeRegisteringOrPubl
   ASSERT_TRUE(SliceHolds("tpu-usb-2-1 ")) << daemon->Log();
   EXPECT_TRUE(dra_kubelet_->registrations(kGpuDriver).empty());
   EXPECT_FALSE(PathExists(kubelet_.root() + "/plugins_registry/" + kGpuDriver + "-reg.sock"));
-  EXPECT_EQ(ThreadsCalled(Threads(daemon->pid()), "ea-dra"), 1) << Threads(daemon->pid());
+  const std::string threads = SettledThreads(daemon->pid());
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads;
   const std::string uid = Prepared("pod-tpu", "tpu-usb-2-1");
   EXPECT_TRUE(PathExists(SpecPath(uid)));
   StopDaemon(daemon.get());

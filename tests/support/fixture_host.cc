@@ -225,6 +225,37 @@ std::string Threads(pid_t pid) {
   return out;
 }
 
+namespace {
+
+// "<tid>:<name> " for each of `pid`'s threads, in /proc's order.
+std::string ThreadIdsAndNames(pid_t pid) {
+  std::string out;
+  DIR* tasks = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+  if (tasks == nullptr) return out;
+  while (dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    std::ifstream comm(absl::StrCat("/proc/", pid, "/task/", task->d_name, "/comm"));
+    std::string name;
+    if (std::getline(comm, name)) absl::StrAppend(&out, task->d_name, ":", name, " ");
+  }
+  closedir(tasks);
+  return out;
+}
+
+}  // namespace
+
+std::string SettledThreads(pid_t pid) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  std::string before = ThreadIdsAndNames(pid);
+  while (true) {
+    absl::SleepFor(absl::Milliseconds(300));
+    std::string now = ThreadIdsAndNames(pid);
+    if (now == before || absl::Now() >= give_up) break;
+    before = std::move(now);
+  }
+  return Threads(pid);
+}
+
 int ThreadsCalled(const std::string& threads, absl::string_view name, bool called) {
   int n = 0;
   for (absl::string_view thread : absl::StrSplit(threads, ' ', absl::SkipEmpty())) {

@@ -56,6 +56,11 @@ std::map<std::string, int64_t> WakeUpsByThread(pid_t pid = 0);
 std::vector<std::string> ThreadNames();
 // The names of process `pid`'s threads, each followed by a space.
 std::string Threads(pid_t pid);
+// The same once they have settled: the same threads (by id) and names in two looks 300 ms apart,
+// looked for up to 10 s (the last look then). A thread just made carries its maker's name until
+// it names itself, and one that works a moment comes and goes: neither is what the process idles
+// with.
+std::string SettledThreads(pid_t pid);
 // How many of `threads` (as Threads() lists them) are called `name`, or are not.
 int ThreadsCalled(const std::string& threads, absl::string_view name, bool called = true);
 // The daemon's threads but main: those named otherwise than the process (main's name is the

@@ -135,12 +135,9 @@ class Daemon {
 
   const DaemonConfig config_;
   Host host_;
-  // The one thread every resource's registration and NVML's supervisor run on ("ea-loop";
-  // declared before what uses it: it outlives them).
+  // The one thread every resource's registration, NVML's supervisor and every DRA driver's
+  // ResourceSlice watch run on ("ea-loop"; declared before what uses it: it outlives them).
   PollLoop event_loop_{"ea-loop"};
-  // Every DRA driver's slice publisher ("ea-dra-slices": their requests wait on the API server,
-  // which ea-loop's members must never wait for), started with the first publisher.
-  PollLoop slices_loop_{"ea-dra-slices"};
   HostWatcher watcher_;
   // With --nvml, where the nvidia family is looked for: started by the first scan that finds a
   // discrete GPU. Its changes rescan nvidia_discoverer_.

@@ -1,6 +1,8 @@
 // SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's devices
-// (the Unhealthy ones tainted, see below). It is a member of a PollLoop: the daemon runs every
-// driver's publisher on one ("ea-dra-slices"); alone, a publisher makes a loop of its own.
+// (the Unhealthy ones tainted, see below). Its watch is read on a PollLoop (the daemon's ea-loop;
+// alone, a publisher makes a loop of its own), which never waits for the API server: every
+// request (list, writes, opening a watch) is made by the publisher's worker ("ea-dra-slices", a
+// SerialWorker that exits when idle), so an idle publisher holds no thread of its own.
 //
 // What it knows of the API server's slices is a view kept by a watch, as the Go helper keeps its
 // slices with an informer: a LIST of the driver's slices of this node (fieldSelector spec.driver
@@ -9,9 +11,9 @@
 // (timeoutSeconds: a random time between `resync` and twice that, as client-go's reflector
 // picks). It lists again only when the watch answers 410 Gone (that resourceVersion is
 // compacted) or a write met a 409 Conflict, and then watches again from the list. While nothing
-// changes it sends nothing but the renewal of its watch. The watch is read as it arrives, never
-// waited on (ApiClient::OpenWatch); the requests (list, writes, opening the watch) are made in
-// the loop's step, each bounded by the client's timeout, and the watch stays open across them.
+// changes it sends nothing but the renewal of its watch. The loop reads the watch as it arrives
+// (ApiClient::OpenWatch) and hands its events to the worker, which keeps the view; the watch stays
+// open across the worker's writes.
 //
 // It reconciles the view with the devices when the device set changes (hot-plug, health, or the
 // devices' facts alone: NVML's, which arrive after the first scan), on Resync() (the kubelet
@@ -37,9 +39,9 @@
 // watch is renewed, so an API server whose gate is turned on gets them without a restart of the
 // daemon.
 //
-// The driver's other periodic work (ClaimPreparer::Cleanup) runs in the publisher's step too, as
-// the `chore`: after the first reconcile, then at the first step at least `chore_interval` after
-// its last run (a watch's renewal at the latest), so it costs no thread and no wake-up of its own.
+// The driver's other periodic work (ClaimPreparer::Cleanup) runs on the worker too, as the
+// `chore`: after the first reconcile, then at the first sync at least `chore_interval` after its
+// last run (a watch's renewal at the latest), so it costs no thread and no wake-up of its own.
 #ifndef EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 #define EDGEACCEL_DRA_SLICE_PUBLISHER_H_
 
@@ -47,7 +49,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -56,9 +60,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "edgeaccel/dra/resource_slice.h"
-#include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/host/poll_loop.h"
+#include "edgeaccel/host/serial_worker.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/node/api_client.h"
 
@@ -78,7 +82,7 @@ class SlicePublisher : private PollLoop::Member {
     // Run after reconciles (see above); empty: none.
     std::function<void()> chore;
     absl::Duration chore_interval = absl::Minutes(5);
-    // The loop it runs on (it outlives the publisher); nullptr: a loop of its own.
+    // The loop that reads its watch (it outlives the publisher); nullptr: a loop of its own.
     PollLoop* loop = nullptr;
   };
 
@@ -97,16 +101,18 @@ class SlicePublisher : private PollLoop::Member {
     std::string resource_version;  // where the view is (the next watch starts there)
     size_t tainted = 0;            // devices in it with taints (Unhealthy)
     bool taints_dropped = false;   // the API server does not keep taints: Unhealthy left out
+    uint64_t syncs = 0;            // runs of the worker's sync (a bookmark alone needs none)
   };
 
   // `client` and `set` outlive this object.
   SlicePublisher(Options options, const ApiClient* client, DeviceSet* set);
   ~SlicePublisher() override;
 
-  // Joins the loop: its first step lists and publishes.
+  // Joins the loop and asks the worker for the first list and publish.
   void Start();
-  // Leaves the loop (a watch ends at once; a request in flight at the client's timeout, or at
-  // once after ApiClient::Cancel); leaves the slice. After it, the publisher does nothing more.
+  // Leaves the loop (the watch ends at once) and stops the worker (a request in flight ends at
+  // the client's timeout, or at once after ApiClient::Cancel); leaves the slice. After it, the
+  // publisher does nothing more.
   void Stop();
   // List and reconcile now (also while the set did not change): the slices may have changed
   // without a watch event (the kubelet registered us, and a kubelet that starts deletes them).
@@ -127,17 +133,26 @@ class SlicePublisher : private PollLoop::Member {
     std::map<std::string, nlohmann::json> slices;  // by name
   };
 
-  // PollLoop::Member: the wake eventfd and the open watch's socket.
+  // PollLoop::Member, on the loop's thread: the wake eventfd and the open watch's socket; the
+  // watch's deadline, and without a watch (refused) the next list, as its wake time.
   PollLoop::Fds WaitFds() override;
   absl::Time Step(const PollLoop::Events& ready) override;
-
-  // Reads what the watch has brought, applying it to the view; closes it when it ended.
+  // Hands what the watch brought, and its end, to the worker; a bookmark alone is kept here
+  // (the API server sends one a minute), so it starts no worker.
   void ReadWatch();
-  // One watch event: updates the view; a change someone else made asks for a reconcile.
-  absl::Status ApplyEvent(absl::string_view line);
-  void OpenWatch();
-  // Logs an error once per distinct message and waits for the backoff before trying again.
-  void RetryLater(const absl::Status& error, absl::string_view what);
+
+  void PostSync();
+  // The worker's task: applies the watch's events and end to the view, reconciles, runs the
+  // chore, opens a watch when none is open. kRetry: after the worker's backoff.
+  SerialWorker::Outcome Sync();
+  // One watch event applied to the view: true when someone else changed our slices. 410 Gone in
+  // an ERROR event is OUT_OF_RANGE.
+  absl::StatusOr<bool> ApplyEvent(absl::string_view line);
+  // How the watch ended; an error is a failed watch (retried after the backoff).
+  absl::Status WatchEnded(const absl::StatusOr<HttpResponse>& end);
+  // Ends the open watch: the next one starts from the view.
+  void DropWatch();
+  absl::Status OpenWatch();
   absl::Status Reconcile(View& view);
   absl::Status List(View& view);
   std::string NodeUid();
@@ -146,28 +161,39 @@ class SlicePublisher : private PollLoop::Member {
   const Options options_;
   const ApiClient* const client_;
   DeviceSet* const set_;
-  const int wake_fd_;  // an eventfd: a device change, Resync, Stop
+  const int wake_fd_;  // an eventfd: the worker opened or dropped a watch
   uint64_t listener_ = 0;
   std::unique_ptr<PollLoop> own_loop_;
   PollLoop* loop_ = nullptr;  // while started
+  SerialWorker worker_{"ea-dra-slices", {.exit_when_idle = true}};
 
-  // The loop's step alone uses these (ReconcileOnce and RemoveAll have views of their own).
-  View view_;
+  // The loop's alone.
   std::unique_ptr<WatchStream> watch_;
+  uint64_t watch_id_ = 0;
   absl::Time watch_deadline_ = absl::InfiniteFuture();  // we end a watch the server did not end
-  Backoff backoff_;
-  absl::Time retry_at_ = absl::InfinitePast();          // after an error, the next attempt
+
+  // The worker's alone (ReconcileOnce and RemoveAll have views of their own).
+  View view_;
   bool reconcile_ = true;
   absl::Time next_chore_ = absl::InfiniteFuture();
-  absl::Time next_list_ = absl::InfiniteFuture();       // without a watch (refused)
 
   mutable absl::Mutex mu_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;   // reconcile
   bool relist_ ABSL_GUARDED_BY(mu_) = false;  // and list first
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool taints_dropped_ ABSL_GUARDED_BY(mu_) = false;
+  // The watch the worker opened last (0: none yet); the loop's watch_ is stale when its id differs.
+  uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stream_open_ ABSL_GUARDED_BY(mu_) = false;  // it has not ended
+  std::unique_ptr<WatchStream> opened_ ABSL_GUARDED_BY(mu_);  // handed to the loop
+  absl::Time opened_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);  // of stream_id_, not yet applied
+  // A bookmark's version, read while no event waited (so it comes before every event in events_).
+  std::string bookmark_version_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::StatusOr<HttpResponse>> stream_end_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_list_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // without a watch
   Status status_ ABSL_GUARDED_BY(mu_);
-  std::string node_uid_;  // the step's (or ReconcileOnce's caller's)
+  std::string node_uid_;  // the worker's (or ReconcileOnce's caller's)
   OnceLogger errors_;
 };
 

@@ -1,8 +1,10 @@
 // PollLoop: one thread that waits (poll) for the descriptors and wake times of several members
-// and steps each in turn. The daemon runs every resource's registration (kubelet/registrar.h)
-// and the NVML supervisor (nvml/nvml_supervisor.h) on one: what each waits for (inotify on the
-// kubelet's directories, a finished Register call, a stream's end, the NVML helper's output, a
-// deadline) is rare and quick to handle. A step can take up to a registration's neighbour look
+// and steps each in turn. The daemon runs every resource's registration (kubelet/registrar.h),
+// the NVML supervisor (nvml/nvml_supervisor.h) and every DRA driver's ResourceSlice watch
+// (dra/slice_publisher.h) on one: what each waits for (inotify on the kubelet's directories, a
+// finished Register call, a stream's end, the NVML helper's output, a watch event, a deadline) is
+// rare and quick to handle. A member never waits on a server in its step: what would (a request
+// to the API server) it hands to a worker. A step can take up to a registration's neighbour look
 // budget (1 s): another member's event waits that long at most.
 //
 // Members are added and removed from any thread but the loop's own. After Remove() returns, the
