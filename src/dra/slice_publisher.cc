@@ -128,7 +128,8 @@ SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceS
     : options_(std::move(options)),
       client_(client),
       set_(set),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      short_watches_(options_.initial_backoff, options_.max_backoff, 0.2) {}
 
 SlicePublisher::~SlicePublisher() {
   Stop();
@@ -229,6 +230,8 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
       watch_ = std::move(opened_);
       watch_id_ = stream_id_;
       watch_deadline_ = opened_deadline_;
+      watch_asked_ = opened_asked_;
+      watch_lines_ = 0;
     } else if (watch_ != nullptr && watch_id_ != stream_id_) {
       watch_.reset();  // the worker dropped it (a new list)
     }
@@ -241,13 +244,17 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
       stream_end_ = renewed;
       sync = true;
     }
+    if (absl::Now() >= reopen_at_) {
+      reopen_at_ = absl::InfiniteFuture();  // after a watch ended at once: the next one now
+      sync = true;
+    }
     if (absl::Now() >= next_list_) {
       next_list_ = absl::InfiniteFuture();  // without a watch: list again every resync
       relist_ = true;
       sync = true;
     }
     if (watch_ != nullptr) next = watch_deadline_;
-    next = std::min(next, next_list_);
+    next = std::min({next, next_list_, reopen_at_});
   }
   if (sync) PostSync();
   return next;
@@ -261,7 +268,22 @@ void SlicePublisher::ReadWatch() {
         return absl::OkStatus();
       });
   const bool ended = !read.ok() || read->has_value();
-  bool sync = ended;
+  watch_lines_ += lines.size();
+  const bool proved = watch_lines_ > 0 || absl::Now() - watch_asked_ >= absl::Seconds(1);
+  // Ended within a second of asking, with nothing in it: the next one after a backoff, which only
+  // a watch that proved itself resets.
+  const bool at_once = ended && read.ok() && (*read)->status == 200 && !proved;
+  if (proved) short_watches_.Reset();
+  if (at_once) {
+    if (!short_watch_said_) {
+      LOG(WARNING) << options_.driver << ": the API server ended the ResourceSlice watch at once "
+                   << "(within a second, with nothing in it; a proxy that cuts long requests?): "
+                   << "asking again after a backoff";
+      short_watch_said_ = true;
+    }
+    reopen_at_ = absl::Now() + short_watches_.Next();
+  }
+  bool sync = ended && !at_once;
   {
     absl::MutexLock lock(&mu_);
     if (watch_id_ == stream_id_) {  // not dropped meanwhile
@@ -436,6 +458,7 @@ absl::Status SlicePublisher::OpenWatch() {
     absl::MutexLock lock(&mu_);
     ++status_.watches;
   }
+  const absl::Time asked = absl::Now();  // before the server can start the watch's time
   absl::StatusOr<std::unique_ptr<WatchStream>> opened = client_->OpenWatch(path);
   if (!opened.ok()) return opened.status();
   {
@@ -444,6 +467,7 @@ absl::Status SlicePublisher::OpenWatch() {
     stream_open_ = true;
     opened_ = *std::move(opened);
     opened_deadline_ = absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30);
+    opened_asked_ = asked;
   }
   Wake();
   return absl::OkStatus();

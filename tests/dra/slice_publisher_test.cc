@@ -479,6 +479,30 @@ TEST_F(SlicePublisherTest, TwoDriversShareOneLoopAndHoldNoThreadWhenIdle) {
   publisher.Stop();
 }
 
+// A watch the server ends at once with nothing in it (a proxy that cuts long requests) is asked
+// again after a backoff, not at once: without it, every node would open one TLS connection after
+// another as fast as it could. Said once.
+TEST_F(SlicePublisherTest, AWatchEndedAtOnceIsRetriedAfterTheBackoffNotAtOnce) {
+  ::edgeaccel::testing::CapturedLog log;
+  api_.EndSliceWatchesAtOnce(true);
+  SlicePublisher::Options options = Options();
+  options.resync = absl::Hours(1);
+  options.initial_backoff = absl::Milliseconds(100);
+  options.max_backoff = absl::Milliseconds(400);
+  SlicePublisher publisher(options, client_.get(), &set_);
+  publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+  absl::SleepFor(absl::Seconds(1));
+  // 100, 200, 400, 400 ms: at most 5 in the second (jitter 20%); at once, hundreds.
+  EXPECT_LE(api_.resource_slice_watches(), 6);
+  EXPECT_GE(api_.resource_slice_watches(), 2);
+  api_.EndSliceWatchesAtOnce(false);
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  EXPECT_EQ(publisher.status().lists, 1u) << "the view stays: only the watch is asked again";
+  publisher.Stop();
+  EXPECT_EQ(log.Count("watch at once"), 1) << log.Text();
+}
+
 // A role without `watch` (an install from before watches): the publisher says so once and lists
 // every resync instead, still putting back what others delete.
 TEST_F(SlicePublisherTest, AWatchRefusedFallsBackToListingEveryResync) {

@@ -2007,6 +2007,10 @@ void TestApiServer::WatchSlices(const httplib::Request& req, httplib::Response& 
   auto stream = std::make_shared<Stream>(Stream{from, std::move(first), expired,
                                                 absl::Now() + absl::Seconds(timeout_seconds),
                                                 watch_ends_, watch_bookmarks_, bookmarks});
+  if (end_watches_at_once_) {
+    stream->first.clear();
+    stream->ends = absl::Now();
+  }
   res.set_chunked_content_provider(
       "application/json",
       [this, stream, selector](size_t, httplib::DataSink& sink) {
@@ -2094,6 +2098,11 @@ void TestApiServer::BookmarkSliceWatches() {
   absl::MutexLock lock(&mu_);
   revision_++;  // the watch cache's progress: a bookmark tells of a revision nothing changed at
   watch_bookmarks_++;
+}
+
+void TestApiServer::EndSliceWatchesAtOnce(bool at_once) {
+  absl::MutexLock lock(&mu_);
+  end_watches_at_once_ = at_once;
 }
 
 void TestApiServer::RefuseSliceWatches(int status) {

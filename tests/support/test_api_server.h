@@ -207,6 +207,9 @@ class TestApiServer {
   void EndSliceWatches();
   // Sends a BOOKMARK at the current resourceVersion on every open watch that asked for them.
   void BookmarkSliceWatches();
+  // Ends every later watch at once, a 200 with no event (a proxy that cuts long requests, an API
+  // server going down), while `at_once`.
+  void EndSliceWatchesAtOnce(bool at_once);
   // Answers every later watch with `status` (403: a role without the watch verb; 0: serve).
   void RefuseSliceWatches(int status);
 
@@ -265,6 +268,7 @@ class TestApiServer {
   uint64_t watch_ends_ ABSL_GUARDED_BY(mu_) = 0;       // EndSliceWatches() calls
   uint64_t watch_bookmarks_ ABSL_GUARDED_BY(mu_) = 0;  // BookmarkSliceWatches() calls
   int watch_refusal_ ABSL_GUARDED_BY(mu_) = 0;
+  bool end_watches_at_once_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the destructor runs: watches end
   // Records a change of the slice `object` (as stored, or as it was when deleted) at revision_.
   void SliceChanged(const std::string& type, nlohmann::json object)

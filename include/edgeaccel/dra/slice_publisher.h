@@ -11,7 +11,10 @@
 // (timeoutSeconds: a random time between `resync` and twice that, as client-go's reflector
 // picks). It lists again only when the watch answers 410 Gone (that resourceVersion is
 // compacted) or a write met a 409 Conflict, and then watches again from the list. While nothing
-// changes it sends nothing but the renewal of its watch. The loop reads the watch as it arrives
+// changes it sends nothing but the renewal of its watch. A watch the server ends within a second of
+// asking, with nothing in it, is asked again only after a backoff (as client-go's reflector takes
+// a "very short watch" for an error), so a proxy that cuts every watch is not asked again and
+// again at once. The loop reads the watch as it arrives
 // (ApiClient::OpenWatch) and hands its events to the worker, which keeps the view; the watch stays
 // open across the worker's writes.
 //
@@ -60,6 +63,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "edgeaccel/dra/resource_slice.h"
+#include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/host/serial_worker.h"
@@ -171,6 +175,11 @@ class SlicePublisher : private PollLoop::Member {
   std::unique_ptr<WatchStream> watch_;
   uint64_t watch_id_ = 0;
   absl::Time watch_deadline_ = absl::InfiniteFuture();  // we end a watch the server did not end
+  absl::Time watch_asked_;   // when the worker began to open it
+  size_t watch_lines_ = 0;   // what it brought, bookmarks too
+  Backoff short_watches_;    // for watches ended at once; reset by one that proved itself
+  absl::Time reopen_at_ = absl::InfiniteFuture();  // after one ended at once, the next one
+  bool short_watch_said_ = false;
 
   // The worker's alone (ReconcileOnce and RemoveAll have views of their own).
   View view_;
@@ -187,6 +196,7 @@ class SlicePublisher : private PollLoop::Member {
   bool stream_open_ ABSL_GUARDED_BY(mu_) = false;  // it has not ended
   std::unique_ptr<WatchStream> opened_ ABSL_GUARDED_BY(mu_);  // handed to the loop
   absl::Time opened_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time opened_asked_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);  // of stream_id_, not yet applied
   // A bookmark's version, read while no event waited (so it comes before every event in events_).
   std::string bookmark_version_ ABSL_GUARDED_BY(mu_);
