@@ -132,31 +132,14 @@ bool IsSignalled(int event_fd) {
   return poll(&p, 1, 0) > 0;
 }
 
-// What a watch waits for besides its socket: an eventfd whose signal runs `on_wake`.
-struct Wake {
-  int fd = -1;
-  const std::function<absl::Status()>* on_wake = nullptr;
-};
-
 // Waits until `fd` is ready for `events`, the deadline passes, or `cancel_fd` (an eventfd; -1:
-// none) is signalled. A signalled `wake` is read and its callback run: an error from it is
-// returned, else the wait goes on.
+// none) is signalled.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what,
-                     int cancel_fd, const Wake& wake = {}) {
+                     int cancel_fd) {
   while (true) {
-    pollfd p[3] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}, {wake.fd, POLLIN, 0}};
-    const int n = poll(p, 3, RemainingMs(deadline));
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+    const int n = poll(p, 2, RemainingMs(deadline));
     if (n > 0 && p[1].revents != 0) return Cancelled(what);
-    if (n > 0 && p[2].revents != 0) {
-      uint64_t count;
-      if (read(wake.fd, &count, sizeof(count)) < 0) {
-        // EAGAIN: another reader took it; nothing to do.
-      }
-      if (wake.on_wake != nullptr) {
-        if (absl::Status woken = (*wake.on_wake)(); !woken.ok()) return woken;
-      }
-      if (p[0].revents == 0) continue;
-    }
     if (n > 0) return absl::OkStatus();
     if (n == 0) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     if (errno != EINTR) return absl::InternalError(absl::StrCat(what, ": poll: ", strerror(errno)));
@@ -838,25 +821,6 @@ absl::StatusOr<std::unique_ptr<WatchStream>> ApiClient::OpenWatch(absl::string_v
   if (!connection.ok()) return connection.status();
   return std::unique_ptr<WatchStream>(
       new WatchStream(*std::move(connection), absl::StrCat("GET ", path), config_.timeout));
-}
-
-absl::StatusOr<HttpResponse> ApiClient::Watch(absl::string_view path, absl::Time deadline,
-                                              const WatchCallbacks& callbacks) const {
-  const std::string what = absl::StrCat("GET ", path);
-  absl::StatusOr<std::unique_ptr<WatchStream>> stream = OpenWatch(path);
-  if (!stream.ok()) return stream.status();
-  const Wake wake{callbacks.wake_fd, &callbacks.on_wake};
-  while (true) {
-    absl::StatusOr<std::optional<HttpResponse>> read = (*stream)->ReadAvailable(callbacks.on_event);
-    if (!read.ok()) return read.status();
-    if (read->has_value()) return std::move(**read);
-    // Checked here too, not only while waiting: a server that keeps sending never makes us wait.
-    if (absl::Now() >= deadline) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
-    if (absl::Status waited = WaitFor((*stream)->fd(), POLLIN, deadline, what, cancel_fd_, wake);
-        !waited.ok()) {
-      return waited;
-    }
-  }
 }
 
 WatchStream::WatchStream(std::unique_ptr<ApiConnection> connection, std::string what,

@@ -831,13 +831,12 @@ TEST_F(ApiResourcesTest, AListSelectsByDriverAndNode) {
 TEST_F(ApiResourcesTest, AWatchStreamsTheSelectedChangesAfterItsVersion) {
   auto watch = [&](const std::string& query) {
     std::vector<json> events;
-    ApiClient::WatchCallbacks callbacks;
-    callbacks.on_event = [&](absl::string_view line) {
-      events.push_back(json::parse(line, nullptr, false));
-      return absl::OkStatus();
-    };
-    absl::StatusOr<HttpResponse> response = ApiClient(Config()).Watch(
-        absl::StrCat(kSlices, "?watch=true&", query), absl::Now() + absl::Seconds(10), callbacks);
+    absl::StatusOr<HttpResponse> response = ::edgeaccel::testing::ReadWatch(
+        ApiClient(Config()), absl::StrCat(kSlices, "?watch=true&", query), absl::Now() + absl::Seconds(10),
+        [&](absl::string_view line) {
+          events.push_back(json::parse(line, nullptr, false));
+          return absl::OkStatus();
+        });
     EXPECT_TRUE(response.ok()) << response.status();
     EXPECT_EQ(response.ok() ? response->status : 0, 200);
     return events;
@@ -892,13 +891,12 @@ TEST_F(ApiResourcesTest, BookmarksOnlyWhenAskedAndAWatchCanBeRefused) {
   std::vector<json> with, without;
   auto open = [&](const std::string& query, std::vector<json>* events) {
     return std::thread([this, query, events] {
-      ApiClient::WatchCallbacks callbacks;
-      callbacks.on_event = [events](absl::string_view line) {
-        events->push_back(json::parse(line, nullptr, false));
-        return absl::OkStatus();
-      };
-      absl::StatusOr<HttpResponse> response = ApiClient(Config()).Watch(
-          absl::StrCat(kSlices, "?watch=true&resourceVersion=1&", query), absl::Now() + absl::Seconds(10), callbacks);
+      absl::StatusOr<HttpResponse> response = ::edgeaccel::testing::ReadWatch(
+          ApiClient(Config()), absl::StrCat(kSlices, "?watch=true&resourceVersion=1&", query),
+          absl::Now() + absl::Seconds(10), [events](absl::string_view line) {
+            events->push_back(json::parse(line, nullptr, false));
+            return absl::OkStatus();
+          });
       EXPECT_TRUE(response.ok() && response->status == 200) << response.status();
     });
   };

@@ -29,6 +29,7 @@ namespace {
 
 using ::edgeaccel::testing::ListenInBackground;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
+using ::edgeaccel::testing::ReadWatch;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestApiServer;
@@ -338,15 +339,13 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("TLS handshake: timed out"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  // A watch with minutes for its answer still gets only the configured timeout to connect and
-  // shake hands: a server that never answers is an error soon, not at the watch's end.
-  ApiClient::WatchCallbacks callbacks;
-  callbacks.on_event = [](absl::string_view) { return absl::OkStatus(); };
+  // Opening a watch, whose answer may last minutes, gets the configured timeout to connect and
+  // shake hands as a request does: a server that never answers is an error soon.
   const absl::Time watched = absl::Now();
-  status = ApiClient(config).Watch("/?watch=true", absl::Now() + absl::Seconds(20), callbacks).status();
+  status = ApiClient(config).OpenWatch("/?watch=true").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("TLS handshake: timed out"));
-  EXPECT_LT(absl::Now() - watched, absl::Seconds(10)) << "the watch's own deadline, not the timeout";
+  EXPECT_LT(absl::Now() - watched, absl::Seconds(2));
   close(listener);
 }
 
@@ -505,13 +504,11 @@ TEST_F(TestApiServerTest, AStaleResourceVersionIs409) {
 
 TEST_F(ApiClientTest, AWatchHandsOverEachEventAsItsLineArrives) {
   std::vector<std::string> events;
-  ApiClient::WatchCallbacks callbacks;
-  callbacks.on_event = [&](absl::string_view event) {
-    events.emplace_back(event);
-    return absl::OkStatus();
-  };
   absl::StatusOr<HttpResponse> response =
-      ApiClient(Config()).Watch("/watch", absl::Now() + absl::Seconds(5), callbacks);
+      ReadWatch(ApiClient(Config()), "/watch", absl::Now() + absl::Seconds(5), [&](absl::string_view event) {
+        events.emplace_back(event);
+        return absl::OkStatus();
+      });
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->status, 200);
   EXPECT_TRUE(response->body.empty()) << "the events went to the callback";
@@ -519,37 +516,33 @@ TEST_F(ApiClientTest, AWatchHandsOverEachEventAsItsLineArrives) {
                                              "{\"type\":\"DELETED\"}"));
 }
 
-TEST_F(ApiClientTest, AWatchEndsOnTheCallbacksErrorAWakeOrItsDeadline) {
+// The event callback's error ends the stream: it is returned as it is, then at every later read.
+TEST_F(ApiClientTest, AnEventCallbacksErrorEndsTheWatchAsItIs) {
   ApiClient client(Config());
-  ApiClient::WatchCallbacks callbacks;
   const absl::Status enough = absl::AbortedError("enough");
-  callbacks.on_event = [&](absl::string_view) { return enough; };
-  absl::StatusOr<HttpResponse> response =
-      client.Watch("/watch-quiet", absl::Now() + absl::Seconds(5), callbacks);
-  EXPECT_EQ(response.status(), enough) << "the callback's own error, as it is";
-
-  const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  ASSERT_GE(wake, 0);
-  int wakes = 0;
-  callbacks.on_event = [](absl::string_view) { return absl::OkStatus(); };
-  callbacks.wake_fd = wake;
-  callbacks.on_wake = [&] { return ++wakes == 2 ? enough : absl::OkStatus(); };
-  std::thread waker([&] {
-    const uint64_t one = 1;
-    for (int i = 0; i < 2; ++i) {
-      absl::SleepFor(absl::Milliseconds(100));
-      EXPECT_EQ(write(wake, &one, sizeof(one)), 8);
-    }
-  });
-  response = client.Watch("/watch-quiet", absl::Now() + absl::Seconds(30), callbacks);
-  waker.join();
+  absl::StatusOr<HttpResponse> response = ReadWatch(client, "/watch-quiet", absl::Now() + absl::Seconds(5),
+                                                    [&](absl::string_view) { return enough; });
   EXPECT_EQ(response.status(), enough);
-  EXPECT_EQ(wakes, 2) << "a wake whose callback says go on does not end the watch";
-  close(wake);
-
-  callbacks.wake_fd = -1;
-  response = client.Watch("/watch-quiet", absl::Now() + absl::Milliseconds(300), callbacks);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(response.status())) << response.status();
+  absl::StatusOr<std::unique_ptr<WatchStream>> stream = client.OpenWatch("/watch-quiet");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  int events = 0;
+  absl::StatusOr<std::optional<HttpResponse>> read = std::optional<HttpResponse>();
+  while (read.ok() && !read->has_value()) {
+    pollfd readable{(*stream)->fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&readable, 1, 5000), 1);
+    read = (*stream)->ReadAvailable([&](absl::string_view) {
+      ++events;
+      return enough;
+    });
+  }
+  EXPECT_EQ(read.status(), enough);
+  EXPECT_EQ(events, 1);
+  read = (*stream)->ReadAvailable([&](absl::string_view) {
+    ++events;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(read.status(), enough) << "done: the same error";
+  EXPECT_EQ(events, 1);
 }
 
 // An opened watch is read by whoever polls its descriptor: each read takes what has come and
@@ -599,10 +592,9 @@ TEST_F(ApiClientTest, AnOpenWatchIsReadAsItArrivesWithoutWaiting) {
 }
 
 TEST_F(ApiClientTest, AWatchRefusedIsAnsweredWhole) {
-  ApiClient::WatchCallbacks callbacks;
-  callbacks.on_event = [](absl::string_view) { return absl::InternalError("no event expected"); };
   absl::StatusOr<HttpResponse> response =
-      ApiClient(Config()).Watch("/watch-forbidden", absl::Now() + absl::Seconds(5), callbacks);
+      ReadWatch(ApiClient(Config()), "/watch-forbidden", absl::Now() + absl::Seconds(5),
+                [](absl::string_view) { return absl::InternalError("no event expected"); });
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->status, 403);
   EXPECT_THAT(response->body, HasSubstr("\"code\":403"));

@@ -1,8 +1,12 @@
 #include "test_api_server.h"
 
+#include <poll.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <httplib.h>
@@ -11,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace edgeaccel::testing {
@@ -21,6 +26,22 @@ bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
                           "-addext subjectAltName=" + subject_alt_name + " -keyout " + dir + "/" +
                           name + ".key -out " + dir + "/" + name + ".crt 2>/dev/null";
   return system(cmd.c_str()) == 0;
+}
+
+absl::StatusOr<HttpResponse> ReadWatch(const ApiClient& client, absl::string_view path,
+                                       absl::Time deadline,
+                                       const std::function<absl::Status(absl::string_view)>& on_event) {
+  absl::StatusOr<std::unique_ptr<WatchStream>> stream = client.OpenWatch(path);
+  if (!stream.ok()) return stream.status();
+  while (true) {
+    absl::StatusOr<std::optional<HttpResponse>> read = (*stream)->ReadAvailable(on_event);
+    if (!read.ok()) return read.status();
+    if (read->has_value()) return std::move(**read);
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) return absl::DeadlineExceededError(absl::StrCat("GET ", path, ": timed out"));
+    pollfd readable{(*stream)->fd(), POLLIN, 0};
+    poll(&readable, 1, static_cast<int>(std::min<int64_t>(left_ms, 1 << 30)));
+  }
 }
 
 std::thread ListenInBackground(httplib::Server& server) {

@@ -72,6 +72,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 #include "fixture_host.h"
 
@@ -93,6 +96,13 @@ bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
 // the loop runs. Before that, httplib's stop() does nothing, and a server stopped that early
 // (a test that never sent it a request) would never end its thread.
 std::thread ListenInBackground(httplib::Server& server);
+
+// Opens a watch and reads it to its end on the caller's thread (what the daemon's loop does as
+// the answer arrives): each event line to `on_event`. The answer (200 with no body, or any other
+// status whole), `on_event`'s own error, the connection's, or DEADLINE_EXCEEDED at `deadline`.
+absl::StatusOr<HttpResponse> ReadWatch(const ApiClient& client, absl::string_view path,
+                                       absl::Time deadline,
+                                       const std::function<absl::Status(absl::string_view)>& on_event);
 
 class TestApiServer {
  public:

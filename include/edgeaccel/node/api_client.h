@@ -70,23 +70,6 @@ class ApiClient {
   // WatchStream::ReadAvailable whenever its descriptor is readable, never waiting.
   absl::StatusOr<std::unique_ptr<WatchStream>> OpenWatch(absl::string_view path) const;
 
-  // The same watch on the caller's thread, read until it ends: while the server answers 200, its
-  // body is a stream of watch events, one JSON object per line, and `on_event` is given each
-  // line as it arrives (without its newline; at most 8 MiB). Whenever `wake_fd` (an eventfd the
-  // caller owns; -1: none) is signalled, it is read and `on_wake` runs. Either callback ends the
-  // watch by returning an error, which Watch returns. Otherwise it returns when the server ends
-  // the stream (the head's status, no body), at `deadline` (DEADLINE_EXCEEDED), on Cancel()
-  // (CANCELLED), or on an error as Request()'s. Only the answer has until `deadline`; opening it
-  // has the configured timeout. An answer other than 200 is returned whole, as Request() returns
-  // it. The callbacks run on the caller's thread.
-  struct WatchCallbacks {
-    std::function<absl::Status(absl::string_view event)> on_event;
-    int wake_fd = -1;
-    std::function<absl::Status()> on_wake;
-  };
-  absl::StatusOr<HttpResponse> Watch(absl::string_view path, absl::Time deadline,
-                                     const WatchCallbacks& callbacks) const;
-
   const ApiServerConfig& config() const { return config_; }
 
  private:
@@ -161,8 +144,8 @@ class WatchStream {
   int fd() const;
   // Reads all that has come, never waiting, and hands each whole event line of a 200 answer to
   // `on_event` (without its newline; at most 8 MiB). nullopt: the answer goes on. Once it has
-  // ended: the answer, as ApiClient::Watch returns it (200 with no body when the server ended
-  // the stream; any other status whole), or an error: `on_event`'s own, as it is, or the
+  // ended: the answer (200 with no body when the server ended the stream; any other status
+  // whole, as Request() returns it), or an error: `on_event`'s own, as it is, or the
   // connection's. After an answer or an error the stream is done; a later call returns the same.
   absl::StatusOr<std::optional<HttpResponse>> ReadAvailable(
       const std::function<absl::Status(absl::string_view event)>& on_event);
