@@ -12,8 +12,8 @@
 //  4. with --source DIR: every Request("METHOD", ...) in DIR's .cc files is a row's method in a
 //     file that row names, every row's file still sends its method, and each row's verb is the
 //     one its request needs (GET of a name: get; GET of a collection: list; POST: create; PUT:
-//     update; PATCH: patch; DELETE: delete); a file that calls ApiClient::Watch sends a GET with
-//     watch=true.
+//     update; PATCH: patch; DELETE: delete); a file that calls ApiClient::OpenWatch sends a GET
+//     with watch=true.
 // Each FILE is one install (a `kubectl kustomize` or `helm template` output), checked on its own.
 // usage: node check-rbac.mjs [--table docs/rbac.md] [--source src] [--complete]
 //                            [--allow-patching-any-node] FILE.yaml...
@@ -198,14 +198,14 @@ function verbFor(method, path) {
 function checkSource(dir) {
   const before = failures.length;
   const sent = new Map();  // file -> Set of methods
-  const watching = new Set();  // files that start a watch (ApiClient::Watch: a GET with watch=true)
+  const watching = new Set();  // files that start a watch (ApiClient::OpenWatch: a GET with watch=true)
   for (const file of sourceFiles(dir)) {
     const text = readFileSync(file, "utf8");
     const rel = join("src", relative(dir, file));  // as docs/rbac.md names it
     const methods = [...text.matchAll(/\bRequest\(\s*"([A-Z]+)"/g)].map((m) => m[1]);
-    // ApiClient::Watch is not the only Watch (HostWatches::Watch is inotify): a file starts an
-    // API watch only where it, or the header of the same name, includes the ApiClient.
-    if (/(->|\.)Watch\(/.test(text) && seesApiClient(dir, file, text)) {
+    // A file starts an API watch only where it, or the header of the same name, includes the
+    // ApiClient (the daemon has other watches: HostWatches::Watch is inotify).
+    if (/(->|\.)OpenWatch\(/.test(text) && seesApiClient(dir, file, text)) {
       watching.add(rel);
       methods.push("GET");
     }
