@@ -111,6 +111,24 @@ bool TaintsRefused(const json& sent_devices, const HttpResponse& response) {
 
 }  // namespace
 
+// What every watch event says at its head: its type, its object and the object's metadata (each
+// nullptr where absent) and resourceVersion ("" where absent).
+struct WatchEventHead {
+  std::string type;
+  const json* object = nullptr;
+  const json* metadata = nullptr;
+  std::string version;
+};
+
+WatchEventHead HeadOf(const json& event) {
+  WatchEventHead head;
+  head.type = JsonString(event, "type").value_or("");
+  head.object = JsonMember(event, "object");
+  head.metadata = head.object == nullptr ? nullptr : JsonMember(*head.object, "metadata");
+  if (head.metadata != nullptr) head.version = JsonString(*head.metadata, "resourceVersion").value_or("");
+  return head;
+}
+
 // True unless `version` is known to be no newer than `known`. Versions are compared as the
 // integers kube-apiserver makes them (etcd revisions; KEP-5504 makes them comparable), and any
 // version that is not one counts as newer.
@@ -291,13 +309,10 @@ void SlicePublisher::ReadWatch() {
         if (events_.empty()) {
           // Nothing waits for the worker: a bookmark only moves where the next watch starts.
           const json event = json::parse(line, nullptr, false);
-          const json* object = JsonMember(event, "object");
-          const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
-          const std::optional<std::string> version =
-              metadata == nullptr ? std::nullopt : JsonString(*metadata, "resourceVersion");
-          if (JsonString(event, "type") == "BOOKMARK" && version.has_value() && !version->empty()) {
-            bookmark_version_ = *version;
-            status_.resource_version = *version;
+          const WatchEventHead head = HeadOf(event);
+          if (head.type == "BOOKMARK" && !head.version.empty()) {
+            bookmark_version_ = head.version;
+            status_.resource_version = head.version;
             continue;
           }
         }
@@ -371,23 +386,18 @@ SerialWorker::Outcome SlicePublisher::Sync() {
     if (status().lists != lists) DropWatch();
     if (!result.ok()) {
       reconcile_ = true;
-      errors_.Warn(absl::StrCat(options_.driver, ": cannot publish the ResourceSlice: ",
-                                result.message(), " (retrying)"));
-      return SerialWorker::Outcome::kRetry;
+      return Failed(result, "cannot publish the ResourceSlice");
     }
     reconcile_ = false;
     if (refused) {
-      absl::MutexLock lock(&mu_);
-      next_list_ = absl::Now() + options_.resync;
+      {
+        absl::MutexLock lock(&mu_);
+        next_list_ = absl::Now() + options_.resync;
+      }
+      Wake();  // the loop's wake time
     }
-    if (refused) Wake();  // the loop's wake time
   }
-  if (!watch_error.ok()) {
-    if (absl::IsCancelled(watch_error)) return SerialWorker::Outcome::kDone;
-    errors_.Warn(absl::StrCat(options_.driver, ": the ResourceSlice watch failed: ",
-                              watch_error.message(), " (retrying)"));
-    return SerialWorker::Outcome::kRetry;
-  }
+  if (!watch_error.ok()) return Failed(watch_error, "the ResourceSlice watch failed");
   if (absl::Now() >= next_chore_) {
     options_.chore();
     next_chore_ = absl::Now() + options_.chore_interval;
@@ -398,15 +408,18 @@ SerialWorker::Outcome SlicePublisher::Sync() {
     open = stream_open_;
   }
   if (!refused && !open) {
-    absl::Status opened = OpenWatch();
-    if (absl::IsCancelled(opened)) return SerialWorker::Outcome::kDone;
-    if (!opened.ok()) {
-      errors_.Warn(absl::StrCat(options_.driver, ": the ResourceSlice watch failed: ",
-                                opened.message(), " (retrying)"));
-      return SerialWorker::Outcome::kRetry;
+    if (absl::Status opened = OpenWatch(); !opened.ok()) {
+      return Failed(opened, "the ResourceSlice watch failed");
     }
   }
   return SerialWorker::Outcome::kDone;
+}
+
+SerialWorker::Outcome SlicePublisher::Failed(const absl::Status& error, absl::string_view what) {
+  // Cancelled: the daemon stops; nothing more to ask the API server, nothing to say.
+  if (absl::IsCancelled(error)) return SerialWorker::Outcome::kDone;
+  errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
+  return SerialWorker::Outcome::kRetry;
 }
 
 absl::Status SlicePublisher::WatchEnded(const absl::StatusOr<HttpResponse>& end) {
@@ -474,10 +487,8 @@ absl::Status SlicePublisher::OpenWatch() {
 }
 
 absl::StatusOr<bool> SlicePublisher::ApplyEvent(absl::string_view line) {
-  json event = json::parse(line, nullptr, false);
-  const std::string type = JsonString(event, "type").value_or("");
-  const json* object = JsonMember(event, "object");
-  const json* metadata = object == nullptr ? nullptr : JsonMember(*object, "metadata");
+  const json event = json::parse(line, nullptr, false);
+  const auto [type, object, metadata, version] = HeadOf(event);
   if (type == "ERROR") {
     // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
     const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
@@ -490,7 +501,6 @@ absl::StatusOr<bool> SlicePublisher::ApplyEvent(absl::string_view line) {
   if (metadata == nullptr) {
     return absl::DataLossError(absl::StrCat("not a watch event: ", line.substr(0, 200)));
   }
-  const std::string version = JsonString(*metadata, "resourceVersion").value_or("");
   if (!version.empty()) {
     view_.resource_version = version;
     absl::MutexLock lock(&mu_);

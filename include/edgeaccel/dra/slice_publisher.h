@@ -149,6 +149,9 @@ class SlicePublisher : private PollLoop::Member {
   // The worker's task: applies the watch's events and end to the view, reconciles, runs the
   // chore, opens a watch when none is open. kRetry: after the worker's backoff.
   SerialWorker::Outcome Sync();
+  // A sync that failed: said once per distinct message and retried after the backoff (kRetry);
+  // cancelled (the daemon stops): neither (kDone).
+  SerialWorker::Outcome Failed(const absl::Status& error, absl::string_view what);
   // One watch event applied to the view: true when someone else changed our slices. 410 Gone in
   // an ERROR event is OUT_OF_RANGE.
   absl::StatusOr<bool> ApplyEvent(absl::string_view line);
