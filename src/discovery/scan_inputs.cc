@@ -1,5 +1,6 @@
 #include "edgeaccel/discovery/scan_inputs.h"
 
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
 
@@ -12,8 +13,39 @@
 
 namespace edgeaccel {
 
-ScanInputs::~ScanInputs() {
+ScanInputs::~ScanInputs() { CloseInotify(); }
+
+void ScanInputs::CloseInotify() const {
+  // Closing it takes it out of wake_epoll_ too: nothing else holds it (O_CLOEXEC, never dup'd).
   if (inotify_ >= 0) close(inotify_);
+  inotify_ = -1;
+  wake_added_ = false;
+  wake_armed_ = false;
+  events_ready_ = false;
+}
+
+void ScanInputs::WakeThrough(int epoll_fd, uint64_t token) {
+  if (wake_added_ && wake_epoll_ >= 0) epoll_ctl(wake_epoll_, EPOLL_CTL_DEL, inotify_, nullptr);
+  wake_added_ = false;
+  wake_armed_ = false;
+  wake_epoll_ = epoll_fd;
+  wake_token_ = token;
+  ArmWake();
+}
+
+void ScanInputs::ArmWake() const {
+  wake_armed_ = false;
+  if (wake_epoll_ < 0 || inotify_ < 0) return;
+  struct epoll_event event = {};
+  event.events = EPOLLIN | EPOLLONESHOT;
+  event.data.u64 = wake_token_;
+  // Either reports an event already queued at once: none is missed between the read and this.
+  if (epoll_ctl(wake_epoll_, wake_added_ ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, inotify_, &event) != 0) {
+    return;  // not armed: the queue is read on every call
+  }
+  wake_added_ = true;
+  wake_armed_ = true;
+  events_ready_ = false;
 }
 
 void ScanInputs::Clear() {
@@ -21,8 +53,7 @@ void ScanInputs::Clear() {
   grouped_ = 0;
   started_ = true;
   settings_read_at_ = std::chrono::steady_clock::now();  // the scan reads them
-  if (inotify_ >= 0) close(inotify_);  // and its watches, and events not read
-  inotify_ = -1;
+  CloseInotify();  // and its watches, and events not read
   watched_ = false;
   announced_.clear();
   verified_.clear();
@@ -229,13 +260,13 @@ void ScanInputs::Watch() const {
     return std::find(marks.begin(), marks.end(), true) == marks.end();
   };
   if (inotify_ >= 0 && none(announced_) && none(identified_) && none(directory_identified_)) {
-    close(inotify_);  // nothing it watches spares a read: not worth a read of its queue
-    inotify_ = -1;
+    CloseInotify();  // nothing it watches spares a read: not worth a read of its queue
   }
+  ArmWake();
 }
 
 bool ScanInputs::EventCame() const {
-  if (inotify_ < 0) return false;
+  if (inotify_ < 0 || (wake_armed_ && !events_ready_)) return false;
   bool came = false;
   alignas(struct inotify_event) char buffer[4096];
   while (true) {
@@ -245,6 +276,7 @@ bool ScanInputs::EventCame() const {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
+    if (!came) ArmWake();  // else the caller makes another instance
     return came;  // EAGAIN: read empty
   }
 }
@@ -258,8 +290,7 @@ bool ScanInputs::Unchanged() const {
   // they were.
   // Reads recorded since the watches were set (no Clear() between) are not covered by them.
   if (watched_ && (announced_.size() != reads_.size() || EventCame())) {
-    if (inotify_ >= 0) close(inotify_);
-    inotify_ = -1;
+    CloseInotify();
     watched_ = false;
   }
   if (!watched_) Watch();

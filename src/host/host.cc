@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -165,10 +166,16 @@ class NameBuffer {
 
 // The entries of the directory open for reading as `fd`, from its start, sorted, without "." and
 // "..", and where `entries` is given, each one's inode number and type (d_ino, d_type) there.
+// `fills_buffer`: the filesystem stops a getdents64 only where the next entry does not fit, so
+// an answer that leaves room for the largest entry is the directory's last, and the call that
+// would answer 0 is not made.
 // getdents64 directly: readdir's DIR would cost an fstat, two fcntl and a 32 KiB allocation on
 // every probe's list of a class directory.
 absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
-    int fd, absl::string_view host_path, std::vector<DirectoryEntry>* entries = nullptr) {
+    int fd, absl::string_view host_path, std::vector<DirectoryEntry>* entries = nullptr,
+    bool fills_buffer = false) {
+  // The largest record getdents64 makes: a NAME_MAX name and its NUL, 8-byte aligned.
+  constexpr size_t kLargestEntry = (offsetof(struct dirent64, d_name) + NAME_MAX + 1 + 7) & ~size_t{7};
   std::vector<DirectoryEntry> found;
   alignas(8) char buffer[8192];
   while (true) {
@@ -187,6 +194,7 @@ absl::StatusOr<std::vector<std::string>> ListOpenDirectory(
       }
       at += entry->d_reclen;
     }
+    if (fills_buffer && sizeof(buffer) - static_cast<size_t>(n) >= kLargestEntry) break;
   }
   std::sort(found.begin(), found.end(),
             [](const DirectoryEntry& a, const DirectoryEntry& b) { return a.name < b.name; });
@@ -757,7 +765,7 @@ HostDirectory::HostDirectory(HostDirectory&& other) noexcept
       listable_(other.listable_),
       listed_(other.listed_),
       entries_(std::move(other.entries_)),
-      sysfs_(other.sysfs_) {
+      filesystem_(other.filesystem_) {
   other.fd_ = -1;
 }
 
@@ -766,7 +774,13 @@ absl::StatusOr<std::vector<std::string>> HostDirectory::ListDirectory() const {
   if (!listable_) return host_->ListDirectory(host_path_);
   if (listed_ && lseek(fd_, 0, SEEK_SET) != 0) return host_->ListDirectory(host_path_);
   listed_ = true;
-  return ListOpenDirectory(fd_, host_path_, &entries_);
+  // These fill getdents64's buffer until the next entry does not fit (kernfs_fop_readdir,
+  // proc_readdir_de and proc_pid_readdir, tmpfs's offset_readdir or dcache_readdir): a buffer
+  // left with room for any entry holds the rest of the directory.
+  const uint64_t filesystem = Filesystem();
+  const bool fills_buffer =
+      filesystem == SYSFS_MAGIC || filesystem == PROC_SUPER_MAGIC || filesystem == TMPFS_MAGIC;
+  return ListOpenDirectory(fd_, host_path_, &entries_, fills_buffer);
 }
 
 bool HostDirectory::ListedAs(absl::string_view name, const FileInfo& info) const {
@@ -787,8 +801,12 @@ bool HostDirectory::ListedAs(absl::string_view name, const FileInfo& info) const
 }
 
 bool HostDirectory::OnSysfs() const {
-  if (!sysfs_.has_value()) sysfs_ = fd_ >= 0 && FilesystemType(fd_) == SYSFS_MAGIC;
-  return *sysfs_;
+  return Filesystem() == SYSFS_MAGIC;
+}
+
+uint64_t HostDirectory::Filesystem() const {
+  if (!filesystem_.has_value()) filesystem_ = fd_ >= 0 ? FilesystemType(fd_) : 0;
+  return *filesystem_;
 }
 
 std::string HostDirectory::PathOf(absl::string_view name) const {

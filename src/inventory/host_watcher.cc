@@ -6,12 +6,14 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/discovery/scan_inputs.h"
 #include "edgeaccel/inventory/replicas.h"
 #include "glog/logging.h"
 
@@ -21,8 +23,16 @@ HostWatcher::HostWatcher(const Host* host, Options options) : host_(host), optio
 
 HostWatcher::~HostWatcher() { Stop(); }
 
+namespace {
+
+// epoll data of a family's probe inputs (data.u64: the tag above, the family's index below);
+// every other fd is registered as data.fd, which leaves the upper half 0.
+constexpr uint64_t kInputsTag = uint64_t{1} << 32;
+
+}  // namespace
+
 void HostWatcher::Add(Discoverer* discoverer, DeviceSet* set) {
-  families_.push_back({discoverer, set, {}});
+  families_.push_back({discoverer, set, {}, discoverer->ProbeInputs()});
 }
 
 void HostWatcher::SetReplicas(DeviceSet* set, int replicas) { replicas_[set] = replicas; }
@@ -101,14 +111,6 @@ absl::Status HostWatcher::Start() {
       LOG(INFO) << opened.message() << "; hot-plug is seen through /dev (devtmpfs) and the probe";
     }
   }
-  if (options_.probe_interval > absl::ZeroDuration()) {
-    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (timer_fd_ < 0) return absl::InternalError(absl::StrCat("timerfd: ", strerror(errno)));
-    struct itimerspec spec = {};
-    spec.it_interval = absl::ToTimespec(options_.probe_interval);
-    spec.it_value = spec.it_interval;
-    timerfd_settime(timer_fd_, 0, &spec, nullptr);
-  }
   if (!watcher_.Open()) {
     // The node's fs.inotify.max_user_instances is shared by every process of the user (root):
     // other pods can use it up. Look every second, and take an instance once one is free.
@@ -116,7 +118,10 @@ absl::Status HostWatcher::Start() {
                  << "; is fs.inotify.max_user_instances used up?): looking at the devices every "
                     "second until one is free";
   }
-  for (int fd : {watcher_.fd(), uevents_.fd(), timer_fd_, settle_fd_, stop_fd_, rescan_fd_}) {
+  for (size_t f = 0; f < families_.size(); ++f) {
+    if (families_[f].inputs != nullptr) families_[f].inputs->WakeThrough(epoll_fd_, kInputsTag | f);
+  }
+  for (int fd : {watcher_.fd(), uevents_.fd(), settle_fd_, stop_fd_, rescan_fd_}) {
     if (fd < 0) continue;
     struct epoll_event ev = {};
     ev.events = EPOLLIN;
@@ -145,7 +150,10 @@ void HostWatcher::Stop() {
     (void)!write(stop_fd_, &one, sizeof(one));
     thread_.join();
   }
-  for (int* fd : {&timer_fd_, &settle_fd_, &stop_fd_, &epoll_fd_}) {
+  for (Family& family : families_) {
+    if (family.inputs != nullptr) family.inputs->WakeThrough(-1, 0);
+  }
+  for (int* fd : {&settle_fd_, &stop_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -174,38 +182,49 @@ void HostWatcher::ArmWatches() {
   watcher_.Arm(directories);
 }
 
+int HostWatcher::SleepMs(std::chrono::steady_clock::time_point next_probe,
+                         std::chrono::steady_clock::time_point next_look) const {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point wake = Clock::time_point::max();
+  if (options_.probe_interval > absl::ZeroDuration()) wake = next_probe;
+  if (!watcher_.complete()) wake = std::min(wake, next_look);
+  if (wake == Clock::time_point::max()) return -1;
+  const Clock::duration left = wake - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Rounded up: epoll_wait never returns before its timeout, so the wake-up finds it due.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(ms, 24 * 3600 * 1000));
+}
+
 void HostWatcher::Run() {
+  using Clock = std::chrono::steady_clock;
+  const Clock::duration probe_interval =
+      std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(options_.probe_interval));
+  Clock::time_point next_probe = Clock::now() + probe_interval;
+  // While some directory cannot be watched (inotify watches used up), everything is looked at
+  // every second instead of missing a device.
+  constexpr Clock::duration kLookInterval = std::chrono::seconds(1);
+  Clock::time_point next_look = Clock::now() + kLookInterval;
   struct epoll_event events[8];
   while (true) {
-    // If some directory cannot be watched (inotify watches used up), look every second instead
-    // of missing a device; otherwise sleep until the kernel has something to say.
-    const int timeout_ms = watcher_.complete() ? -1 : 1000;
-    int n = epoll_wait(epoll_fd_, events, 8, timeout_ms);
+    int n = epoll_wait(epoll_fd_, events, 8, SleepMs(next_probe, next_look));
     if (n < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << "epoll_wait failed: " << strerror(errno) << "; device watching stopped";
       return;
     }
-    if (n == 0) {
-      if (!watcher_.ok() && watcher_.Open()) {
-        struct epoll_event ev = {};
-        ev.events = EPOLLIN;
-        ev.data.fd = watcher_.fd();
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watcher_.fd(), &ev);
-        LOG(INFO) << "inotify is available again: device nodes are watched";
+    // First what the families' probe inputs reported: a probe due in this batch reads their
+    // queues (and only theirs).
+    for (int i = 0; i < n; ++i) {
+      if ((events[i].data.u64 & kInputsTag) != 0) {
+        families_[events[i].data.u64 & ~kInputsTag].inputs->EventsReady();
       }
-      ArmWatches();
-      ScanAll();
-      continue;
     }
     for (int i = 0; i < n; ++i) {
+      if ((events[i].data.u64 & kInputsTag) != 0) continue;
       const int fd = events[i].data.fd;
       if (fd == stop_fd_) return;
-      if (fd == timer_fd_) {
-        uint64_t expirations;
-        (void)!read(timer_fd_, &expirations, sizeof(expirations));
-        Probe();
-      } else if (fd == settle_fd_) {
+      if (fd == settle_fd_) {
         // Re-armed by a change handled earlier in this batch: not due yet.
         uint64_t expirations;
         if (read(settle_fd_, &expirations, sizeof(expirations)) != sizeof(expirations)) continue;
@@ -228,6 +247,26 @@ void HostWatcher::Run() {
         HandleUevents();
         events_handled_.fetch_add(1);
       }
+    }
+    const Clock::time_point now = Clock::now();
+    if (!watcher_.complete() && now >= next_look) {
+      if (!watcher_.ok() && watcher_.Open()) {
+        struct epoll_event ev = {};
+        ev.events = EPOLLIN;
+        ev.data.fd = watcher_.fd();
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watcher_.fd(), &ev);
+        LOG(INFO) << "inotify is available again: device nodes are watched";
+      }
+      ArmWatches();
+      ScanAll();
+      next_look = now + kLookInterval;
+    }
+    if (options_.probe_interval > absl::ZeroDuration() && now >= next_probe) {
+      Probe();
+      // On the same beat; a probe late by more than an interval (a stopped process) counts from
+      // now rather than running the missed ones back to back.
+      next_probe += probe_interval;
+      if (next_probe <= now) next_probe = now + probe_interval;
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -245,6 +246,35 @@ TEST(HostDirectoryTest, AnswersAsHostDoes) {
   EXPECT_FALSE(missing.Exists("temp"));
 }
 
+// A directory whose entries fill several getdents64 buffers is listed whole, again and again:
+// on tmpfs (/dev/shm), where a buffer left with room for any entry ends the listing without the
+// call that would answer 0, and on the fixture's filesystem, where that call is made.
+TEST(HostDirectoryTest, ADirectoryOfManyBuffersIsListedWhole) {
+  std::vector<std::string> roots = {::testing::TempDir()};
+  if (struct stat st; stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) roots.push_back("/dev/shm");
+  for (const std::string& root : roots) {
+    std::string made = root + "/edgeaccel-list-XXXXXX";
+    ASSERT_NE(mkdtemp(made.data()), nullptr) << root;
+    Host host("/");
+    std::vector<std::string> expected;
+    // 224-byte records: 36 fill a buffer but for 128 bytes, too few for the largest entry.
+    for (int i = 0; i < 100; ++i) {
+      expected.push_back(absl::StrCat(absl::Dec(i, absl::kZeroPad3), std::string(197, 'n')));
+      std::ofstream(made + "/" + expected.back()) << "";
+    }
+    HostDirectory directory(&host, made, /*listable=*/true);
+    for (int pass = 0; pass < 2; ++pass) {
+      absl::StatusOr<std::vector<std::string>> names = directory.ListDirectory();
+      ASSERT_TRUE(names.ok()) << names.status();
+      EXPECT_EQ(*names, expected) << made;
+    }
+    for (const std::string& name : expected) unlink((made + "/" + name).c_str());
+    // Emptied: one entry of "." and ".." alone.
+    EXPECT_THAT(*directory.ListDirectory(), ::testing::IsEmpty());
+    rmdir(made.c_str());
+  }
+}
+
 // A file kept open answers as Host does for its path at every read: a value written in place (the
 // same inode) and one written by replacing the file are both read; a file removed, moved away,
 // made unreadable, swapped for a link or a device node, or a directory that now resolves
@@ -472,6 +502,91 @@ TEST(ScanInputsTest, AWatchedFileIsNotReadAgainUntilAnEventComes) {
   EXPECT_TRUE(watched.Unchanged());
   EXPECT_EQ(BytesReadBy(watched, &unchanged), 0u);
   EXPECT_TRUE(unchanged);
+}
+
+// read(2) and pread(2) calls this thread has made so far, failed ones too (syscr of
+// /proc/thread-self/io; the read of that file itself counts too, the same every time).
+uint64_t ReadCallsByThisThread() {
+  std::ifstream io("/proc/thread-self/io");
+  std::string line;
+  while (std::getline(io, line)) {
+    uint64_t calls = 0;
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "syscr: ") && absl::SimpleAtoi(rest, &calls)) return calls;
+  }
+  ADD_FAILURE() << "no syscr in /proc/thread-self/io";
+  return 0;
+}
+
+// The read calls one Unchanged() call makes, less what reading the counter costs.
+uint64_t ReadCallsBy(const ScanInputs& inputs, bool* unchanged) {
+  const uint64_t a = ReadCallsByThisThread();
+  const uint64_t b = ReadCallsByThisThread();
+  *unchanged = inputs.Unchanged();
+  const uint64_t c = ReadCallsByThisThread();
+  return (c - b) - (b - a);
+}
+
+// The tokens `epoll_fd` reports within `timeout_ms`.
+std::vector<uint64_t> Reported(int epoll_fd, int timeout_ms) {
+  struct epoll_event events[4];
+  const int n = epoll_wait(epoll_fd, events, 4, timeout_ms);
+  std::vector<uint64_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(events[i].data.u64);
+  return tokens;
+}
+
+// Told through an epoll when an event waits (the HostWatcher's), a look reads the inotify queue
+// only after the epoll reported one: a probe with no event makes no read at all. The epoll hears
+// of each event once, until the look after it.
+TEST(ScanInputsTest, WithAWakeALookReadsTheEventQueueOnlyAfterAnEventWasReported) {
+  FixtureHost fixture;
+  fixture.WriteFile("/etc/thing_release", "R36 (release), REVISION: 4.0\n");
+  Host host(fixture.root());
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epoll_fd, 0);
+  ScanInputs woken(&host);
+  woken.WakeThrough(epoll_fd, 7);
+  ScanInputs unwoken(&host);
+  for (ScanInputs* inputs : {&woken, &unwoken}) {
+    inputs->Clear();
+    EXPECT_TRUE(inputs->ReadFile("/etc/thing_release").ok());
+    EXPECT_TRUE(inputs->Unchanged());  // the watches are added, and the file read once more
+  }
+  bool unchanged = false;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ReadCallsBy(unwoken, &unchanged), 1u);  // its queue, empty
+    EXPECT_TRUE(unchanged);
+    EXPECT_EQ(ReadCallsBy(woken, &unchanged), 0u);
+    EXPECT_TRUE(unchanged);
+  }
+  EXPECT_THAT(Reported(epoll_fd, 0), ::testing::IsEmpty());
+
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.3\n", {1, 0});
+  EXPECT_THAT(Reported(epoll_fd, 2000), ::testing::ElementsAre(7u));
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.4\n", {2, 0});
+  EXPECT_THAT(Reported(epoll_fd, 0), ::testing::IsEmpty());  // once, until read
+  woken.EventsReady();
+  EXPECT_FALSE(woken.Unchanged());
+  EXPECT_FALSE(unwoken.Unchanged());
+
+  // Watched anew after the event, by a new instance that the epoll reports in turn.
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.0\n", {3, 0});
+  for (ScanInputs* inputs : {&woken, &unwoken}) EXPECT_TRUE(inputs->Unchanged());
+  EXPECT_EQ(ReadCallsBy(woken, &unchanged), 0u);
+  EXPECT_TRUE(unchanged);
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.5\n", {4, 0});
+  EXPECT_THAT(Reported(epoll_fd, 2000), ::testing::ElementsAre(7u));
+  woken.EventsReady();
+  EXPECT_FALSE(woken.Unchanged());
+
+  // Without the epoll, the queue is read on every look again.
+  woken.WakeThrough(-1, 0);
+  fixture.OverwriteInPlace("/etc/thing_release", "R36 (release), REVISION: 4.0\n", {5, 0});
+  EXPECT_TRUE(woken.Unchanged());
+  EXPECT_EQ(ReadCallsBy(woken, &unchanged), 1u);
+  EXPECT_TRUE(unchanged);
+  close(epoll_fd);
 }
 
 // Whether `look` answers true in a child process that may not look a path up (open, openat,

@@ -359,6 +359,41 @@ TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
       ::edgeaccel::testing::Eventually([&] { return gpus.Current()->HealthyCount() == 1; }));
 }
 
+// A file outside sysfs and procfs (an L4T upgrade rewrites /etc/nv_tegra_release) is watched:
+// its event is reported to the watcher's epoll, and the probe after it scans that family, once;
+// the probes before it and after read no event queue of the family.
+TEST_F(HealthTest, AnEventOnAWatchedInputIsSeenByTheNextProbeWhichScansOnlyItsFamily) {
+  fixture_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
+  fixture_.AddNvidiaGpu({});
+  fixture_.AddNvidiaDriverFiles({});
+  DeviceSet gpus("nvidia.com/gpu");
+  HostWatcher::Options options;
+  options.probe_interval = absl::Milliseconds(20);
+  options.uevents = false;
+  watcher_ = std::make_unique<HostWatcher>(&host_, options);
+  watcher_->Add(Own<TegraGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
+  watcher_->Add(Own<NvidiaGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
+  ASSERT_TRUE(watcher_->Start().ok());
+  auto l4t_revision = [&]() -> std::string {
+    const std::shared_ptr<const Snapshot> snapshot = gpus.Current();
+    for (const Device& d : snapshot->devices) {
+      if (d.facts.count("l4t_revision") > 0) return d.facts.at("l4t_revision");
+    }
+    return "";
+  };
+  ASSERT_EQ(l4t_revision(), "4.7");
+  const uint64_t scans = watcher_->scans();
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 5));
+  EXPECT_EQ(watcher_->scans(), scans);
+
+  std::string release = ReadFileText(fixture_.Path("/etc/nv_tegra_release"));
+  release.replace(release.find("REVISION: 4.7"), 13, "REVISION: 4.8");
+  fixture_.OverwriteInPlace("/etc/nv_tegra_release", release, {1, 0});
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return l4t_revision() == "4.8"; }));
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 5));
+  EXPECT_EQ(watcher_->scans(), scans + 1);  // tegra, once; not nvidia
+}
+
 TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
   fixture_.MakeDirectory("/sys/class/thing");
   fixture_.MakeDirectory("/proc/driver/thing");

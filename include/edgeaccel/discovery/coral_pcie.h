@@ -43,6 +43,7 @@ class CoralPcieDiscoverer : public Discoverer {
   // scan that found a device newly over (or back under) its threshold: the next scan says it
   // with the hysteresis, from the same readings.
   bool InputsUnchanged() override { return !overheat_changed_ && inputs_.Unchanged(); }
+  ScanInputs* ProbeInputs() override { return &inputs_; }
 
  private:
   // nullopt when the entry's sysfs tree vanished while it was being read (a removal in

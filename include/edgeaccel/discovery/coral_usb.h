@@ -37,6 +37,7 @@ class CoralUsbDiscoverer : public Discoverer {
   // Reads again the USB devices' directory and each device's identity: what describes a USB
   // device (ids, speed, bus and device numbers) is fixed until it enumerates again.
   bool InputsUnchanged() override { return inputs_.Unchanged(); }
+  ScanInputs* ProbeInputs() override { return &inputs_; }
 
  private:
   const Host* host_;

@@ -17,6 +17,8 @@ struct WatchSpec {
   std::string name_prefix;
 };
 
+class ScanInputs;
+
 class Discoverer {
  public:
   virtual ~Discoverer() = default;
@@ -38,6 +40,11 @@ class Discoverer {
   // Scan(), and where a family cannot tell (the default): the probe then scans it. Called from
   // the thread that calls Scan(), on each probe.
   virtual bool InputsUnchanged() { return false; }
+
+  // What InputsUnchanged() reads again, where it is kept in one ScanInputs: the HostWatcher has
+  // it say through the watcher's epoll when an inotify event for it waits
+  // (ScanInputs::WakeThrough), so a probe with none reads no queue. Null: none (the default).
+  virtual ScanInputs* ProbeInputs() { return nullptr; }
 
   // Where the kernel tells us about changes through inotify: device nodes in /dev (devtmpfs).
   // Never sysfs or procfs, which send no inotify events (HostWatcher refuses to watch them).

@@ -77,6 +77,7 @@ class NvidiaGpuDiscoverer : public Discoverer {
   // host. What NVML says comes with a rescan of its own (GpuFactSource's owner asks for it), but
   // a critical Xid's text counts down to the GPU's recovery: while one is shown, false.
   bool InputsUnchanged() override;
+  ScanInputs* ProbeInputs() override { return &inputs_; }
 
  private:
   std::optional<Device> ScanOne(const std::string& directory, const std::string& driver_version);

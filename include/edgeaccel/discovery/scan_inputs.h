@@ -104,6 +104,15 @@ class ScanInputs {
   // entry, nothing at all) stands while no event came.
   bool Unchanged() const;
 
+  // Has the owner of `epoll_fd` told when an inotify event for these inputs waits: the instance
+  // that Unchanged() reads is registered there (EPOLLIN | EPOLLONESHOT, data.u64 = `token`) as
+  // soon as it exists, and again after each read of its queue. The owner calls EventsReady() when
+  // `epoll_fd` reports `token`; until then Unchanged() takes it that no event came, without a
+  // read. `epoll_fd` -1: none (the queue is read on every call). From Unchanged()'s thread, and
+  // again with -1 before `epoll_fd` is closed.
+  void WakeThrough(int epoll_fd, uint64_t token);
+  void EventsReady() { events_ready_ = true; }
+
   // How many reads are recorded (for tests).
   size_t size() const { return reads_.size(); }
 
@@ -142,8 +151,13 @@ class ScanInputs {
   // Adds the inotify watches for what is recorded, once after each Clear(): which reads they
   // cover goes to announced_.
   void Watch() const;
-  // Whether an event came since the last call (the queue is read empty).
+  // Whether an event came since the last call (the queue is read empty, where WakeThrough's
+  // epoll said an event waits or there is none to say so).
   bool EventCame() const;
+  // Registers the inotify instance with the WakeThrough epoll to report its next event.
+  void ArmWake() const;
+  // Closes the inotify instance, and with it its watches and its epoll registration.
+  void CloseInotify() const;
 
   const Host* host_;
   const std::chrono::nanoseconds setting_interval_;
@@ -157,6 +171,12 @@ class ScanInputs {
   mutable std::vector<std::string> directories_;
   mutable std::vector<bool> listed_;  // parallel to directories_: one of the reads lists it
   mutable int inotify_ = -1;           // the watches of what is recorded; -1 before Watch()
+  int wake_epoll_ = -1;                // WakeThrough's
+  uint64_t wake_token_ = 0;
+  mutable bool wake_added_ = false;  // inotify_ is in wake_epoll_
+  // inotify_ is armed in wake_epoll_: its next event is reported there.
+  mutable bool wake_armed_ = false;
+  mutable bool events_ready_ = false;  // wake_epoll_ reported an event since inotify_ was armed
   mutable bool watched_ = false;       // Watch() ran since Clear()
   mutable std::vector<bool> announced_;  // parallel to reads_: an event comes on its change
   // Parallel to reads_: announced, and found unchanged by a call after its watches were added.

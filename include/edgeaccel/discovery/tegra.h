@@ -68,6 +68,7 @@ class TegraGpuDiscoverer : public Discoverer {
   // /proc/devices, devfreq, the GPU's load and temperature, MemTotal, the container file lists
   // and what they name.
   bool InputsUnchanged() override { return inputs_.Unchanged(); }
+  ScanInputs* ProbeInputs() override { return &inputs_; }
 
  private:
   // The device nodes the iGPU and its engines need, each checked against what the kernel says

@@ -204,7 +204,9 @@ class HostDirectory {
   bool listable_ = false;  // fd_ is open for reading (not O_PATH)
   mutable bool listed_ = false;  // its offset has moved
   mutable std::vector<DirectoryEntry> entries_;  // the last listing through fd_, by name
-  mutable std::optional<bool> sysfs_;
+  // statfs f_type of fd_'s filesystem, asked once (0: unknown).
+  uint64_t Filesystem() const;
+  mutable std::optional<uint64_t> filesystem_;
 };
 
 class Host {

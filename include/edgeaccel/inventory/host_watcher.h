@@ -15,14 +15,16 @@
 // (`settle`): the kernel removes a device node before the sysfs directory that describes it, and
 // adds it after, so the first look can catch a device half-gone.
 //
-// One thread sleeps in epoll on the inotify fd, the uevent socket, a timerfd for the probe, a
-// timerfd for the settle look and an eventfd to stop. Directories that do not exist yet (driver
-// not loaded) are covered by watching their nearest existing ancestor. When idle the thread
-// wakes only for the probe interval.
+// One thread sleeps in epoll on the inotify fd, the uevent socket, a timerfd for the settle look,
+// an eventfd to stop and each family's probe inputs' inotify instance (reported once per event,
+// so a probe reads the queue only of a family that has one), until the next probe is due (the
+// epoll timeout). Directories that do not exist yet (driver not loaded) are covered by watching
+// their nearest existing ancestor. When idle the thread wakes only for the probe interval.
 #ifndef EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 #define EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -97,6 +99,7 @@ class HostWatcher {
     Discoverer* discoverer;
     DeviceSet* set;
     std::vector<Device> last;  // this family's latest scan
+    ScanInputs* inputs;        // discoverer->ProbeInputs(): told of their events through epoll
   };
   struct Target {  // one watched directory, and who cares about it
     size_t family;
@@ -104,6 +107,10 @@ class HostWatcher {
   };
 
   void Run();
+  // How long the next epoll_wait may sleep (ms; -1: until an event): to the next probe, or to the
+  // next look while some directory cannot be watched.
+  int SleepMs(std::chrono::steady_clock::time_point next_probe,
+              std::chrono::steady_clock::time_point next_look) const;
   void Rescan(size_t family);
   // The probe tick: scans the families whose inputs changed, or all of them while some
   // directory is not watched (then not every device node change is announced).
@@ -126,7 +133,6 @@ class HostWatcher {
   absl::flat_hash_set<std::string> silent_logged_;  // directories we said we would not watch
   absl::flat_hash_set<size_t> settling_;            // families due for the second look
   int settle_fd_ = -1;
-  int timer_fd_ = -1;
   int stop_fd_ = -1;
   int rescan_fd_ = -1;  // RequestRescan's wake-up
   int epoll_fd_ = -1;
