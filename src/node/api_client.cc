@@ -382,6 +382,39 @@ absl::Status Connect(const ApiServerConfig& config, absl::Time deadline, int can
   return ConnectToFirstAnswering(Addresses(found), deadline, Endpoint(config), cancel_fd, out);
 }
 
+// What a non-blocking mbedTLS step (handshake, write, read) that returned `n` < 0 asks of whoever
+// runs it. The one reading of those results, for a request's steps (Drive) and a watch's reads
+// (WatchStream::ReadAvailable).
+enum class TlsNext {
+  kStepAgain,   // nothing to wait for: make the step again
+  kReadable,    // wait until the socket is readable, then make it again
+  kWritable,    // wait until the socket is writable, then make it again
+  kPeerClosed,  // the server closed the connection (with or without close_notify)
+  kFailed,      // TlsFailure says what
+};
+
+TlsNext TlsNextAfter(int n) {
+#ifdef MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET
+  // A TLS 1.3 server's session ticket, reported by mbedTLS 3.6 between records: we keep no
+  // sessions, so the read just goes on.
+  if (n == MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET) return TlsNext::kStepAgain;
+#endif
+  if (n == MBEDTLS_ERR_SSL_WANT_READ) return TlsNext::kReadable;
+  if (n == MBEDTLS_ERR_SSL_WANT_WRITE) return TlsNext::kWritable;
+  if (n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF) {
+    return TlsNext::kPeerClosed;
+  }
+  return TlsNext::kFailed;
+}
+
+// The error of a step whose result `n` is kFailed: a server certificate that does not verify
+// is Unauthenticated, anything else Unavailable.
+absl::Status TlsFailure(int n, absl::string_view what) {
+  return absl::Status(n == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED ? absl::StatusCode::kUnauthenticated
+                                                               : absl::StatusCode::kUnavailable,
+                      absl::StrCat(what, ": ", MbedError(n)));
+}
+
 // Runs one non-blocking TLS step until it completes or the deadline passes. Returns the
 // step's result (> 0 done, 0 end of stream) or an error.
 template <typename Step>
@@ -395,22 +428,22 @@ absl::StatusOr<int> Drive(int fd, absl::Time deadline, absl::string_view what, i
     }
     const int n = step();
     if (n >= 0) return n;
-#ifdef MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET
-    // A TLS 1.3 server's session ticket, reported by mbedTLS 3.6 between records: we keep no
-    // sessions, so the read just goes on.
-    if (n == MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET) continue;
-#endif
-    if (n == MBEDTLS_ERR_SSL_WANT_READ || n == MBEDTLS_ERR_SSL_WANT_WRITE) {
-      absl::Status waited =
-          WaitFor(fd, n == MBEDTLS_ERR_SSL_WANT_READ ? POLLIN : POLLOUT, deadline, what, cancel_fd);
-      if (!waited.ok()) return waited;
-      continue;
+    const TlsNext next = TlsNextAfter(n);
+    switch (next) {
+      case TlsNext::kStepAgain:
+        continue;
+      case TlsNext::kReadable:
+      case TlsNext::kWritable: {
+        absl::Status waited =
+            WaitFor(fd, next == TlsNext::kReadable ? POLLIN : POLLOUT, deadline, what, cancel_fd);
+        if (!waited.ok()) return waited;
+        continue;
+      }
+      case TlsNext::kPeerClosed:
+        return 0;  // ends an answer read to the end
+      case TlsNext::kFailed:
+        return TlsFailure(n, what);
     }
-    // The server's close (with or without close_notify) ends an answer read to the end.
-    if (n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF) return 0;
-    return absl::Status(n == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED ? absl::StatusCode::kUnauthenticated
-                                                                 : absl::StatusCode::kUnavailable,
-                        absl::StrCat(what, ": ", MbedError(n)));
   }
 }
 
@@ -864,25 +897,30 @@ absl::StatusOr<std::optional<HttpResponse>> WatchStream::ReadAvailable(
       }
       continue;
     }
-    if (n == MBEDTLS_ERR_SSL_WANT_READ) break;
-#ifdef MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET
-    if (n == MBEDTLS_ERR_SSL_RECEIVED_NEW_SESSION_TICKET) continue;  // as Drive, above
-#endif
-    if (n == MBEDTLS_ERR_SSL_WANT_WRITE) {
-      // The session has to send before it can read on: rare, and bounded as a request's write.
-      if (absl::Status waited = WaitFor(fd(), POLLOUT, absl::Now() + timeout_, what_, -1);
-          !waited.ok()) {
-        end_ = waited;
+    const TlsNext next = n == 0 ? TlsNext::kPeerClosed : TlsNextAfter(n);
+    if (next == TlsNext::kReadable) break;  // all read: the loop's poll says when more comes
+    switch (next) {
+      case TlsNext::kStepAgain:
+      case TlsNext::kReadable:
+        break;
+      case TlsNext::kWritable:
+        // The session has to send before it can read on: rare, and bounded as a request's write.
+        if (absl::Status waited = WaitFor(fd(), POLLOUT, absl::Now() + timeout_, what_, -1);
+            !waited.ok()) {
+          end_ = waited;
+        }
+        break;
+      case TlsNext::kPeerClosed: {
+        absl::Status finished = reader_.Finish();
+        end_ = finished.ok()
+                   ? absl::StatusOr<HttpResponse>(std::move(reader_.response()))
+                   : absl::Status(finished.code(), absl::StrCat(what_, ": ", finished.message()));
+        break;
       }
-      continue;
+      case TlsNext::kFailed:
+        end_ = TlsFailure(n, what_);
+        break;
     }
-    if (n == 0 || n == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || n == MBEDTLS_ERR_SSL_CONN_EOF) {
-      absl::Status finished = reader_.Finish();
-      end_ = finished.ok() ? absl::StatusOr<HttpResponse>(std::move(reader_.response()))
-                           : absl::Status(finished.code(), absl::StrCat(what_, ": ", finished.message()));
-      continue;
-    }
-    end_ = absl::UnavailableError(absl::StrCat(what_, ": ", MbedError(n)));
   }
   on_event_ = nullptr;
   if (!end_.has_value()) return std::optional<HttpResponse>();
