@@ -207,9 +207,9 @@ void SlicePublisher::Stop() {
   }
   worker_.Stop();  // waits for a sync under way: its request ends at the client's Cancel
   own_loop_.reset();
-  watch_.reset();
+  watch_ = {};
   absl::MutexLock lock(&mu_);
-  opened_.reset();
+  opened_ = {};
 }
 
 void SlicePublisher::Resync() {
@@ -227,7 +227,7 @@ SlicePublisher::Status SlicePublisher::status() const {
 }
 
 PollLoop::Fds SlicePublisher::WaitFds() {
-  return {wake_fd_, watch_ != nullptr ? watch_->fd() : -1, -1, -1};
+  return {wake_fd_, watch_.stream != nullptr ? watch_.stream->fd() : -1, -1, -1};
 }
 
 absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
@@ -238,24 +238,20 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
     }
   }
   // ready[1] is the socket of the watch_ polled: read it before a newer one replaces it.
-  if (watch_ != nullptr && ready[1] != 0) ReadWatch();
+  if (watch_.stream != nullptr && ready[1] != 0) ReadWatch();
   bool sync = false;
   absl::Time next = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::InfiniteFuture();
-    if (opened_ != nullptr) {
-      watch_ = std::move(opened_);
-      watch_id_ = stream_id_;
-      watch_deadline_ = opened_deadline_;
-      watch_asked_ = opened_asked_;
-      watch_lines_ = 0;
-    } else if (watch_ != nullptr && watch_id_ != stream_id_) {
-      watch_.reset();  // the worker dropped it (a new list)
+    if (opened_.stream != nullptr) {
+      watch_ = std::exchange(opened_, {});
+    } else if (watch_.stream != nullptr && watch_.id != stream_id_) {
+      watch_ = {};  // the worker dropped it (a new list)
     }
-    if (watch_ != nullptr && absl::Now() >= watch_deadline_) {
+    if (watch_.stream != nullptr && absl::Now() >= watch_.deadline) {
       // The server did not end it when asked: as if it had, another one from where we are.
-      watch_.reset();
+      watch_ = {};
       stream_open_ = false;
       HttpResponse renewed;
       renewed.status = 200;
@@ -271,7 +267,7 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
       relist_ = true;
       sync = true;
     }
-    if (watch_ != nullptr) next = watch_deadline_;
+    if (watch_.stream != nullptr) next = watch_.deadline;
     next = std::min({next, next_list_, reopen_at_});
   }
   if (sync) PostSync();
@@ -281,13 +277,13 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
 void SlicePublisher::ReadWatch() {
   std::vector<std::string> lines;
   absl::StatusOr<std::optional<HttpResponse>> read =
-      watch_->ReadAvailable([&](absl::string_view line) {
+      watch_.stream->ReadAvailable([&](absl::string_view line) {
         lines.emplace_back(line);
         return absl::OkStatus();
       });
   const bool ended = !read.ok() || read->has_value();
-  watch_lines_ += lines.size();
-  const bool proved = watch_lines_ > 0 || absl::Now() - watch_asked_ >= absl::Seconds(1);
+  watch_.lines += lines.size();
+  const bool proved = watch_.lines > 0 || absl::Now() - watch_.asked >= absl::Seconds(1);
   // Ended within a second of asking, with nothing in it: the next one after a backoff, which only
   // a watch that proved itself resets.
   const bool at_once = ended && read.ok() && (*read)->status == 200 && !proved;
@@ -304,7 +300,7 @@ void SlicePublisher::ReadWatch() {
   bool sync = ended && !at_once;
   {
     absl::MutexLock lock(&mu_);
-    if (watch_id_ == stream_id_) {  // not dropped meanwhile
+    if (watch_.id == stream_id_) {  // not dropped meanwhile
       for (std::string& line : lines) {
         if (events_.empty()) {
           // Nothing waits for the worker: a bookmark only moves where the next watch starts.
@@ -325,7 +321,7 @@ void SlicePublisher::ReadWatch() {
       }
     }
   }
-  if (ended) watch_.reset();
+  if (ended) watch_ = {};
   if (sync) PostSync();
 }
 
@@ -334,7 +330,7 @@ void SlicePublisher::DropWatch() {
     absl::MutexLock lock(&mu_);
     ++stream_id_;
     stream_open_ = false;
-    opened_.reset();
+    opened_ = {};
     events_.clear();
     bookmark_version_.clear();
     stream_end_.reset();
@@ -478,9 +474,8 @@ absl::Status SlicePublisher::OpenWatch() {
     absl::MutexLock lock(&mu_);
     ++stream_id_;
     stream_open_ = true;
-    opened_ = *std::move(opened);
-    opened_deadline_ = absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30);
-    opened_asked_ = asked;
+    opened_ = {*std::move(opened), stream_id_,
+               absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30), asked};
   }
   Wake();
   return absl::OkStatus();

@@ -174,12 +174,17 @@ class SlicePublisher : private PollLoop::Member {
   PollLoop* loop_ = nullptr;  // while started
   SerialWorker worker_{"ea-dra-slices", {.exit_when_idle = true}};
 
+  // A watch the worker opened, as it hands it to the loop, and as the loop keeps it.
+  struct HeldWatch {
+    std::unique_ptr<WatchStream> stream;  // null: none
+    uint64_t id = 0;                      // its stream_id_
+    absl::Time deadline = absl::InfiniteFuture();  // we end a watch the server did not end
+    absl::Time asked;                     // when the worker began to open it
+    size_t lines = 0;                     // what it brought, bookmarks too (the loop counts)
+  };
+
   // The loop's alone.
-  std::unique_ptr<WatchStream> watch_;
-  uint64_t watch_id_ = 0;
-  absl::Time watch_deadline_ = absl::InfiniteFuture();  // we end a watch the server did not end
-  absl::Time watch_asked_;   // when the worker began to open it
-  size_t watch_lines_ = 0;   // what it brought, bookmarks too
+  HeldWatch watch_;
   Backoff short_watches_;    // for watches ended at once; reset by one that proved itself
   absl::Time reopen_at_ = absl::InfiniteFuture();  // after one ended at once, the next one
   bool short_watch_said_ = false;
@@ -197,9 +202,7 @@ class SlicePublisher : private PollLoop::Member {
   // The watch the worker opened last (0: none yet); the loop's watch_ is stale when its id differs.
   uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool stream_open_ ABSL_GUARDED_BY(mu_) = false;  // it has not ended
-  std::unique_ptr<WatchStream> opened_ ABSL_GUARDED_BY(mu_);  // handed to the loop
-  absl::Time opened_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  absl::Time opened_asked_ ABSL_GUARDED_BY(mu_);
+  HeldWatch opened_ ABSL_GUARDED_BY(mu_);  // handed to the loop
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);  // of stream_id_, not yet applied
   // A bookmark's version, read while no event waited (so it comes before every event in events_).
   std::string bookmark_version_ ABSL_GUARDED_BY(mu_);
