@@ -181,6 +181,7 @@ absl::Status Daemon::StartDra() {
         api.status().message()));
   }
   dra_api_ = std::make_unique<ApiClient>(*api);
+  dra_grpc_ = std::make_unique<DraGrpcServer>(&event_loop_);
   // A claim prepared in another boot has its spec written again before the kubelet can ask.
   absl::StatusOr<std::string> boot_id = host_.ReadAttribute(kDraBootIdPath);
   if (!boot_id.ok()) {
@@ -223,6 +224,7 @@ absl::Status Daemon::StartDra() {
     DraPluginServer::Options serve;
     serve.driver = name;
     serve.kubelet_root = config_.kubelet_root;
+    serve.grpc = dra_grpc_.get();
     // A kubelet that (re)starts deletes its node's slices: publish again once it registered us.
     serve.on_registered = [publisher = driver->publisher.get()] { publisher->Resync(); };
     serve.on_refused = [this, name](const std::string& error) {
@@ -568,6 +570,17 @@ void Daemon::Stop() {
       }
     }
     if (driver->server != nullptr) driver->server->Stop();
+  }
+  // Then their one gRPC server, once every driver deregistered: the calls still being answered
+  // (claim reads cancelled above) are joined once its loop drained.
+  if (dra_grpc_ != nullptr) {
+    dra_grpc_->Stop(absl::Milliseconds(500), [this] {
+      for (auto& driver : dra_drivers_) {
+        if (driver->server != nullptr) driver->server->JoinCalls();
+      }
+    });
+  }
+  for (auto& driver : dra_drivers_) {
     if (driver->publisher != nullptr) driver->publisher->Stop();
     // Waits for claim reads still under way (cancelled above), while dra_api_ still exists.
     if (driver->preparer != nullptr) driver->preparer->Stop();

@@ -1,6 +1,8 @@
 #include "edgeaccel/dra/dra_plugin_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,6 +51,31 @@ grpc::Status DraPluginServer::Notify(const pluginregistration::RegistrationStatu
   return grpc::Status::OK;
 }
 
+namespace {
+
+// A non-blocking socket listening at `path`, which only its owner (root: the kubelet) may
+// connect to: the mode is set before listen(), so no one else connects in between.
+absl::StatusOr<int> ListenAt(const std::string& path) {
+  struct sockaddr_un address = {};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": too long for a Unix socket (at most ",
+                                                   sizeof(address.sun_path) - 1, " bytes)"));
+  }
+  memcpy(address.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
+  if (bind(fd, reinterpret_cast<const struct sockaddr*>(&address), sizeof(address)) != 0 ||
+      chmod(path.c_str(), 0600) != 0 || listen(fd, SOMAXCONN) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", path, ": ", strerror(error)));
+  }
+  return fd;
+}
+
+}  // namespace
+
 absl::Status DraPluginServer::Start() {
   const std::string plugin_dir = absl::StrCat(options_.kubelet_root, "/plugins/", options_.driver);
   const std::string registry_dir = absl::StrCat(options_.kubelet_root, "/plugins_registry");
@@ -62,69 +89,83 @@ absl::Status DraPluginServer::Start() {
     absl::Status free = FreeSocketPath(path, "remove it, or point --kubelet-root elsewhere");
     if (!free.ok()) return free;
   }
-
-  v1_ = std::make_unique<drav1::DRAPlugin::AsyncService>();
-  v1beta1_ = std::make_unique<drav1beta1::DRAPlugin::AsyncService>();
-  health_ = std::make_unique<drahealth::DRAResourceHealth::AsyncService>();
-  registration_ = std::make_unique<pluginregistration::Registration::AsyncService>();
-  grpc::ServerBuilder builder;
-  for (const std::string& path : {service_socket(), registration_socket()}) {
-    builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials());
+  DraGrpcServer* grpc = options_.grpc;
+  if (grpc == nullptr) {
+    own_grpc_ = std::make_unique<DraGrpcServer>();
+    grpc = own_grpc_.get();
   }
-  builder.RegisterService(v1_.get());
-  builder.RegisterService(v1beta1_.get());
-  builder.RegisterService(health_.get());
-  builder.RegisterService(registration_.get());
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr) {
-    v1_.reset();
-    v1beta1_.reset();
-    health_.reset();
-    registration_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", service_socket(), " and ", registration_socket()));
+  if (absl::Status started = grpc->Start(); !started.ok()) {
+    own_grpc_.reset();
+    return started;
   }
-  // Only the kubelet (root) may prepare claims or register us.
-  chmod(service_socket().c_str(), 0600);
-  chmod(registration_socket().c_str(), 0600);
+  // The service socket first: the kubelet's plugin watcher dials the endpoint it is told of as
+  // soon as the registration socket appears.
+  absl::StatusOr<int> service_fd = ListenAt(service_socket());
+  if (!service_fd.ok()) {
+    own_grpc_.reset();
+    return service_fd.status();
+  }
+  absl::StatusOr<int> registration_fd = ListenAt(registration_socket());
+  if (!registration_fd.ok()) {
+    close(*service_fd);
+    unlink(service_socket().c_str());
+    own_grpc_.reset();
+    return registration_fd.status();
+  }
+  service_fd_ = *service_fd;
+  registration_fd_ = *registration_fd;
   service_inode_ = SocketInode(service_socket());
   registration_inode_ = SocketInode(registration_socket());
-  loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-dra");
-  service_->Serve(v1_.get(), v1beta1_.get(), health_.get(), loop_.get());
+  grpc_ = grpc;
+  // Every call goes to the driver whose socket its connection came in on.
+  service_->Serve(grpc->v1(), grpc->v1beta1(), grpc->health(), grpc->loop(),
+                  [grpc](const grpc::ServerContext& context) -> DraPluginService* {
+                    DraPluginServer* owner = grpc->OwnerOf(context);
+                    return owner != nullptr ? owner->service_ : nullptr;
+                  });
   ServeRegistration(
-      registration_.get(), loop_.get(),
-      [this](const pluginregistration::InfoRequest&, pluginregistration::PluginInfo* response) {
-        return GetInfo(response);
+      grpc->registration(), grpc->loop(),
+      [grpc](const grpc::ServerContext& context, const pluginregistration::InfoRequest&,
+             pluginregistration::PluginInfo* response) {
+        DraPluginServer* owner = grpc->OwnerOf(context);
+        return owner != nullptr ? owner->GetInfo(response) : NoDriver(context);
       },
-      [this](const pluginregistration::RegistrationStatus& request,
-             pluginregistration::RegistrationStatusResponse*) { return Notify(request); });
-  loop_->Start();
+      [grpc](const grpc::ServerContext& context, const pluginregistration::RegistrationStatus& request,
+             pluginregistration::RegistrationStatusResponse*) {
+        DraPluginServer* owner = grpc->OwnerOf(context);
+        return owner != nullptr ? owner->Notify(request) : NoDriver(context);
+      });
+  grpc->Accept(this, {service_fd_, registration_fd_});
   LOG(INFO) << options_.driver << ": DRA driver serving " << service_socket() << ", registering at "
             << registration_socket();
   return absl::OkStatus();
 }
 
+grpc::Status DraPluginServer::NoDriver(const grpc::ServerContext& context) {
+  LOG(WARNING) << "a registration call from " << context.peer() << ", a connection no DRA driver serves";
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no DRA driver serves this connection");
+}
+
 void DraPluginServer::Stop(absl::Duration grace) {
-  if (server_ != nullptr) {
+  if (grpc_ != nullptr) {
     // The registration socket first: its removal is the deregistration the kubelet sees.
     RemoveSocketIfOurs(registration_socket(), registration_inode_);
     registration_inode_ = 0;
+    grpc_->StopAccepting(this);
+    close(registration_fd_);
+    close(service_fd_);
+    registration_fd_ = service_fd_ = -1;
     service_->EndStreams();
-    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-    loop_->Drain();
-    service_->JoinCalls();  // a prepare still reading a claim (ended by the client's Cancel)
-    server_->Wait();
-    loop_.reset();
-    server_.reset();
+    if (own_grpc_ != nullptr) {
+      // A prepare still reading a claim (ended by the client's Cancel) is joined once the loop
+      // has drained.
+      own_grpc_->Stop(grace, [this] { service_->JoinCalls(); });
+      own_grpc_.reset();
+    }
+    grpc_ = nullptr;
     RemoveSocketIfOurs(service_socket(), service_inode_);
     service_inode_ = 0;
   }
-  v1_.reset();
-  v1beta1_.reset();
-  health_.reset();
-  registration_.reset();
   registered_.store(false);
 }
 

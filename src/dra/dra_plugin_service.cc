@@ -22,7 +22,7 @@ template <typename Request, typename Response>
 class OffLoopMethod {
  public:
   using RequestFn = typename UnaryMethod<Request, Response>::RequestFn;
-  using Handler = typename UnaryMethod<Request, Response>::Handler;
+  using Handler = typename UnaryMethod<Request, Response>::CallHandler;
 
   static void Serve(CompletionLoop* loop, TransientThreads* workers, RequestFn request, Handler handler) {
     Arm(std::make_shared<const OffLoopMethod>(loop, workers, std::move(request), std::move(handler)));
@@ -69,7 +69,7 @@ class OffLoopMethod {
 
     // On a worker thread; no gRPC operation of the call is pending meanwhile.
     void Work() {
-      status_ = method_->handler_(request_, &response_);
+      status_ = method_->handler_(context_, request_, &response_);
       if (!method_->loop_->Post(&alarm_, this)) delete this;
     }
 
@@ -140,6 +140,13 @@ SnapshotStreamsBase::Hooks HealthHooks(DraCounters* counters) {
   };
   hooks.ended = [](bool) { VLOG(1) << "DRA health stream ended"; };
   return hooks;
+}
+
+// The answer to a call on a connection no driver serves (it cannot happen: every connection is
+// one a driver's socket accepted).
+grpc::Status NoDriver(const grpc::ServerContext& context) {
+  LOG(WARNING) << "a DRA call from " << context.peer() << ", a connection no driver serves";
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no DRA driver serves this connection");
 }
 
 }  // namespace
@@ -225,32 +232,57 @@ drahealth::NodeWatchResourcesResponse DraPluginService::HealthMessage(const Snap
 
 void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
                              drav1beta1::DRAPlugin::AsyncService* v1beta1,
-                             drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop) {
+                             drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop,
+                             Route route) {
   grpc::ServerCompletionQueue* cq = loop->cq();
   TransientThreads* calls = &calls_;
+  // Whose a call is: this service's, or where several share the server, the one `route` names.
+  auto owner = [this, route](const grpc::ServerContext& context) -> DraPluginService* {
+    return route != nullptr ? route(context) : this;
+  };
+  auto prepare = [owner](const grpc::ServerContext& context, const auto& request, auto* response) {
+    DraPluginService* service = owner(context);
+    if (service == nullptr) return NoDriver(context);
+    return service->Prepare(request, response);
+  };
+  auto unprepare = [owner](const grpc::ServerContext& context, const auto& request, auto* response) {
+    DraPluginService* service = owner(context);
+    if (service == nullptr) return NoDriver(context);
+    return service->Unprepare(request, response);
+  };
   OffLoopMethod<drav1::NodePrepareResourcesRequest, drav1::NodePrepareResourcesResponse>::Serve(
       loop, calls, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1->RequestNodePrepareResources(context, request, responder, cq, cq, tag);
       },
-      [this](const auto& request, auto* response) { return Prepare(request, response); });
+      prepare);
   OffLoopMethod<drav1::NodeUnprepareResourcesRequest, drav1::NodeUnprepareResourcesResponse>::Serve(
       loop, calls, [v1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1->RequestNodeUnprepareResources(context, request, responder, cq, cq, tag);
       },
-      [this](const auto& request, auto* response) { return Unprepare(request, response); });
+      unprepare);
   OffLoopMethod<drav1beta1::NodePrepareResourcesRequest, drav1beta1::NodePrepareResourcesResponse>::Serve(
       loop, calls, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1beta1->RequestNodePrepareResources(context, request, responder, cq, cq, tag);
       },
-      [this](const auto& request, auto* response) { return Prepare(request, response); });
+      prepare);
   OffLoopMethod<drav1beta1::NodeUnprepareResourcesRequest, drav1beta1::NodeUnprepareResourcesResponse>::Serve(
       loop, calls, [v1beta1, cq](auto* context, auto* request, auto* responder, void* tag) {
         v1beta1->RequestNodeUnprepareResources(context, request, responder, cq, cq, tag);
       },
-      [this](const auto& request, auto* response) { return Unprepare(request, response); });
-  health_streams_.Serve(loop, [health, cq](auto* context, auto* request, auto* writer, void* tag) {
-    health->RequestNodeWatchResources(context, request, writer, cq, cq, tag);
-  });
+      unprepare);
+  HealthStreams::Route health_route;
+  if (route != nullptr) {
+    health_route = [route](const grpc::ServerContext& context) -> HealthStreams* {
+      DraPluginService* service = route(context);
+      return service != nullptr ? &service->health_streams_ : nullptr;
+    };
+  }
+  health_streams_.Serve(
+      loop,
+      [health, cq](auto* context, auto* request, auto* writer, void* tag) {
+        health->RequestNodeWatchResources(context, request, writer, cq, cq, tag);
+      },
+      std::move(health_route));
 }
 
 void DraPluginService::JoinCalls() { calls_.Join(); }

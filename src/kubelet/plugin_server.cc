@@ -113,7 +113,8 @@ absl::Status WatcherProbe::Start() {
   loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-probe");
   ServeRegistration(
       service_.get(), loop_.get(),
-      [this](const pluginregistration::InfoRequest&, pluginregistration::PluginInfo*) {
+      [this](const grpc::ServerContext&, const pluginregistration::InfoRequest&,
+             pluginregistration::PluginInfo*) {
         if (on_asked_) on_asked_();
         // What the kubelet logs ("failed to get plugin info using RPC GetInfo").
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

@@ -15,11 +15,12 @@ PluginWatcherService::PluginWatcherService(
 
 void ServeRegistration(
     pluginregistration::Registration::AsyncService* service, CompletionLoop* loop,
-    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Handler get_info,
+    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::CallHandler
+        get_info,
     UnaryMethod<pluginregistration::RegistrationStatus,
-                pluginregistration::RegistrationStatusResponse>::Handler notify) {
+                pluginregistration::RegistrationStatusResponse>::CallHandler notify) {
   grpc::ServerCompletionQueue* cq = loop->cq();
-  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Serve(
+  UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::ServeSeeingCall(
       loop,
       [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestGetInfo(context, request, responder, cq, cq, tag);
@@ -27,7 +28,7 @@ void ServeRegistration(
       std::move(get_info));
   if (notify == nullptr) return;
   UnaryMethod<pluginregistration::RegistrationStatus,
-              pluginregistration::RegistrationStatusResponse>::Serve(
+              pluginregistration::RegistrationStatusResponse>::ServeSeeingCall(
       loop,
       [service, cq](auto* context, auto* request, auto* responder, void* tag) {
         service->RequestNotifyRegistrationStatus(context, request, responder, cq, cq, tag);
@@ -39,8 +40,10 @@ void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService*
                                  CompletionLoop* loop) {
   ServeRegistration(
       service, loop,
-      [this](const auto& request, auto* response) { return GetInfo(request, response); },
-      [this](const auto& request, auto* response) {
+      [this](const grpc::ServerContext&, const auto& request, auto* response) {
+        return GetInfo(request, response);
+      },
+      [this](const grpc::ServerContext&, const auto& request, auto* response) {
         return NotifyRegistrationStatus(request, response);
       });
 }

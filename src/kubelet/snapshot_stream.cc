@@ -119,7 +119,19 @@ void SnapshotStreamsBase::Call::OnArrived(bool ok) {
     return;
   }
   streams_->Arm();  // the next client (or a second stream) may call at any time
-  streams_->Adopt(this);
+  SnapshotStreamsBase* owner = streams_->route_ != nullptr ? streams_->route_(context_) : streams_;
+  if (owner == nullptr) {
+    LOG(WARNING) << streams_->name_ << ": a call from " << context_.peer()
+                 << ", a connection no one serves, ends at once";
+    streams_->Adopt(this, /*serve=*/false);
+    return;
+  }
+  if (owner != streams_) {
+    DCHECK(owner->loop_ == streams_->loop_);
+    streams_ = owner;
+    Rebound();
+  }
+  owner->Adopt(this, /*serve=*/true);
 }
 
 void SnapshotStreamsBase::Call::OnWoken(bool) {
@@ -199,8 +211,9 @@ SnapshotStreamsBase::~SnapshotStreamsBase() {
   LOG_IF(DFATAL, !calls_.empty()) << name_ << ": destroyed with open streams";
 }
 
-void SnapshotStreamsBase::ServeOn(CompletionLoop* loop) {
+void SnapshotStreamsBase::ServeOn(CompletionLoop* loop, RouteFn route) {
   loop_ = loop;
+  route_ = std::move(route);
   Arm();
 }
 
@@ -209,13 +222,13 @@ void SnapshotStreamsBase::Arm() {
   if (!loop_->StartOperation([call] { call->Wait(); })) delete call;
 }
 
-void SnapshotStreamsBase::Adopt(Call* raw) {
+void SnapshotStreamsBase::Adopt(Call* raw, bool serve) {
   std::shared_ptr<Call> call(raw);
   bool ended;
   {
     // Every call is kept alive by this map until it is over (Forget).
     absl::MutexLock lock(&mu_);
-    ended = ended_;
+    ended = ended_ || !serve;
     calls_[raw] = call;
   }
   if (hooks_.opened) hooks_.opened(!ended);

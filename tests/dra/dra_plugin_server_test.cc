@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 
 #include "fixture_host.h"
@@ -108,6 +109,101 @@ TEST_F(DraPluginServerTest, GetInfoNamesTheDriverItsEndpointAndBothVersionsV1Fir
   EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
   EXPECT_EQ(info.supported_versions(1), "v1beta1.DRAPlugin");
   EXPECT_EQ(server.registration_socket(), dir_.path() + "/plugins_registry/edgetpu.edgeaccel.io-reg.sock");
+}
+
+// Two drivers on one DraGrpcServer (the daemon's: one gRPC server, one loop): gRPC hands a call
+// to the call object waiting longest, whichever driver's it is, and each call is still answered
+// by the driver whose socket its connection came in on. Each driver is called twice in a row, so
+// that the second call lands on the other driver's call object.
+TEST_F(DraPluginServerTest, TwoDriversSharingOneServerEachAnswerAsThemselvesOnTheirOwnSockets) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  DeviceSet gpus(kGpuDriver);
+  Device tpu;
+  tpu.id = "0000:03:00.0";
+  tpu.facts["interface"] = "pcie";
+  set_.Update({tpu});
+  Device gpu;
+  gpu.id = "GPU-12345678-1234-1234-1234-123456789abc";
+  gpus.Update({gpu});
+  DraCounters gpu_counters;
+  ClaimPreparer::Options gpu_options = PreparerOptions([](const ClaimRef&) -> absl::StatusOr<std::string> {
+    return absl::UnavailableError("the GPU driver's API server is away");
+  });
+  gpu_options.driver = kGpuDriver;
+  ClaimPreparer gpu_preparer(gpu_options, &gpus);
+  DraPluginService gpu_service(&gpu_preparer, &gpus, "node-1", &gpu_counters);
+
+  DraGrpcServer shared;
+  DraPluginServer::Options tpu_options = Options();
+  tpu_options.grpc = &shared;
+  DraPluginServer::Options gpu_server_options = Options();
+  gpu_server_options.driver = kGpuDriver;
+  gpu_server_options.grpc = &shared;
+  DraPluginServer tpu_server(tpu_options, service_.get());
+  DraPluginServer gpu_server(gpu_server_options, &gpu_service);
+  ASSERT_TRUE(tpu_server.Start().ok());
+  ASSERT_TRUE(gpu_server.Start().ok());
+
+  struct Expected {
+    DraPluginServer* server;
+    std::string driver;
+    std::string device;
+    std::string error;
+  };
+  const std::vector<Expected> drivers = {
+      {&tpu_server, kDriver, "tpu-0000-03-00-0", "no API server here"},
+      {&gpu_server, kGpuDriver, "gpu-12345678-1234-1234-1234-123456789abc",
+       "the GPU driver's API server is away"}};
+  int round = 0;
+  for (int which : {0, 0, 1, 1, 0, 1, 1, 0}) {
+    const Expected& expected = drivers[which];
+    ++round;
+    {
+      SCOPED_TRACE(absl::StrCat(expected.driver, ", call ", round));
+      auto registration = pluginregistration::Registration::NewStub(grpc::CreateChannel(
+          "unix:" + expected.server->registration_socket(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext info_context;
+      info_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      pluginregistration::PluginInfo info;
+      ASSERT_TRUE(registration->GetInfo(&info_context, pluginregistration::InfoRequest(), &info).ok());
+      EXPECT_EQ(info.name(), expected.driver);
+      EXPECT_EQ(info.endpoint(), expected.server->service_socket());
+
+      auto channel = grpc::CreateChannel("unix:" + expected.server->service_socket(),
+                                         grpc::InsecureChannelCredentials());
+      auto health = drahealth::DRAResourceHealth::NewStub(channel);
+      grpc::ClientContext health_context;
+      health_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      auto reader = health->NodeWatchResources(&health_context, drahealth::NodeWatchResourcesRequest());
+      drahealth::NodeWatchResourcesResponse first;
+      ASSERT_TRUE(reader->Read(&first));
+      ASSERT_EQ(first.devices_size(), 1);
+      EXPECT_EQ(first.devices(0).device().device_name(), expected.device);
+      health_context.TryCancel();
+      (void)reader->Finish();
+
+      auto plugin = drav1::DRAPlugin::NewStub(channel);
+      grpc::ClientContext prepare_context;
+      prepare_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      drav1::NodePrepareResourcesResponse prepared;
+      const std::string uid = "11111111-1111-1111-1111-111111111111";
+      ASSERT_TRUE(plugin->NodePrepareResources(
+                            &prepare_context, OneClaim<drav1::NodePrepareResourcesRequest>("c", uid), &prepared)
+                      .ok());
+      EXPECT_NE(prepared.claims().at(uid).error().find(expected.error), std::string::npos)
+          << prepared.claims().at(uid).error();
+    }
+  }
+  EXPECT_EQ(counters_.prepare.calls.load(), 4u);
+  EXPECT_EQ(gpu_counters.prepare.calls.load(), 4u);
+  tpu_server.Stop();
+  gpu_server.Stop();
+  shared.Stop(absl::Milliseconds(500), [&] {
+    tpu_server.JoinCalls();
+    gpu_server.JoinCalls();
+  });
+  EXPECT_FALSE(IsSocket(tpu_server.service_socket()));
+  EXPECT_FALSE(IsSocket(gpu_server.registration_socket()));
 }
 
 TEST_F(DraPluginServerTest, AStaleSocketIsReplacedALiveOneIsNotAndStopRemovesOnlyOurs) {

@@ -200,8 +200,9 @@ TEST_F(DraE2eTest, EverySinkOnBesideADraDriverIdlesAtEightThreadsOrFewer) {
 
 // The shipped DRA configuration (manifests/components/dra: --dra=coral-pcie,coral-usb,tegra) on a
 // node with Edge TPUs on PCIe and USB and a Jetson, every sink on: two drivers (the Edge TPUs'
-// and the GPU's), each with its gRPC loop, their slice watches on ea-loop, and no device plugin
-// resource, so no ea-grpc: 8 threads or fewer, main included (issue #33); 7 in fact.
+// and the GPU's) answered by one gRPC loop (their sockets accepted on ea-loop), their slice
+// watches on ea-loop, and no device plugin resource, so no ea-grpc: 8 threads or fewer, main
+// included (issue #33); 6 in fact. It idled at 7 while each driver had a gRPC server and loop.
 TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsOrFewer) {
   constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
@@ -212,7 +213,8 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 tpu-usb-2-1 ")) << daemon->Log();
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
-  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
+  EXPECT_EQ(NamedThreads(threads), 5) << threads << ": and main";
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads << ": one loop for both drivers";
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 0) << threads << ": idle, the workers ended";
   EXPECT_EQ(ThreadsCalled(threads, "ea-loop"), 1) << threads << ": both watches on it";
   EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 0) << threads;
@@ -222,7 +224,8 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
 // Both drivers with devices beside a device plugin resource, the most any configuration of one
 // kind of node runs (a split the shipped --dra does not make: the PCIe TPUs and a Jetson through
 // DRA, a Coral USB Accelerator left to the device plugin), every sink on: 8 threads or fewer,
-// main included (issue #33). It idled at 10 while each driver's slice publisher had a thread.
+// main included (issue #33); 7 in fact. It idled at 10 while each driver's slice publisher had a
+// thread, and at 8 while each driver had a gRPC server and loop.
 TEST_F(DraE2eTest, BothDriversBesideADevicePluginResourceIdleAtEightThreadsOrFewer) {
   constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
   host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
@@ -234,8 +237,40 @@ TEST_F(DraE2eTest, BothDriversBesideADevicePluginResourceIdleAtEightThreadsOrFew
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
-  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 2) << threads;
+  EXPECT_EQ(NamedThreads(threads), 6) << threads << ": and main";
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads << ": one loop for both drivers";
   EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 1) << threads;
+  StopDaemon(daemon.get());
+}
+
+// The most threads any node runs: a Jetson with a discrete GPU and Edge TPUs on PCIe and USB,
+// split so that each resource has a family on either side (--dra=coral-pcie,tegra: the PCIe TPUs
+// and the Jetson through DRA; the USB TPU and the discrete GPU through the device plugin), every
+// sink on. Two device plugin resources, each with its ea-grpc, and both drivers on one ea-dra:
+// 8 threads, main included (issue #33). It idled at 9 while each driver had a gRPC loop.
+TEST_F(DraE2eTest, EveryFamilySplitBothWaysBetweenDraAndTheDevicePluginIdlesAtEightThreads) {
+  constexpr char kGpuDriver[] = "gpu.edgeaccel.io";
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  host_.AddJetson(FixtureHost::Jetson::kAgxOrinR36);
+  host_.AddNvidiaGpu({});
+  auto daemon = StartWithEverySinkAndDra("coral-pcie,tegra");
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kGpuDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
+  ASSERT_TRUE(Advertised(std::string(kResourceNvidiaGpu), 1, 1)) << daemon->Log();
+  std::string threads;
+  EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
+  EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads << ": one loop for both drivers";
+  EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 2) << threads;
+  // Each driver answers as itself on its own sockets, whichever driver's call object gRPC gave
+  // the call to: the registrations name each driver and its own endpoint.
+  for (const char* driver : {kDriver, kGpuDriver}) {
+    auto registration = dra_kubelet_->WaitForRegistration(driver);
+    ASSERT_TRUE(registration.ok()) << registration.status();
+    EXPECT_EQ(registration->endpoint,
+              absl::StrCat(kubelet_.root(), "/plugins/", driver, "/dra.sock"));
+  }
   StopDaemon(daemon.get());
 }
 

@@ -146,6 +146,8 @@ class Daemon {
   std::vector<std::unique_ptr<Resource>> resources_;
   std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
   std::unique_ptr<ApiClient> dra_api_;  // with --dra
+  // Every DRA driver's connections, accepted on event_loop_; started by the first that serves.
+  std::unique_ptr<DraGrpcServer> dra_grpc_;
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex labels_mu_;

@@ -4,13 +4,13 @@
 //    DRAPlugin v1 or v1beta1 and DRAResourceHealth (DraPluginService);
 //  * the registration socket <kubelet-root>/plugins_registry/<driver>-reg.sock, where the
 //    kubelet's plugin watcher calls GetInfo (within 1 s) and NotifyRegistrationStatus.
-// One gRPC server listens on both, its one loop thread ("ea-dra") answering every call: gRPC
-// cannot register a service for one port only, so each socket also answers the other's services,
-// which no kubelet calls there. Nothing on the loop waits: each NodePrepareResources and
-// NodeUnprepareResources runs on a thread that lives only for that call ("ea-dra-call"), so a
-// slow prepare never makes a registration miss its deadline.
-// Both sockets are listening before either can be dialled; on Stop the registration socket goes
-// first, which is how a plugin deregisters.
+// The sockets are ours; their connections are answered by a DraGrpcServer (dra_grpc_server.h),
+// one for every driver of the daemon, whose one loop thread ("ea-dra") answers every call: each
+// socket also answers the other's services, which no kubelet calls there. Nothing on the loop
+// waits: each NodePrepareResources and NodeUnprepareResources runs on a thread that lives only
+// for that call ("ea-dra-call"), so a slow prepare never makes a registration miss its deadline.
+// Both sockets are listening (and only the kubelet, root, may connect) before either can be
+// dialled; on Stop the registration socket goes first, which is how a plugin deregisters.
 #ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
 #define EDGEACCEL_DRA_DRA_PLUGIN_SERVER_H_
 
@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "edgeaccel/dra/dra_grpc_server.h"
 #include "edgeaccel/dra/dra_plugin_service.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "pluginregistration_v1.grpc.pb.h"
@@ -43,6 +44,9 @@ class DraPluginServer {
     // error when it refused.
     std::function<void()> on_registered;
     std::function<void(const std::string& error)> on_refused;
+    // The server its connections go to, shared with the daemon's other driver (the daemon stops
+    // it after every driver); null: one of its own, which Stop() stops.
+    DraGrpcServer* grpc = nullptr;
   };
 
   DraPluginServer(Options options, DraPluginService* service);
@@ -50,10 +54,12 @@ class DraPluginServer {
 
   // Makes the plugin directory, replaces stale sockets, listens on both. Errors say which path.
   absl::Status Start();
-  // Deregisters, ends the health streams and waits for the calls being answered (a prepare
-  // reading a claim ends at once when the API client is cancelled first; otherwise within the
-  // preparer's read timeout).
+  // Deregisters, stops accepting and ends the health streams; with a server of its own, also
+  // stops it, waiting for the calls being answered (a prepare reading a claim ends at once when
+  // the API client is cancelled first; otherwise within the preparer's read timeout). With a
+  // shared one, whoever stops that joins the calls (JoinCalls, after its loop drained).
   void Stop(absl::Duration grace = absl::Milliseconds(500));
+  void JoinCalls() { service_->JoinCalls(); }
 
   std::string service_socket() const;
   std::string registration_socket() const;
@@ -65,14 +71,15 @@ class DraPluginServer {
   grpc::Status GetInfo(pluginregistration::PluginInfo* info) const;
   grpc::Status Notify(const pluginregistration::RegistrationStatus& status);
 
+  // The answer to a registration call on a connection no driver serves.
+  static grpc::Status NoDriver(const grpc::ServerContext& context);
+
   const Options options_;
   DraPluginService* const service_;
-  std::unique_ptr<drav1::DRAPlugin::AsyncService> v1_;
-  std::unique_ptr<drav1beta1::DRAPlugin::AsyncService> v1beta1_;
-  std::unique_ptr<drahealth::DRAResourceHealth::AsyncService> health_;
-  std::unique_ptr<pluginregistration::Registration::AsyncService> registration_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<CompletionLoop> loop_;
+  std::unique_ptr<DraGrpcServer> own_grpc_;
+  DraGrpcServer* grpc_ = nullptr;  // while started
+  int service_fd_ = -1;            // the listening sockets
+  int registration_fd_ = -1;
   ino_t registration_inode_ = 0;
   ino_t service_inode_ = 0;
   std::atomic<uint64_t> registrations_{0};

@@ -17,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <string>
 
 #include "dra_health_v1alpha1.grpc.pb.h"
@@ -41,8 +42,15 @@ class DraPluginService {
   DraPluginService(ClaimPreparer* preparer, DeviceSet* set, std::string pool, DraCounters* counters);
   ~DraPluginService();
 
+  // Whose a call is, where several drivers' services share one server and loop (each call goes
+  // to the driver whose socket its connection came in on); null: no one's.
+  using Route = std::function<DraPluginService*(const grpc::ServerContext& context)>;
+
+  // Starts answering the three services on `loop`: every call this service's, or with `route`,
+  // the one it names.
   void Serve(drav1::DRAPlugin::AsyncService* v1, drav1beta1::DRAPlugin::AsyncService* v1beta1,
-             drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop);
+             drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop,
+             Route route = nullptr);
   // Ends the health streams (shutdown); call before the server shuts down.
   void EndStreams() { health_streams_.EndStreams(); }
   // Waits for the calls still being answered off the loop; call once the loop has drained (their
@@ -64,9 +72,11 @@ class DraPluginService {
   ClaimPreparer* const preparer_;
   const std::string pool_;
   DraCounters* const counters_;
+  using HealthStreams =
+      SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>;
+
   TransientThreads calls_{"ea-dra-call"};
-  SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>
-      health_streams_;
+  HealthStreams health_streams_;
 };
 
 }  // namespace edgeaccel

@@ -77,16 +77,22 @@ class UnaryMethod {
   using RequestFn = std::function<void(grpc::ServerContext*, Request*,
                                        grpc::ServerAsyncResponseWriter<Response>*, void* tag)>;
   using Handler = std::function<grpc::Status(const Request&, Response*)>;
+  // One that also looks at the call: its peer says which connection it came on.
+  using CallHandler =
+      std::function<grpc::Status(const grpc::ServerContext&, const Request&, Response*)>;
 
   // Starts waiting for calls on `loop`; lives as long as calls can arrive (the last waiting call
   // object holds it, and is told ok=false when the queue drains).
   static void Serve(CompletionLoop* loop, RequestFn request, Handler handler) {
-    auto method =
-        std::make_shared<const UnaryMethod>(loop, std::move(request), std::move(handler));
-    Arm(method);
+    ServeSeeingCall(loop, std::move(request),
+                    [handler = std::move(handler)](const grpc::ServerContext&, const Request& in,
+                                                   Response* out) { return handler(in, out); });
+  }
+  static void ServeSeeingCall(CompletionLoop* loop, RequestFn request, CallHandler handler) {
+    Arm(std::make_shared<const UnaryMethod>(loop, std::move(request), std::move(handler)));
   }
 
-  UnaryMethod(CompletionLoop* loop, RequestFn request, Handler handler)
+  UnaryMethod(CompletionLoop* loop, RequestFn request, CallHandler handler)
       : loop_(loop), request_(std::move(request)), handler_(std::move(handler)) {}
 
  private:
@@ -102,7 +108,7 @@ class UnaryMethod {
       }
       answered_ = true;
       Arm(method_);  // the next call may arrive while this one is answered
-      const grpc::Status status = method_->handler_(request_, &response_);
+      const grpc::Status status = method_->handler_(context_, request_, &response_);
       const bool started = method_->loop_->StartOperation([&] {
         if (status.ok()) {
           responder_.Finish(response_, status, this);
@@ -129,7 +135,7 @@ class UnaryMethod {
 
   CompletionLoop* const loop_;
   const RequestFn request_;
-  const Handler handler_;
+  const CallHandler handler_;
 };
 
 }  // namespace edgeaccel

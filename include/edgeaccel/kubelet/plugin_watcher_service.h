@@ -16,12 +16,13 @@ namespace edgeaccel {
 // Answers the Registration service of `service` on `loop`, as the kubelet's plugin watcher calls
 // it: GetInfo with `get_info` and, where `notify` is given, NotifyRegistrationStatus with it (a
 // socket that only answers GetInfo leaves the other call unanswered). The handlers run on the
-// loop thread.
+// loop thread, and see the call (its peer: which connection it came on).
 void ServeRegistration(
     pluginregistration::Registration::AsyncService* service, CompletionLoop* loop,
-    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::Handler get_info,
+    UnaryMethod<pluginregistration::InfoRequest, pluginregistration::PluginInfo>::CallHandler
+        get_info,
     UnaryMethod<pluginregistration::RegistrationStatus,
-                pluginregistration::RegistrationStatusResponse>::Handler notify = nullptr);
+                pluginregistration::RegistrationStatusResponse>::CallHandler notify = nullptr);
 
 // The plugin watcher's Registration service for one resource. It outlives the servers that
 // carry it (the registrar's socket is re-created when the kubelet restarts); each one calls

@@ -15,6 +15,10 @@
 //  * is over when the client cancels it, or the server shuts down.
 // Nothing sleeps per stream and nothing polls.
 //
+// Several SnapshotStreams may serve one method of one server on one loop (DRA drivers sharing a
+// gRPC server): gRPC gives an arriving call to whichever of them asked first, and `route` says
+// whose the call is (by its peer: the connection it came on); that one serves it.
+//
 // Threads: every gRPC operation of a call starts on the loop thread, where it cannot race the
 // queue's shutdown. The DeviceSet's listeners run on the thread that updated the set; a change
 // they deliver, like Recheck() and EndStreams() from any thread, wakes the loop through one
@@ -71,22 +75,29 @@ class SnapshotStreamsBase {
  protected:
   class Call;  // one call of the method: the state machine
 
+  // Which streams a call that arrived here belongs to (`this` or another serving the same method
+  // on the same loop); null: none (the call ends at once).
+  using RouteFn = std::function<SnapshotStreamsBase*(const grpc::ServerContext& context)>;
+
   SnapshotStreamsBase(DeviceSet* set, std::string name, Hooks hooks);
-  // Starts waiting for calls on `loop` (once per server; the loop outlives every call).
-  void ServeOn(CompletionLoop* loop);
+  // Starts waiting for calls on `loop` (once per server; the loop outlives every call). Unset
+  // `route`: every call that arrives here is this one's.
+  void ServeOn(CompletionLoop* loop, RouteFn route);
 
  private:
   virtual Call* NewCall() = 0;
   // Waits for the next call.
   void Arm();
-  // A call arrived: keep it (the map owns it from here) and start it.
-  void Adopt(Call* call);
+  // A call arrived: keep it (the map owns it from here) and start it; where `serve` is false,
+  // end it at once (no streams own it).
+  void Adopt(Call* call, bool serve);
   void Forget(Call* call);
 
   DeviceSet* const set_;
   const std::string name_;
   const Hooks hooks_;
   CompletionLoop* loop_ = nullptr;
+  RouteFn route_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Call*, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
@@ -111,9 +122,12 @@ class SnapshotStreamsBase::Call {
 
  protected:
   grpc::ServerContext* context() { return &context_; }
+  SnapshotStreamsBase* streams() const { return streams_; }
 
  private:
   // The typed part (SnapshotStreams<Request, Response>::TypedCall).
+  // The call was routed to other streams (streams() says which): take their messages.
+  virtual void Rebound() = 0;
   // Asks for the method's next call, with `tag` told when it arrives.
   virtual void RequestCall(void* tag) = 0;
   // Whether the message last sent, for this same snapshot version, must go again.
@@ -155,7 +169,7 @@ class SnapshotStreamsBase::Call {
   void OnCallDone(bool ok);
   void MaybeForget();
 
-  SnapshotStreamsBase* const streams_;
+  SnapshotStreamsBase* streams_;  // whose the call is: set again once, on its arrival
   grpc::ServerContext context_;
   Event arrived_, written_, finished_call_, done_, woken_;
   grpc::Alarm wake_;  // hands work from other threads to the loop (Pump)
@@ -193,10 +207,19 @@ class SnapshotStreams final : public SnapshotStreamsBase {
   SnapshotStreams(DeviceSet* set, std::string name, Messages messages, Hooks hooks = {})
       : SnapshotStreamsBase(set, std::move(name), std::move(hooks)), messages_(std::move(messages)) {}
 
+  // Whose a call that arrived here is; see SnapshotStreamsBase::RouteFn.
+  using Route = std::function<SnapshotStreams*(const grpc::ServerContext& context)>;
+
   // Starts answering the method (registered with a started server) on `loop`.
-  void Serve(CompletionLoop* loop, RequestFn request) {
+  void Serve(CompletionLoop* loop, RequestFn request, Route route = nullptr) {
     request_ = std::move(request);
-    ServeOn(loop);
+    RouteFn base_route;
+    if (route != nullptr) {
+      base_route = [route = std::move(route)](const grpc::ServerContext& context) -> SnapshotStreamsBase* {
+        return route(context);
+      };
+    }
+    ServeOn(loop, std::move(base_route));
   }
 
  private:
@@ -205,6 +228,7 @@ class SnapshotStreams final : public SnapshotStreamsBase {
     explicit TypedCall(SnapshotStreams* streams) : Call(streams), streams_(streams), writer_(context()) {}
 
    private:
+    void Rebound() override { streams_ = static_cast<SnapshotStreams*>(streams()); }
     void RequestCall(void* tag) override {
       streams_->request_(context(), &request_, &writer_, tag);
     }
@@ -218,7 +242,7 @@ class SnapshotStreams final : public SnapshotStreamsBase {
     void StartWrite(void* tag) override { writer_.Write(response_, tag); }
     void StartFinish(void* tag) override { writer_.Finish(grpc::Status::OK, tag); }
 
-    SnapshotStreams* const streams_;
+    SnapshotStreams* streams_;  // as Call's
     Request request_;
     grpc::ServerAsyncWriter<Response> writer_;
     // Owned by gRPC while a write is in flight; afterwards the message last sent.
