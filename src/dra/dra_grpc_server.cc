@@ -28,13 +28,16 @@ class DraGrpcServer::Acceptor final : public PollLoop::Member {
   PollLoop::Fds WaitFds() override {
     PollLoop::Fds fds;
     fds.fill(-1);
+    if (backing_off_) return fds;  // the sockets stay readable: only the wake time counts
     for (size_t i = 0; i < listening_.size() && i < fds.size(); ++i) fds[i] = listening_[i];
     return fds;
   }
 
   absl::Time Step(const PollLoop::Events& ready) override {
+    const bool retry = backing_off_;  // the wake time came: look at every socket
+    backing_off_ = false;
     for (size_t i = 0; i < listening_.size() && i < ready.size(); ++i) {
-      if (ready[i] == 0) continue;
+      if (ready[i] == 0 && !retry) continue;
       // Every connection waiting: the socket is level-triggered, but one poll for each is waste.
       while (true) {
         const int fd = accept4(listening_[i], nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -46,7 +49,9 @@ class DraGrpcServer::Acceptor final : public PollLoop::Member {
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
           // EMFILE, ENFILE, ENOBUFS: the connection waits in the backlog; looked at again in a
           // second rather than at once, which would spin while the limit holds.
-          LOG_EVERY_N(WARNING, 100) << "cannot accept a DRA connection: " << strerror(errno);
+          LOG(WARNING) << "cannot accept a DRA connection (" << strerror(errno)
+                       << "): it waits, and is accepted again in a second";
+          backing_off_ = true;
           return absl::Now() + absl::Seconds(1);
         }
         break;
@@ -59,6 +64,7 @@ class DraGrpcServer::Acceptor final : public PollLoop::Member {
   DraGrpcServer* const server_;
   DraPluginServer* const owner_;
   const std::vector<int> listening_;
+  bool backing_off_ = false;  // accept() failed: waiting for the wake time, not the sockets
 };
 
 DraGrpcServer::DraGrpcServer(PollLoop* accept_loop) : accept_loop_(accept_loop) {

@@ -2,7 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <thread>
@@ -204,6 +210,55 @@ TEST_F(DraPluginServerTest, TwoDriversSharingOneServerEachAnswerAsThemselvesOnTh
   });
   EXPECT_FALSE(IsSocket(tpu_server.service_socket()));
   EXPECT_FALSE(IsSocket(gpu_server.registration_socket()));
+}
+
+// A connection that comes while this process is at its descriptor limit waits in the socket's
+// backlog: accept() fails (EMFILE), is said, and is tried again a second later rather than at
+// once (which would spin while the limit holds); once a descriptor is free, the connection is
+// accepted and the server speaks first (HTTP/2's server preface: a SETTINGS frame).
+TEST_F(DraPluginServerTest, AConnectionThatComesAtTheDescriptorLimitIsAcceptedOnceOneIsFree) {
+  DraPluginServer server(Options(), service_.get());
+  ASSERT_TRUE(server.Start().ok());
+  const int client = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  struct rlimit limit;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  // Every descriptor below the limit taken, then the connection made (it needs none of ours).
+  std::vector<int> taken;
+  const struct rlimit lowered = {512, limit.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  while (true) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    taken.push_back(fd);
+  }
+  struct sockaddr_un address = {};
+  address.sun_family = AF_UNIX;
+  const std::string path = server.service_socket();
+  memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const bool connected =
+      connect(client, reinterpret_cast<const struct sockaddr*>(&address), sizeof(address)) == 0;
+  struct pollfd answer = {client, POLLIN, 0};
+  struct rusage before, after;
+  getrusage(RUSAGE_SELF, &before);
+  const int answered_at_limit = poll(&answer, 1, 1500);
+  getrusage(RUSAGE_SELF, &after);
+  for (int fd : taken) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  ASSERT_TRUE(connected) << strerror(errno);
+  EXPECT_EQ(answered_at_limit, 0) << "accepted while no descriptor was free";
+  // A loop that tried accept() again at once would have used most of those 1.5 s.
+  const double cpu_seconds =
+      (after.ru_utime.tv_sec - before.ru_utime.tv_sec + after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+      (after.ru_utime.tv_usec - before.ru_utime.tv_usec + after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
+  EXPECT_LT(cpu_seconds, 0.3) << "the accept loop spun at the limit";
+  answer.revents = 0;
+  EXPECT_EQ(poll(&answer, 1, 5000), 1) << "not accepted once descriptors were free";
+  char frame[9];
+  ASSERT_EQ(read(client, frame, sizeof(frame)), 9);
+  EXPECT_EQ(frame[3], 0x4) << "the server's first frame is SETTINGS";
+  close(client);
+  server.Stop();
 }
 
 TEST_F(DraPluginServerTest, AStaleSocketIsReplacedALiveOneIsNotAndStopRemovesOnlyOurs) {
