@@ -67,6 +67,20 @@ class HealthTest : public ::testing::Test {
     watcher_->Add(discoverer != nullptr ? discoverer : &coral_, &set_);
     ASSERT_TRUE(watcher_->Start().ok());
   }
+  // A Jetson and a discrete GPU with its driver's files, both into `gpus`, probed every 20 ms
+  // (no uevents: the machine's own devices must not rescan).
+  void StartJetsonAndDiscreteGpu(DeviceSet* gpus) {
+    fixture_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
+    fixture_.AddNvidiaGpu({});
+    fixture_.AddNvidiaDriverFiles({});
+    HostWatcher::Options options;
+    options.probe_interval = absl::Milliseconds(20);
+    options.uevents = false;
+    watcher_ = std::make_unique<HostWatcher>(&host_, options);
+    watcher_->Add(Own<TegraGpuDiscoverer>(&host_, NvidiaOptions{}), gpus);
+    watcher_->Add(Own<NvidiaGpuDiscoverer>(&host_, NvidiaOptions{}), gpus);
+    ASSERT_TRUE(watcher_->Start().ok());
+  }
   // Waits until the watcher has handled a batch of events after `handled` were.
   bool EventsHandledAfter(uint64_t handled) {
     const absl::Time deadline = absl::Now() + kPatience;
@@ -314,17 +328,8 @@ TEST_F(HealthTest, AProbeOfAnUnchangedHostScansNoFamily) {
 }
 
 TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
-  fixture_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
-  fixture_.AddNvidiaGpu({});
-  fixture_.AddNvidiaDriverFiles({});
   DeviceSet gpus("nvidia.com/gpu");
-  HostWatcher::Options options;
-  options.probe_interval = absl::Milliseconds(20);
-  options.uevents = false;
-  watcher_ = std::make_unique<HostWatcher>(&host_, options);
-  watcher_->Add(Own<TegraGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
-  watcher_->Add(Own<NvidiaGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
-  ASSERT_TRUE(watcher_->Start().ok());
+  StartJetsonAndDiscreteGpu(&gpus);
   ASSERT_EQ(gpus.Current()->devices.size(), 2u);
   ASSERT_EQ(gpus.Current()->HealthyCount(), 2);
   const uint64_t scans = watcher_->scans();
@@ -363,17 +368,8 @@ TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
 // its event is reported to the watcher's epoll, and the probe after it scans that family, once;
 // the probes before it and after read no event queue of the family.
 TEST_F(HealthTest, AnEventOnAWatchedInputIsSeenByTheNextProbeWhichScansOnlyItsFamily) {
-  fixture_.AddJetson(FixtureHost::Jetson::kIgxOrinR36);
-  fixture_.AddNvidiaGpu({});
-  fixture_.AddNvidiaDriverFiles({});
   DeviceSet gpus("nvidia.com/gpu");
-  HostWatcher::Options options;
-  options.probe_interval = absl::Milliseconds(20);
-  options.uevents = false;
-  watcher_ = std::make_unique<HostWatcher>(&host_, options);
-  watcher_->Add(Own<TegraGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
-  watcher_->Add(Own<NvidiaGpuDiscoverer>(&host_, NvidiaOptions{}), &gpus);
-  ASSERT_TRUE(watcher_->Start().ok());
+  StartJetsonAndDiscreteGpu(&gpus);
   auto l4t_revision = [&]() -> std::string {
     const std::shared_ptr<const Snapshot> snapshot = gpus.Current();
     for (const Device& d : snapshot->devices) {
