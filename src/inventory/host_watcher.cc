@@ -150,8 +150,11 @@ void HostWatcher::Stop() {
     (void)!write(stop_fd_, &one, sizeof(one));
     thread_.join();
   }
-  for (Family& family : families_) {
-    if (family.inputs != nullptr) family.inputs->WakeThrough(-1, 0);
+  // Only while started: a second Stop (the destructor's) may come after the discoverers are gone.
+  if (epoll_fd_ >= 0) {
+    for (Family& family : families_) {
+      if (family.inputs != nullptr) family.inputs->WakeThrough(-1, 0);
+    }
   }
   for (int* fd : {&settle_fd_, &stop_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);

@@ -390,6 +390,19 @@ TEST_F(HealthTest, AnEventOnAWatchedInputIsSeenByTheNextProbeWhichScansOnlyItsFa
   EXPECT_EQ(watcher_->scans(), scans + 1);  // tegra, once; not nvidia
 }
 
+// The daemon stops its watcher, then destroys its discoverers, then the watcher (whose destructor
+// stops it again): the second stop must not reach the discoverers' probe inputs (ASan and TSan
+// saw the daemon's exit read a freed ScanInputs).
+TEST_F(HealthTest, AWatcherStoppedBeforeItsDiscoverersGoIsDestroyedAfterThem) {
+  fixture_.AddCoralPcie({.index = 0});
+  auto discoverer = std::make_unique<CoralPcieDiscoverer>(&host_, CoralHealthPolicy{});
+  StartWatcher(absl::Milliseconds(20), discoverer.get());
+  ASSERT_TRUE(ProbesAfter(watcher_->probes(), 2));  // the probe inputs' wake is in place
+  watcher_->Stop();
+  discoverer.reset();
+  watcher_.reset();
+}
+
 TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
   fixture_.MakeDirectory("/sys/class/thing");
   fixture_.MakeDirectory("/proc/driver/thing");
