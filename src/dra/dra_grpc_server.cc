@@ -146,6 +146,11 @@ DraPluginServer* DraGrpcServer::OwnerOf(const grpc::ServerContext& context) cons
   return it == owners_.end() ? nullptr : it->second;
 }
 
+grpc::Status DraGrpcServer::NoOwner(const grpc::ServerContext& context) {
+  LOG(WARNING) << "a DRA call from " << context.peer() << ", a connection no driver serves";
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no DRA driver serves this connection");
+}
+
 void DraGrpcServer::Stop(absl::Duration grace, const std::function<void()>& drained) {
   {
     absl::MutexLock lock(&acceptors_mu_);

@@ -65,10 +65,15 @@ absl::StatusOr<int> ListenAt(const std::string& path) {
   memcpy(address.sun_path, path.data(), path.size());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
-  if (bind(fd, reinterpret_cast<const struct sockaddr*>(&address), sizeof(address)) != 0 ||
-      chmod(path.c_str(), 0600) != 0 || listen(fd, SOMAXCONN) != 0) {
+  if (bind(fd, reinterpret_cast<const struct sockaddr*>(&address), sizeof(address)) != 0) {
     const int error = errno;
     close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", path, ": ", strerror(error)));
+  }
+  if (chmod(path.c_str(), 0600) != 0 || listen(fd, SOMAXCONN) != 0) {
+    const int error = errno;
+    close(fd);
+    unlink(path.c_str());  // what bind made
     return absl::UnavailableError(absl::StrCat("cannot listen on ", path, ": ", strerror(error)));
   }
   return fd;
@@ -128,22 +133,17 @@ absl::Status DraPluginServer::Start() {
       [grpc](const grpc::ServerContext& context, const pluginregistration::InfoRequest&,
              pluginregistration::PluginInfo* response) {
         DraPluginServer* owner = grpc->OwnerOf(context);
-        return owner != nullptr ? owner->GetInfo(response) : NoDriver(context);
+        return owner != nullptr ? owner->GetInfo(response) : DraGrpcServer::NoOwner(context);
       },
       [grpc](const grpc::ServerContext& context, const pluginregistration::RegistrationStatus& request,
              pluginregistration::RegistrationStatusResponse*) {
         DraPluginServer* owner = grpc->OwnerOf(context);
-        return owner != nullptr ? owner->Notify(request) : NoDriver(context);
+        return owner != nullptr ? owner->Notify(request) : DraGrpcServer::NoOwner(context);
       });
   grpc->Accept(this, {service_fd_, registration_fd_});
   LOG(INFO) << options_.driver << ": DRA driver serving " << service_socket() << ", registering at "
             << registration_socket();
   return absl::OkStatus();
-}
-
-grpc::Status DraPluginServer::NoDriver(const grpc::ServerContext& context) {
-  LOG(WARNING) << "a registration call from " << context.peer() << ", a connection no DRA driver serves";
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no DRA driver serves this connection");
 }
 
 void DraPluginServer::Stop(absl::Duration grace) {

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "edgeaccel/dra/dra_driver.h"
+#include "edgeaccel/dra/dra_grpc_server.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
@@ -142,13 +143,6 @@ SnapshotStreamsBase::Hooks HealthHooks(DraCounters* counters) {
   return hooks;
 }
 
-// The answer to a call on a connection no driver serves (it cannot happen: every connection is
-// one a driver's socket accepted).
-grpc::Status NoDriver(const grpc::ServerContext& context) {
-  LOG(WARNING) << "a DRA call from " << context.peer() << ", a connection no driver serves";
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no DRA driver serves this connection");
-}
-
 }  // namespace
 
 DraPluginService::DraPluginService(ClaimPreparer* preparer, DeviceSet* set, std::string pool,
@@ -242,12 +236,12 @@ void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
   };
   auto prepare = [owner](const grpc::ServerContext& context, const auto& request, auto* response) {
     DraPluginService* service = owner(context);
-    if (service == nullptr) return NoDriver(context);
+    if (service == nullptr) return DraGrpcServer::NoOwner(context);
     return service->Prepare(request, response);
   };
   auto unprepare = [owner](const grpc::ServerContext& context, const auto& request, auto* response) {
     DraPluginService* service = owner(context);
-    if (service == nullptr) return NoDriver(context);
+    if (service == nullptr) return DraGrpcServer::NoOwner(context);
     return service->Unprepare(request, response);
   };
   OffLoopMethod<drav1::NodePrepareResourcesRequest, drav1::NodePrepareResourcesResponse>::Serve(

@@ -67,6 +67,9 @@ class DraGrpcServer {
   // The driver whose socket the call's connection came in on; null where none (a connection this
   // server did not accept).
   DraPluginServer* OwnerOf(const grpc::ServerContext& context) const;
+  // The answer to a call whose owner is null (it cannot happen: every connection is one a
+  // driver's socket accepted), said in the log.
+  static grpc::Status NoOwner(const grpc::ServerContext& context);
 
   // Shuts the server down, giving calls `grace` to end, drains the loop, runs `drained` (where the
   // drivers join the threads still answering calls, whose answers now go nowhere) and waits for

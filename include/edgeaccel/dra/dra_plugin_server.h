@@ -71,8 +71,6 @@ class DraPluginServer {
   grpc::Status GetInfo(pluginregistration::PluginInfo* info) const;
   grpc::Status Notify(const pluginregistration::RegistrationStatus& status);
 
-  // The answer to a registration call on a connection no driver serves.
-  static grpc::Status NoDriver(const grpc::ServerContext& context);
 
   const Options options_;
   DraPluginService* const service_;
