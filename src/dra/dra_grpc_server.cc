@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
