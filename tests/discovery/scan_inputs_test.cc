@@ -446,27 +446,36 @@ TEST(ScanInputsTest, KeptFilesSeeEveryChange) {
   EXPECT_TRUE(inputs.Unchanged());
 }
 
-// Bytes this thread has read through read(2) and pread(2) so far (rchar of /proc/thread-self/io;
-// the read of that file itself counts too, the same every time).
-uint64_t BytesReadByThisThread() {
+// One counter of /proc/thread-self/io for this thread so far ("rchar": bytes read through
+// read(2) and pread(2); "syscr": those calls, failed ones too). The read of that file counts too,
+// the same every time.
+uint64_t ThisThreadsIo(absl::string_view counter) {
   std::ifstream io("/proc/thread-self/io");
   std::string line;
   while (std::getline(io, line)) {
-    uint64_t bytes = 0;
+    uint64_t value = 0;
     absl::string_view rest = line;
-    if (absl::ConsumePrefix(&rest, "rchar: ") && absl::SimpleAtoi(rest, &bytes)) return bytes;
+    if (absl::ConsumePrefix(&rest, counter) && absl::ConsumePrefix(&rest, ": ") &&
+        absl::SimpleAtoi(rest, &value)) {
+      return value;
+    }
   }
-  ADD_FAILURE() << "no rchar in /proc/thread-self/io";
+  ADD_FAILURE() << "no " << counter << " in /proc/thread-self/io";
   return 0;
 }
 
-// What one Unchanged() call reads, less what reading the counter costs.
-uint64_t BytesReadBy(const ScanInputs& inputs, bool* unchanged) {
-  const uint64_t a = BytesReadByThisThread();
-  const uint64_t b = BytesReadByThisThread();
+// How much of `counter` one Unchanged() call adds, less what reading the counter costs.
+uint64_t IoOf(const ScanInputs& inputs, absl::string_view counter, bool* unchanged) {
+  const uint64_t a = ThisThreadsIo(counter);
+  const uint64_t b = ThisThreadsIo(counter);
   *unchanged = inputs.Unchanged();
-  const uint64_t c = BytesReadByThisThread();
+  const uint64_t c = ThisThreadsIo(counter);
   return (c - b) - (b - a);
+}
+
+// What one Unchanged() call reads, in bytes.
+uint64_t BytesReadBy(const ScanInputs& inputs, bool* unchanged) {
+  return IoOf(inputs, "rchar", unchanged);
 }
 
 // A file outside /sys and /proc, on a filesystem that reports its changes (a fixture's, as a
@@ -504,27 +513,9 @@ TEST(ScanInputsTest, AWatchedFileIsNotReadAgainUntilAnEventComes) {
   EXPECT_TRUE(unchanged);
 }
 
-// read(2) and pread(2) calls this thread has made so far, failed ones too (syscr of
-// /proc/thread-self/io; the read of that file itself counts too, the same every time).
-uint64_t ReadCallsByThisThread() {
-  std::ifstream io("/proc/thread-self/io");
-  std::string line;
-  while (std::getline(io, line)) {
-    uint64_t calls = 0;
-    absl::string_view rest = line;
-    if (absl::ConsumePrefix(&rest, "syscr: ") && absl::SimpleAtoi(rest, &calls)) return calls;
-  }
-  ADD_FAILURE() << "no syscr in /proc/thread-self/io";
-  return 0;
-}
-
-// The read calls one Unchanged() call makes, less what reading the counter costs.
+// The read(2) and pread(2) calls one Unchanged() call makes.
 uint64_t ReadCallsBy(const ScanInputs& inputs, bool* unchanged) {
-  const uint64_t a = ReadCallsByThisThread();
-  const uint64_t b = ReadCallsByThisThread();
-  *unchanged = inputs.Unchanged();
-  const uint64_t c = ReadCallsByThisThread();
-  return (c - b) - (b - a);
+  return IoOf(inputs, "syscr", unchanged);
 }
 
 // The tokens `epoll_fd` reports within `timeout_ms`.
