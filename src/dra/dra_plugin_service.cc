@@ -122,7 +122,7 @@ void SetShareId(const PreparedDevice& device, drav1::Device* out) {
 }
 void SetShareId(const PreparedDevice&, drav1beta1::Device*) {}
 
-using HealthStreams = SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>;
+using HealthStreams = DraPluginService::HealthStreams;
 
 // The complete health list, for every new version of the device set.
 HealthStreams::Messages HealthMessages(const DraPluginService* service) {

@@ -71,7 +71,6 @@ class DraPluginServer {
   grpc::Status GetInfo(pluginregistration::PluginInfo* info) const;
   grpc::Status Notify(const pluginregistration::RegistrationStatus& status);
 
-
   const Options options_;
   DraPluginService* const service_;
   std::unique_ptr<DraGrpcServer> own_grpc_;

@@ -42,6 +42,10 @@ class DraPluginService {
   DraPluginService(ClaimPreparer* preparer, DeviceSet* set, std::string pool, DraCounters* counters);
   ~DraPluginService();
 
+  // The health method's streams (NodeWatchResources).
+  using HealthStreams =
+      SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>;
+
   // Whose a call is, where several drivers' services share one server and loop (each call goes
   // to the driver whose socket its connection came in on); null: no one's.
   using Route = std::function<DraPluginService*(const grpc::ServerContext& context)>;
@@ -72,9 +76,6 @@ class DraPluginService {
   ClaimPreparer* const preparer_;
   const std::string pool_;
   DraCounters* const counters_;
-  using HealthStreams =
-      SnapshotStreams<drahealth::NodeWatchResourcesRequest, drahealth::NodeWatchResourcesResponse>;
-
   TransientThreads calls_{"ea-dra-call"};
   HealthStreams health_streams_;
 };
