@@ -211,4 +211,37 @@ refused "without the admission policy (admissionPolicy.enabled=false) would let 
   --set admissionPolicy.enabled=false
 refused "serves no ValidatingAdmissionPolicy (1.30+)" --kube-version 1.29.0
 refused "set nodeLabels.allowPatchingAnyNode=true to accept that risk" --kube-version 1.29.0 --set nfd.enabled=true
+# 5. What renders, runs: the documented options in combination (families, DRA and its families and
+# sharing, replicas and take-over, the host mounts, no API access), each rendered and the daemon
+# started on the rendered arguments with --check-config (manifest-check/check-daemon-args.mjs).
+daemon=build/edgeaccel-device-plugin
+[[ -x $daemon ]] || scripts/build.sh edgeaccel-device-plugin > "$out/daemon-build.log"
+mkdir -p "$out/combos"
+renders=()
+n=0
+for families in '{all}' '{coral-pcie,coral-usb}' '{tegra}' '{nvidia}' '{coral-pcie,coral-usb,tegra}'; do
+  for dra in off default all 'coral-pcie\,nvidia' tegra; do
+    for shared in '' tegra; do
+      [[ $dra == off && -n $shared ]] && continue
+      for extra in none sharing-flags mounts no-api; do
+        args=(--set "families=$families")
+        [[ $dra != off ]] && args+=(--set dra.enabled=true)
+        [[ $dra != off && $dra != default ]] && args+=(--set "dra.families=$dra")
+        [[ -n $shared ]] && args+=(--set "dra.shared=$shared")
+        case $extra in
+          sharing-flags) args+=(--set 'replicas.nvidia\.com/gpu=4' --set 'takeOver={nvidia.com/gpu}') ;;
+          mounts) args+=(--set cdi.enabled=true --set nfd.enabled=true --set jetson.enabled=true --set nvidiaDiscrete.enabled=true) ;;
+          no-api) args+=(--set nodeLabels.enabled=false) ;;
+        esac
+        n=$((n + 1))
+        printf '%s\n' "${args[*]}" > "$out/combos/$n.args"
+        template "combos/$n" "${args[@]}"
+        renders+=("$out/combos/$n.yaml")
+      done
+    done
+  done
+done
+node scripts/manifest-check/check-daemon-args.mjs "$daemon" "$out/everything.yaml" "${renders[@]}" > "$out/combos.log" ||
+  { grep -v "^ok " "$out/combos.log" >&2; exit 1; }
+tail -1 "$out/combos.log"
 echo "check-chart.sh: all good"

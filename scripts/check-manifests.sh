@@ -220,3 +220,40 @@ grep -q "requests/0/deviceClassName: unknown field" "$out/bad-claim.log"
 grep -q "exactly: must have required property deviceClassName" "$out/bad-claim.log"
 grep -q "exactly/count: must be integer" "$out/bad-claim.log"
 echo "a malformed ResourceClaimTemplate is refused, as it must be"
+
+# What renders, runs: every overlay (and the base) with every combination of the components that
+# change the DaemonSet, rendered, and the daemon started on each rendered argument list with
+# --check-config (scripts/manifest-check/check-daemon-args.mjs). components/dra goes with
+# components/service-account where node-labels does not bring it (as README says to).
+daemon=build/edgeaccel-device-plugin
+[[ -x $daemon ]] || scripts/build.sh edgeaccel-device-plugin > "$out/daemon-build.log"
+mkdir -p "$out/combos"
+arg_components=(coral-only cdi nfd jetson-l4t nvidia-discrete node-labels dra)
+renders=()
+for base in base overlays/kubeadm overlays/k3s overlays/microk8s; do
+  for ((mask = 0; mask < 1 << ${#arg_components[@]}; ++mask)); do
+    picked=()
+    for i in "${!arg_components[@]}"; do
+      (( mask >> i & 1 )) && picked+=("${arg_components[$i]}")
+    done
+    # The overlays include node-labels already: the same render as without it.
+    [[ $base == overlays/* && " ${picked[*]} " == *" node-labels "* ]] && continue
+    dir="$out/combos/${base//\//-}-$mask"
+    mkdir -p "$dir"
+    {
+      echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+      echo "kind: Kustomization"
+      echo "resources: [../../../../manifests/$base]"
+      echo "components:"
+      if [[ " ${picked[*]} " == *" dra "* && " ${picked[*]} " != *" node-labels "* && $base == base ]]; then
+        echo "  - ../../../../manifests/components/service-account"
+      fi
+      for c in "${picked[@]}"; do echo "  - ../../../../manifests/components/$c"; done
+    } > "$dir/kustomization.yaml"
+    render "$dir" > "$dir.yaml" || { echo "check-manifests.sh: $base with ${picked[*]} does not render" >&2; exit 1; }
+    renders+=("$dir.yaml")
+  done
+done
+node scripts/manifest-check/check-daemon-args.mjs "$daemon" "${renders[@]}" > "$out/combos.log" ||
+  { grep -v "^ok " "$out/combos.log" >&2; exit 1; }
+tail -1 "$out/combos.log"

@@ -136,13 +136,72 @@ absl::StatusOr<std::set<int>> ParseXids(absl::string_view text) {
   return xids;
 }
 
-absl::Status ValidateConfig(const DaemonConfig& config) {
+std::vector<std::string> ResolveConfig(DaemonConfig* config) {
+  std::vector<std::string> notes;
+  // A family --dra names is published through DRA only where it is looked for at all.
+  for (auto it = config->dra_families.begin(); it != config->dra_families.end();) {
+    if (config->families.empty() || config->families.count(*it) > 0) {
+      ++it;
+      continue;
+    }
+    notes.push_back(absl::StrCat("--dra names ", *it, ", which --families does not look for: ", *it,
+                                 " is not served on this node (add it to --families to publish it "
+                                 "through DRA)"));
+    it = config->dra_families.erase(it);
+  }
+  for (auto it = config->dra_shared.begin(); it != config->dra_shared.end();) {
+    if (config->dra_families.count(*it) > 0) {
+      ++it;
+      continue;
+    }
+    notes.push_back(absl::StrCat("--dra-shared names ", *it,
+                                 ", which is not published through DRA here (--dra, --families): "
+                                 "nothing of it is shared"));
+    it = config->dra_shared.erase(it);
+  }
+  // --take-over and --replicas act on the device plugin: moot for a resource none of whose
+  // looked-for families the device plugin serves.
+  auto served_by_device_plugin = [config](const std::string& resource) {
+    for (const auto& [family, family_resource] : KnownFamilies()) {
+      const bool looked_for = config->families.empty() || config->families.count(family) > 0;
+      if (family_resource == resource && looked_for && config->dra_families.count(family) == 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!config->dra_families.empty()) {
+    for (auto it = config->take_over.begin(); it != config->take_over.end();) {
+      if (served_by_device_plugin(*it)) {
+        ++it;
+        continue;
+      }
+      notes.push_back(absl::StrCat("--take-over names ", *it, ", which only DRA serves here (--dra): "
+                                   "it has no device plugin to register"));
+      it = config->take_over.erase(it);
+    }
+    for (auto it = config->replicas.begin(); it != config->replicas.end();) {
+      if (served_by_device_plugin(it->first)) {
+        ++it;
+        continue;
+      }
+      notes.push_back(absl::StrCat("--replicas names ", it->first,
+                                   ", which only DRA serves here (--dra): its devices are not "
+                                   "replicated (DRA shares GPUs with --dra-shared)"));
+      it = config->replicas.erase(it);
+    }
+  }
+  return notes;
+}
+
+absl::Status ValidateConfig(const DaemonConfig& config, ConfigCheck check) {
   struct stat st;
   if (config.host_root.empty() || config.host_root[0] != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("--host-root must be an absolute path, got \"", config.host_root, "\""));
   }
-  if (stat(config.host_root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (check == ConfigCheck::kOnThisHost &&
+      (stat(config.host_root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
     return absl::InvalidArgumentError(
         absl::StrCat("--host-root ", config.host_root, " is not a directory"));
   }

@@ -108,6 +108,65 @@ TEST(ConfigTest, DraFamiliesParseAndNeedWhatDraNeeds) {
   EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
 }
 
+// What the chart and the overlays render must start: --dra, --dra-shared, --take-over and
+// --replicas that --families (or DRA) makes moot are settled with a note, never refused.
+TEST(ConfigTest, ResolveSettlesFlagsThatAreMootTogetherWithANoteEach) {
+  DaemonConfig config;
+  config.node_name = "node-1";
+  // The chart's DRA default beside a Coral-only --families (helm --set dra.enabled=true
+  // --set 'families={coral-pcie,coral-usb}').
+  config.families = {"coral-pcie", "coral-usb"};
+  config.dra_families = {"coral-pcie", "coral-usb", "tegra"};
+  config.dra_shared = {"tegra"};
+  std::vector<std::string> notes = ResolveConfig(&config);
+  EXPECT_EQ(config.dra_families, (std::set<std::string>{"coral-pcie", "coral-usb"}));
+  EXPECT_TRUE(config.dra_shared.empty());
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_THAT(notes[0], ::testing::HasSubstr("--dra names tegra, which --families does not look for"));
+  EXPECT_THAT(notes[1], ::testing::HasSubstr("--dra-shared names tegra"));
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+
+  // --families=all: every --dra family stays.
+  config = DaemonConfig();
+  config.node_name = "node-1";
+  config.dra_families = {"coral-pcie", "coral-usb", "tegra"};
+  EXPECT_TRUE(ResolveConfig(&config).empty());
+  EXPECT_EQ(config.dra_families.size(), 3u);
+
+  // Replicas and take-over of a resource only DRA serves go; of one the device plugin still
+  // serves (discrete GPUs beside Jetson's on DRA), they stay.
+  config = DaemonConfig();
+  config.node_name = "node-1";
+  config.families = {"coral-pcie", "tegra"};
+  config.dra_families = {"coral-pcie", "tegra", "nvidia"};
+  config.replicas = {{"nvidia.com/gpu", 4}, {"coral.ai/edgetpu", 2}};
+  config.take_over = {"nvidia.com/gpu"};
+  notes = ResolveConfig(&config);
+  EXPECT_EQ(config.dra_families, (std::set<std::string>{"coral-pcie", "tegra"}));
+  EXPECT_TRUE(config.replicas.empty());
+  EXPECT_TRUE(config.take_over.empty());
+  EXPECT_EQ(notes.size(), 4u);
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+  config = DaemonConfig();
+  config.node_name = "node-1";
+  config.dra_families = {"tegra"};
+  config.replicas = {{"nvidia.com/gpu", 4}};
+  config.take_over = {"nvidia.com/gpu"};
+  EXPECT_TRUE(ResolveConfig(&config).empty());
+  EXPECT_EQ(config.replicas.size(), 1u);
+  EXPECT_EQ(config.take_over.size(), 1u);
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+}
+
+TEST(ConfigTest, FlagsOnlyLeavesTheHostOut) {
+  DaemonConfig config;
+  config.host_root = "/no/such/host/root";
+  EXPECT_FALSE(ValidateConfig(config).ok());
+  EXPECT_TRUE(ValidateConfig(config, ConfigCheck::kFlagsOnly).ok());
+  config.host_root = "host";  // still a flag error
+  EXPECT_FALSE(ValidateConfig(config, ConfigCheck::kFlagsOnly).ok());
+}
+
 TEST(ConfigTest, DraSharedIsOffByDefaultForGpuFamiliesOnlyAndNeedsDra) {
   EXPECT_TRUE(DaemonConfig().dra_shared.empty());
   EXPECT_TRUE(ParseDraShared("")->empty());

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -95,8 +96,22 @@ absl::StatusOr<std::map<std::string, int>> ParseReplicas(absl::string_view text)
 // "13,31,43,45,68,109", or "none" (every Xid is critical).
 absl::StatusOr<std::set<int>> ParseXids(absl::string_view text);
 
-// Says exactly what is wrong with a configuration, in terms of the flag to change.
-absl::Status ValidateConfig(const DaemonConfig& config);
+// Settles flags that are moot together, so that no combination a chart or an overlay renders
+// stops a node: a --dra family that --families does not look for is dropped (not served at all),
+// a --dra-shared family not published through DRA is dropped, and --take-over or --replicas of a
+// resource that only DRA serves is dropped. Returns one line for the log per setting dropped.
+// Nothing is refused here: a family list is a statement of what to serve, and a narrower one
+// wins over a wider one (the chart's default --dra names every edge family, its --families may
+// name fewer).
+std::vector<std::string> ResolveConfig(DaemonConfig* config);
+
+// Says exactly what is wrong with a configuration, in terms of the flag to change. A
+// configuration ResolveConfig settled has none of the contradictions between --families, --dra,
+// --dra-shared, --take-over and --replicas.
+// kFlagsOnly leaves out what depends on the machine it runs on (that --host-root exists), for
+// --check-config on a machine that is not the node.
+enum class ConfigCheck { kOnThisHost, kFlagsOnly };
+absl::Status ValidateConfig(const DaemonConfig& config, ConfigCheck check = ConfigCheck::kOnThisHost);
 
 }  // namespace edgeaccel
 
