@@ -659,6 +659,8 @@ void Daemon::ScanOnce() {
   }
 }
 
+pid_t Daemon::NvmlHelperPid() const { return nvml_ != nullptr ? nvml_->helper_pid() : -1; }
+
 std::string Daemon::Describe() const {
   std::string out;
   LabelSet labels = Labels();

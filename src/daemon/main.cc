@@ -1,7 +1,9 @@
 // edgeaccel-device-plugin: makes Edge TPUs and NVIDIA GPUs schedulable through the kubelet's
 // device plugin API. See README.md for how to run it.
 #include <malloc.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -171,6 +175,11 @@ ABSL_FLAG(std::string, api_ca_file, "/var/run/secrets/kubernetes.io/serviceaccou
 ABSL_FLAG(bool, discover, false,
           "Print what would be advertised on this host (resources, device ids, health, device "
           "nodes, facts) and exit.");
+ABSL_FLAG(bool, check_config, false,
+          "Check the flags as the daemon would start with them, print what it would serve and "
+          "how, and exit: 0 when it would start, 2 (with the reason) when not. Reads nothing of "
+          "the node (--host-root need not exist), so a rendered chart or overlay can be checked "
+          "anywhere.");
 ABSL_FLAG(int, verbosity, 0, "Log verbosity: 0 normal, 1 every rescan and allocation, 2 more.");
 
 namespace {
@@ -279,6 +288,67 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   return config;
 }
 
+// --discover: the scan runs on a thread of its own while the main thread waits for it or for a
+// stop signal, so SIGTERM or ^C ends a scan that waits for a hung NVML (up to --nvml-timeout,
+// twice) at once: the NVML helper is killed (it must not outlive us) and the process exits
+// 128+signal without waiting for the scan.
+int Discover(const edgeaccel::DaemonConfig& config) {
+  FLAGS_minloglevel = google::GLOG_WARNING;  // the report on stdout is the answer
+  edgeaccel::Daemon daemon(config);
+  const sigset_t stop_signals = StopSignals();
+  const int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  const int done_fd = eventfd(0, EFD_CLOEXEC);
+  std::string report;
+  std::thread scan;
+  if (signal_fd >= 0 && done_fd >= 0) {
+    try {
+      scan = std::thread([&daemon, &report, done_fd] {
+        daemon.ScanOnce();
+        report = daemon.Describe();
+        eventfd_write(done_fd, 1);
+      });
+    } catch (const std::system_error& e) {
+      LOG(WARNING) << "cannot start a thread for the scan (" << e.what()
+                   << "); scanning on the main thread, where a stop signal waits for the scan";
+    }
+  }
+  if (!scan.joinable()) {  // no thread or descriptor to spare: scan here
+    daemon.ScanOnce();
+    std::cout << daemon.Describe();
+    return 0;
+  }
+  pollfd fds[2] = {{signal_fd, POLLIN, 0}, {done_fd, POLLIN, 0}};
+  while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+  }
+  if ((fds[1].revents & POLLIN) == 0) {
+    struct signalfd_siginfo info = {};
+    const int signal_number =
+        read(signal_fd, &info, sizeof(info)) == sizeof(info) ? static_cast<int>(info.ssi_signo) : SIGTERM;
+    if (const pid_t helper = daemon.NvmlHelperPid(); helper > 0) kill(helper, SIGKILL);
+    std::cerr << "edgeaccel-device-plugin: " << strsignal(signal_number)
+              << " during --discover; stopped before the scan finished\n";
+    std::cerr.flush();
+    _exit(128 + signal_number);  // the scan's thread may be waiting on NVML: not joined
+  }
+  scan.join();
+  std::cout << report;
+  return 0;
+}
+
+// --check-config: what the daemon would serve, and how.
+void PrintConfig(const edgeaccel::DaemonConfig& config, const std::vector<std::string>& notes) {
+  std::cout << "configuration: the daemon would start\n";
+  for (const auto& [family, resource] : edgeaccel::KnownFamilies()) {
+    const bool looked_for = config.families.empty() || config.families.count(family) > 0;
+    std::cout << "  " << family << " (" << resource << "): "
+              << (!looked_for                          ? "not looked for"
+                  : config.dra_families.count(family) ? (config.dra_shared.count(family) ? "DRA, shared" : "DRA")
+                                                       : "device plugin")
+              << "\n";
+  }
+  for (const std::string& note : notes) std::cout << "  note: " << note << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -303,20 +373,25 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
 
   absl::StatusOr<edgeaccel::DaemonConfig> parsed = ConfigFromFlags();
-  absl::Status valid = parsed.ok() ? edgeaccel::ValidateConfig(*parsed) : parsed.status();
+  const bool check_only = absl::GetFlag(FLAGS_check_config);
+  std::vector<std::string> notes;
+  if (parsed.ok()) notes = edgeaccel::ResolveConfig(&*parsed);
+  absl::Status valid =
+      parsed.ok() ? edgeaccel::ValidateConfig(*parsed, check_only ? edgeaccel::ConfigCheck::kFlagsOnly
+                                                                  : edgeaccel::ConfigCheck::kOnThisHost)
+                  : parsed.status();
   if (!valid.ok()) {
     std::cerr << "edgeaccel-device-plugin: " << valid.message() << "\n";
     return 2;
   }
   const edgeaccel::DaemonConfig& config = *parsed;
-
-  if (absl::GetFlag(FLAGS_discover)) {
-    FLAGS_minloglevel = google::GLOG_WARNING;  // the report on stdout is the answer
-    edgeaccel::Daemon daemon(config);
-    daemon.ScanOnce();
-    std::cout << daemon.Describe();
+  if (check_only) {
+    PrintConfig(config, notes);
     return 0;
   }
+  for (const std::string& note : notes) LOG(WARNING) << note;
+
+  if (absl::GetFlag(FLAGS_discover)) return Discover(config);
 
   // gRPC's client channels (Register on kubelet.sock, the look at another plugin's socket) poll
   // every 5 s in the background while they exist, for pollers that cannot wait on a socket;

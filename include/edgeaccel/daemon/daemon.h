@@ -58,6 +58,9 @@ class Daemon {
 
   // One scan of everything, without watching or serving (for --discover).
   void ScanOnce();
+  // The NVML helper's process id while one runs, else -1: --discover kills it when it is stopped
+  // in the middle of a scan (the helper may hang in NVML; it must not outlive the daemon).
+  pid_t NvmlHelperPid() const;
 
 
  private:
