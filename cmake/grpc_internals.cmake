@@ -13,6 +13,12 @@
 # Cross-compiling, the probe runs under CMAKE_CROSSCOMPILING_EMULATOR (the aarch64 toolchain file
 # sets qemu-aarch64 when there is one); without an emulator the replacement stays off.
 # -DEDGEACCEL_GRPC_INTERNALS=OFF turns both off without probing.
+#
+# Always, whatever EDGEACCEL_GRPC_INTERNALS says: cmake/grpc_peer_probe.cc proves that a call on a
+# connection handed to the server with grpc::AddInsecureChannelFromFd(server, fd) reports its peer
+# as "fd:<fd>", the name dra/dra_grpc_server.cc parses to tell which driver's socket a call came in
+# on. The format is gRPC's own, not an API, so configuring fails where the probe does not build or
+# does not pass; cross-compiling with no emulator, it is skipped.
 option(EDGEACCEL_GRPC_INTERNALS "Probe gRPC's internals and use them where the probe passes" ON)
 
 # absl's inline namespace as the Itanium ABI spells it in a symbol name: "<length><name>", or
@@ -80,3 +86,31 @@ endif()
 message(STATUS "gRPC ${gRPC_VERSION} internals: our EventEngine "
                "${EDGEACCEL_GRPC_EVENT_ENGINE}, timers on it ${EDGEACCEL_GRPC_TIMERS} "
                "(${EDGEACCEL_GRPC_TIMERS_WHY})")
+
+# How this gRPC names a connection added from a descriptor: DRA calls are routed by it.
+set(_peer_probe_dir "${CMAKE_BINARY_DIR}/grpc-internals-probe/peer")
+if(CMAKE_CROSSCOMPILING AND NOT CMAKE_CROSSCOMPILING_EMULATOR)
+  message(STATUS "gRPC ${gRPC_VERSION} peer names: not probed (cross-compiling with no emulator "
+                 "to run cmake/grpc_peer_probe.cc); dra/dra_grpc_server.cc assumes \"fd:<N>\"")
+else()
+  try_run(_peer_probe_ran _peer_probe_compiled "${_peer_probe_dir}"
+    SOURCES "${CMAKE_SOURCE_DIR}/cmake/grpc_peer_probe.cc"
+    LINK_LIBRARIES gRPC::grpc++_unsecure Threads::Threads
+    CXX_STANDARD 17
+    COMPILE_OUTPUT_VARIABLE _peer_probe_compile_output
+    RUN_OUTPUT_VARIABLE _peer_probe_run_output)
+  if(NOT _peer_probe_compiled)
+    message(FATAL_ERROR "cmake/grpc_peer_probe.cc does not build against gRPC ${gRPC_VERSION}, so "
+                        "nothing proves how it names a connection added from a descriptor, which "
+                        "dra/dra_grpc_server.cc uses to tell which driver's socket a call came in "
+                        "on:\n${_peer_probe_compile_output}")
+  elseif(NOT _peer_probe_ran EQUAL 0)
+    string(STRIP "${_peer_probe_run_output}" _peer_probe_run_output)
+    message(FATAL_ERROR "gRPC ${gRPC_VERSION} does not name a connection added from a descriptor "
+                        "\"fd:<N>\", which dra/dra_grpc_server.cc uses to tell which driver's "
+                        "socket a call came in on. cmake/grpc_peer_probe.cc failed "
+                        "(${_peer_probe_ran}): ${_peer_probe_run_output}")
+  endif()
+  message(STATUS "gRPC ${gRPC_VERSION} peer names: a connection added from descriptor N is "
+                 "\"fd:N\" (cmake/grpc_peer_probe.cc passed)")
+endif()
