@@ -45,8 +45,17 @@ class OffLoopMethod {
           if (!ok) break;
           Arm(method_);  // the next call may arrive while this one is answered
           state_ = State::kWorking;
-          if (method_->workers_->Run([this] { Work(); })) return;
-          break;
+          if (absl::Status started = method_->workers_->Run([this] { Work(); }); !started.ok()) {
+            if (absl::IsCancelled(started)) break;  // stopping: the server cancels the call
+            // No thread to answer it on (the process limit): the call fails with the reason,
+            // here on the loop, and the next one is served as usual.
+            LOG(ERROR) << "a DRA call cannot be answered: " << started.message();
+            status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(started.message()));
+            state_ = State::kAnswering;
+            if (method_->loop_->StartOperation([&] { responder_.FinishWithError(status_, this); })) return;
+            break;
+          }
+          return;
         case State::kWorking: {  // the alarm: the answer is ready
           state_ = State::kAnswering;
           const bool started = method_->loop_->StartOperation([&] {

@@ -2,7 +2,10 @@
 
 #include <pthread.h>
 
+#include <system_error>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace edgeaccel {
 
@@ -10,22 +13,29 @@ TransientThreads::TransientThreads(std::string thread_name) : thread_name_(std::
 
 TransientThreads::~TransientThreads() { Join(); }
 
-bool TransientThreads::Run(std::function<void()> work) {
+absl::Status TransientThreads::Run(std::function<void()> work) {
   JoinFinished();
   absl::MutexLock lock(&mu_);
-  if (closed_) return false;
+  if (closed_) return absl::CancelledError("stopping");
   const uint64_t id = next_id_++;
   // The thread hands its own handle over to finished_ under mu_, which this call holds until the
   // handle is stored.
-  running_[id] = std::thread([this, id, work = std::move(work)] {
-    pthread_setname_np(pthread_self(), thread_name_.c_str());
-    work();
-    absl::MutexLock done(&mu_);
-    auto it = running_.find(id);
-    finished_.push_back(std::move(it->second));
-    running_.erase(it);
-  });
-  return true;
+  try {
+    std::thread thread([this, id, work = std::move(work)] {
+      pthread_setname_np(pthread_self(), thread_name_.c_str());
+      work();
+      absl::MutexLock done(&mu_);
+      auto it = running_.find(id);
+      finished_.push_back(std::move(it->second));
+      running_.erase(it);
+    });
+    running_.emplace(id, std::move(thread));
+  } catch (const std::system_error& e) {
+    // EAGAIN: the node's (or the pod's cgroup's) process limit, or no memory for a stack.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start a thread (", thread_name_, "): ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 void TransientThreads::JoinFinished() {

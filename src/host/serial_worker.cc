@@ -3,9 +3,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <system_error>
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace edgeaccel {
 
@@ -57,11 +59,24 @@ void SerialWorker::StartThreadLocked() {
   if (thread_live_) return;
   // A thread that ended when idle has left Run() and takes mu_ no more: joining is brief.
   if (thread_.joinable()) thread_.join();
+  try {
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), thread_name_.substr(0, 15).c_str());
+      Run();
+    });
+  } catch (const std::system_error& e) {
+    // EAGAIN: the process limit of the node or the pod's cgroup. What was posted stays queued
+    // and the next Post tries again; said once until a thread starts.
+    if (!start_failure_said_) {
+      LOG(ERROR) << "cannot start the " << thread_name_ << " thread (" << e.what()
+                 << "); its work waits for the next change";
+      start_failure_said_ = true;
+    }
+    ++start_failures_;
+    return;
+  }
+  start_failure_said_ = false;
   thread_live_ = true;
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), thread_name_.substr(0, 15).c_str());
-    Run();
-  });
 }
 
 void SerialWorker::AddStopHook(std::function<void()> hook) {
@@ -182,6 +197,11 @@ bool SerialWorker::retrying(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = waiting_.find(key);
   return it != waiting_.end() && it->second.is_retry;
+}
+
+uint64_t SerialWorker::start_failures() const {
+  absl::MutexLock lock(&mu_);
+  return start_failures_;
 }
 
 bool SerialWorker::thread_running() const {

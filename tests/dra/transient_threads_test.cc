@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 
 #include "absl/synchronization/notification.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "thread_limit.h"
 
 namespace edgeaccel {
 namespace {
@@ -19,7 +21,7 @@ TEST(TransientThreadsTest, AThreadLivesOnlyWhileItsWorkRuns) {
   ASSERT_TRUE(threads.Run([&] {
     started.Notify();
     release.WaitForNotification();
-  }));
+  }).ok());
   started.WaitForNotification();
   EXPECT_EQ(threads.running(), 1);
   const std::vector<std::string> names = testing::ThreadNames();
@@ -41,15 +43,34 @@ TEST(TransientThreadsTest, JoinWaitsForEveryPieceOfWorkAndCloseRefusesMore) {
     ASSERT_TRUE(threads.Run([&] {
       go.WaitForNotification();
       ++done;
-    }));
+    }).ok());
   }
   EXPECT_EQ(threads.running(), 8);
   go.Notify();
   threads.Join();
   EXPECT_EQ(done.load(), 8);
   threads.Close();
-  EXPECT_FALSE(threads.Run([&] { ++done; }));
+  EXPECT_TRUE(absl::IsCancelled(threads.Run([&] { ++done; })));
   EXPECT_EQ(done.load(), 8);
+}
+
+// At the process limit a thread cannot start: the work is refused with the reason, nothing
+// terminates, and the next Run once threads can start again works.
+TEST(TransientThreadsTest, AThreadThatCannotStartIsAnErrorTheCallerAnswers) {
+  const int code = testing::RunWhereNoThreadStarts([] {
+    TransientThreads threads("ea-test-work");
+    std::atomic<int> done{0};
+    absl::Status refused = threads.Run([&] { ++done; });
+    if (!absl::IsResourceExhausted(refused) || refused.message().find("ea-test-work") == std::string::npos) {
+      fprintf(stderr, "refused: %s\n", refused.ToString().c_str());
+      return false;
+    }
+    if (threads.running() != 0 || !testing::AllowThreads()) return false;
+    if (!threads.Run([&] { ++done; }).ok()) return false;
+    threads.Join();
+    return done.load() == 1;
+  });
+  EXPECT_EQ(code, 0) << "134 is std::terminate";
 }
 
 }  // namespace

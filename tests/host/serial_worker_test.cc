@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "thread_limit.h"
 
 namespace edgeaccel {
 namespace {
@@ -234,6 +235,21 @@ TEST(SerialWorkerTest, StopCanAbandonATaskStuckInTheKernel) {
   worker.reset();  // waits for the task: what it uses goes next
   EXPECT_TRUE(finished);
   releaser.join();
+}
+
+// At the process limit a worker that exits when idle cannot start its thread: what was posted
+// waits (nothing terminates), and runs once a later post can start it.
+TEST(SerialWorkerTest, AThreadThatCannotStartLeavesTheWorkQueuedForTheNextPost) {
+  const int code = ::edgeaccel::testing::RunWhereNoThreadStarts([] {
+    SerialWorker worker("ea-test", {.exit_when_idle = true});
+    std::atomic<int> ran{0};
+    worker.Post("a", [&] { ++ran; });
+    if (worker.start_failures() != 1 || worker.thread_running() || ran.load() != 0) return false;
+    if (!::edgeaccel::testing::AllowThreads()) return false;
+    worker.Post("b", [&] { ran += 10; });
+    return worker.Drain(absl::Seconds(30)) && ran.load() == 11;
+  });
+  EXPECT_EQ(code, 0) << "134 is std::terminate";
 }
 
 }  // namespace

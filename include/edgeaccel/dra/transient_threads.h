@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace edgeaccel {
@@ -25,8 +26,11 @@ class TransientThreads {
   TransientThreads(const TransientThreads&) = delete;
   TransientThreads& operator=(const TransientThreads&) = delete;
 
-  // Runs `work` on a new thread. False (and `work` is not run) after Close().
-  bool Run(std::function<void()> work);
+  // Runs `work` on a new thread. Otherwise `work` is not run, and the error says why: Cancelled
+  // after Close(); ResourceExhausted when no thread can be started (the process limit of the node
+  // or the pod's cgroup, or no memory for its stack), which the caller answers as a failed call:
+  // the daemon keeps serving.
+  absl::Status Run(std::function<void()> work);
   // Waits until no work runs, and joins every thread.
   void Join();
   // Refuses every later Run(), then Join()s.

@@ -14,6 +14,9 @@
 // With Options::exit_when_idle the thread ends whenever nothing is queued and no retry is
 // waiting, and the next Post starts a new one: a worker whose sinks are idle holds no thread.
 //
+// A thread that cannot be started (the process limit) ends nothing: the work stays queued, the
+// failure is logged once, and the next Post starts the thread.
+//
 // Stop() drops what waits, calls the stop hooks (ApiClient::Cancel: a request in flight ends at
 // once), and waits for a running task; with Options::stop_abandons_running_task it does not wait
 // for one (a write stuck in the kernel on a dying disk), and the destructor waits for it instead.
@@ -92,6 +95,9 @@ class SerialWorker {
   uint64_t retries() const;    // attempts that asked to run again
   bool retrying(const std::string& key) const;  // an attempt of `key` waits for its retry time
   bool thread_running() const;  // the thread exists now (see Options::exit_when_idle)
+  // Posts whose thread could not be started (the process limit): their work stayed queued for
+  // the next Post.
+  uint64_t start_failures() const;
 
  private:
   struct Waiting {
@@ -124,6 +130,8 @@ class SerialWorker {
   std::vector<std::function<void()>> stop_hooks_ ABSL_GUARDED_BY(mu_);
   bool running_task_ ABSL_GUARDED_BY(mu_) = false;
   bool thread_live_ ABSL_GUARDED_BY(mu_) = false;  // thread_ runs Run() and has not left it
+  uint64_t start_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  bool start_failure_said_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t retries_ ABSL_GUARDED_BY(mu_) = 0;
