@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "edgeaccel/dra/dra_driver.h"
+#include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/host/atomic_file.h"
 #include "edgeaccel/node/cdi_spec.h"
 #include "edgeaccel/host/json_fields.h"
@@ -203,15 +204,19 @@ std::vector<absl::StatusOr<std::string>> ClaimPreparer::ReadClaims(const std::ve
     reads->left = claims.size();
   }
   for (size_t i = 0; i < claims.size(); ++i) {
-    const bool started = readers_.Run([reads, i, claim = claims[i], fetch = options_.fetch_claim] {
+    const absl::Status started = readers_.Run([reads, i, claim = claims[i], fetch = options_.fetch_claim] {
       absl::StatusOr<std::string> body = fetch(claim);
       absl::MutexLock lock(&reads->mu);
       reads->results[i] = std::move(body);
       --reads->left;
     });
-    if (!started) {
+    if (!started.ok()) {
       absl::MutexLock lock(&reads->mu);
-      reads->results[i] = absl::CancelledError("the driver is stopping");
+      reads->results[i] = absl::IsCancelled(started)
+                              ? absl::CancelledError("the driver is stopping")
+                              : absl::ResourceExhaustedError(absl::StrCat(
+                                    "cannot read ResourceClaim ", claims[i].namespace_name, "/",
+                                    claims[i].name, ": ", started.message()));
       --reads->left;
     }
   }
@@ -266,9 +271,29 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
       problems.push_back(absl::StrCat("device ", result.device, " is not on this node"));
       continue;
     }
-    if (device->health != Health::kHealthy) {
-      problems.push_back(absl::StrCat("device ", result.device, " is Unhealthy: ", device->unhealthy_reason));
-      continue;
+    if (device->health != Health::kHealthy && !result.admin_access) {
+      // The scheduler gives a tainted device only to a request that tolerates its taints; an
+      // Unhealthy device is offered with the taints DeviceTaints gives it (resource_slice.h).
+      // A claim that tolerates every one of them now, or asks for admin access (monitoring, a
+      // health check), gets it; any other is refused with the reason.
+      bool tolerated = true;
+      for (const nlohmann::json& taint : DeviceTaints(*device)) {
+        const std::string key = taint.value("key", "");
+        const std::string value = taint.value("value", "");
+        const std::string effect = taint.value("effect", "");
+        bool this_one = false;
+        for (const DeviceToleration& toleration : result.tolerations) {
+          this_one = this_one || Tolerates(toleration, key, value, effect);
+        }
+        tolerated = tolerated && this_one;
+      }
+      if (!tolerated) {
+        problems.push_back(absl::StrCat("device ", result.device, " is Unhealthy: ", device->unhealthy_reason,
+                                        " (the claim does not tolerate its taints)"));
+        continue;
+      }
+      LOG(INFO) << options_.driver << ": ResourceClaim " << Describe(claim) << " tolerates the taints of "
+                << result.device << ", which is Unhealthy: " << device->unhealthy_reason;
     }
     if (!result.admin_access) {
       // A device goes to two claims only as two shares the scheduler handed out (each result
@@ -329,6 +354,7 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
     return outcome;
   }
   absl::Status recorded = prepared_.Put(record);
+  if (recorded.ok()) NoteRecord(claim.uid, true);
   if (!recorded.ok()) {
     unlink(SpecPath(claim.uid).c_str());  // nothing half-done: the kubelet will ask again
     outcome.error = absl::StrCat("cannot record ResourceClaim ", Describe(claim), " as prepared: ",
@@ -392,6 +418,7 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
                            removed.message());
       continue;
     }
+    NoteRecord(claim.uid, false);
     if (known) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
   }
   return out;
@@ -400,9 +427,13 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
 ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
   CleanupReport report;
   std::vector<ClaimRef> recorded;
+  std::vector<uint64_t> generations;  // of each record as read here
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [uid, claim] : prepared_.claims()) recorded.push_back(claim.claim);
+    for (const auto& [uid, claim] : prepared_.claims()) {
+      recorded.push_back(claim.claim);
+      generations.push_back(GenerationOf(uid));
+    }
   }
   report.checked = static_cast<int>(recorded.size());
   const std::vector<absl::StatusOr<std::string>> bodies = ReadClaims(recorded);
@@ -422,7 +453,9 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
     } else if (report.error.ok()) {
       report.error = bodies[i].status();
     }
-    if (reason.has_value() && UnprepareStale(claim, *reason, &report.error)) ++report.unprepared;
+    if (reason.has_value() && UnprepareStale(claim, generations[i], *reason, &report.error)) {
+      ++report.unprepared;
+    }
   }
   if (absl::IsCancelled(report.error)) return report;  // stopping
   const std::string error(report.error.message());
@@ -435,12 +468,30 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
   return report;
 }
 
-bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, CleanupReason reason, absl::Status* error) {
+uint64_t ClaimPreparer::GenerationOf(const std::string& uid) {
+  uint64_t& generation = generations_[uid];
+  if (generation == 0) generation = ++last_generation_;
+  return generation;
+}
+
+void ClaimPreparer::NoteRecord(const std::string& uid, bool present) {
+  if (present) {
+    generations_[uid] = ++last_generation_;
+  } else {
+    generations_.erase(uid);
+  }
+}
+
+bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, uint64_t generation, CleanupReason reason,
+                                   absl::Status* error) {
   std::vector<PreparedDevice> devices;
   {
     absl::MutexLock lock(&mu_);
     const PreparedClaim* known = prepared_.Find(claim.uid);
     if (known == nullptr) return false;  // the kubelet unprepared it meanwhile
+    // Unprepared and prepared again while the API server was asked (a pod deleted and its claim
+    // allocated anew): that record is not the one judged stale.
+    if (GenerationOf(claim.uid) != generation) return false;
     devices = known->devices;
     absl::Status removed;
     if (unlink(SpecPath(claim.uid).c_str()) != 0 && errno != ENOENT) {
@@ -452,6 +503,7 @@ bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, CleanupReason reason, 
       if (error->ok()) *error = removed;
       return false;
     }
+    NoteRecord(claim.uid, false);
   }
   const char* why = reason == CleanupReason::kGone        ? "is gone from the API server"
                     : reason == CleanupReason::kReplaced ? "was deleted and made again under its name"

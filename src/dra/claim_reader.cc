@@ -70,6 +70,14 @@ absl::StatusOr<ClaimLiveness> ReadClaimLiveness(absl::string_view body, const Cl
   return ClaimLiveness::kCurrent;
 }
 
+bool Tolerates(const DeviceToleration& toleration, absl::string_view key, absl::string_view value,
+               absl::string_view effect) {
+  if (!toleration.effect.empty() && toleration.effect != effect) return false;
+  if (!toleration.key.empty() && toleration.key != key) return false;
+  if (toleration.op == "Exists") return true;
+  return (toleration.op.empty() || toleration.op == "Equal") && toleration.value == value;
+}
+
 absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, const ClaimRef& claim,
                                                     absl::string_view driver,
                                                     absl::string_view pool) {
@@ -122,6 +130,31 @@ absl::StatusOr<ClaimAllocation> ReadClaimAllocation(absl::string_view body, cons
     entry.request = request->substr(0, request->find('/'));
     entry.device = *device;
     entry.admin_access = JsonBool(result, "adminAccess").value_or(false);
+    if (const json* tolerations = JsonMember(result, "tolerations");
+        tolerations != nullptr && !tolerations->is_null()) {
+      if (!tolerations->is_array() || tolerations->size() > kMaxTolerations) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": ", path, ".tolerations is not a list of at most ", kMaxTolerations));
+      }
+      for (const json& toleration : *tolerations) {
+        DeviceToleration parsed;
+        bool valid = toleration.is_object();
+        for (const auto& [key, target] : {std::pair<const char*, std::string*>{"key", &parsed.key},
+                                          {"operator", &parsed.op},
+                                          {"value", &parsed.value},
+                                          {"effect", &parsed.effect}}) {
+          if (!valid || JsonMember(toleration, key) == nullptr || toleration[key].is_null()) continue;
+          std::optional<std::string> text = JsonString(toleration, key);
+          if (!text || text->size() > 316) valid = false;  // a qualified key is at most 316
+          else *target = *std::move(text);
+        }
+        if (!valid || !(parsed.op.empty() || parsed.op == "Equal" || parsed.op == "Exists")) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": ", path, ".tolerations has an entry that is not a toleration"));
+        }
+        entry.tolerations.push_back(std::move(parsed));
+      }
+    }
     if (const json* share = JsonMember(result, "shareID"); share != nullptr && !share->is_null()) {
       // A UUID (k8s-uuid) as the scheduler makes it; it goes back to the kubelet verbatim.
       std::optional<std::string> share_id = JsonString(result, "shareID");

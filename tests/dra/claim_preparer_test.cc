@@ -1,4 +1,5 @@
 #include "edgeaccel/dra/claim_preparer.h"
+#include "edgeaccel/dra/resource_slice.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -257,6 +258,47 @@ TEST_F(ClaimPreparerTest, RefusesAnUnhealthyDeviceAndOneAnotherClaimHolds) {
   EXPECT_NE(unhealthy.find("device tpu-0000-04-00-0 is Unhealthy"), std::string::npos) << unhealthy;
 }
 
+// An Unhealthy device is published with taints; the scheduler gives it to a request whose
+// tolerations tolerate them, or one with adminAccess. Prepare honours that, and refuses it to a
+// claim that tolerates only some of them, or none.
+TEST_F(ClaimPreparerTest, AnUnhealthyDeviceGoesToAClaimThatToleratesItsTaintsOrAsksAdminAccess) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  const std::string third = "66666666-6666-6666-6666-666666666666";
+  const std::string fourth = "77777777-7777-7777-7777-777777777777";
+  fixture_.SetApexAttribute(1, "status", "DEAD");  // tpu-0000-04-00-0: taint driver-status
+  Rescan();
+  Allocate("tolerates", kUid, {"tpu-0000-04-00-0"});
+  api_["default/tolerates"]["status"]["allocation"]["devices"]["results"][0]["tolerations"] =
+      json::array({{{"key", kTaintDriverStatus}, {"operator", "Exists"}, {"effect", "NoSchedule"}}});
+  Allocate("admin", second, {"tpu-0000-04-00-0"});
+  api_["default/admin"]["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = true;
+  Allocate("wrong-key", third, {"tpu-0000-04-00-0"});
+  api_["default/wrong-key"]["status"]["allocation"]["devices"]["results"][0]["tolerations"] =
+      json::array({{{"key", kTaintTemperature}, {"operator", "Exists"}}});
+  Allocate("wrong-value", fourth, {"tpu-0000-04-00-0"});
+  api_["default/wrong-value"]["status"]["allocation"]["devices"]["results"][0]["tolerations"] =
+      json::array({{{"key", kTaintDriverStatus}, {"value", "ALIVE"}}});
+  auto preparer = MakePreparer();
+  EXPECT_EQ(preparer->Prepare({{"default", "tolerates", kUid}})[kUid].error, "");
+  EXPECT_EQ(preparer->Unprepare({{"default", "tolerates", kUid}})[kUid], "");
+  EXPECT_EQ(preparer->Prepare({{"default", "admin", second}})[second].error, "");
+  for (const auto& [name, uid] : {std::pair<std::string, std::string>{"wrong-key", third}, {"wrong-value", fourth}}) {
+    const std::string error = preparer->Prepare({{"default", name, uid}})[uid].error;
+    EXPECT_NE(error.find("is Unhealthy"), std::string::npos) << name << ": " << error;
+    EXPECT_NE(error.find("does not tolerate its taints"), std::string::npos) << name << ": " << error;
+  }
+}
+
+TEST(TolerationTest, MatchesAsTheSchedulerDoes) {
+  EXPECT_TRUE(Tolerates({"", "Exists", "", ""}, "k", "v", "NoExecute"));
+  EXPECT_TRUE(Tolerates({"k", "Exists", "", ""}, "k", "v", "NoSchedule"));
+  EXPECT_FALSE(Tolerates({"k", "Exists", "", "NoSchedule"}, "k", "v", "NoExecute"));
+  EXPECT_TRUE(Tolerates({"k", "", "v", ""}, "k", "v", "NoExecute"));  // Equal by default
+  EXPECT_TRUE(Tolerates({"k", "Equal", "", ""}, "k", "", "NoSchedule"));
+  EXPECT_FALSE(Tolerates({"k", "Equal", "w", ""}, "k", "v", "NoSchedule"));
+  EXPECT_FALSE(Tolerates({"j", "Exists", "", ""}, "k", "v", "NoSchedule"));
+}
+
 TEST_F(ClaimPreparerTest, UnprepareOfAnUnknownClaimIsDone) {
   auto preparer = MakePreparer();
   auto answer = preparer->Unprepare({{"default", "never", kUid}});
@@ -444,6 +486,50 @@ TEST_F(ClaimPreparerTest, CleanupUnpreparesClaimsGoneMadeAgainOrDeallocatedAndKe
   // And its device goes to the next claim.
   Allocate("next", second, {"tpu-0000-03-00-0"});
   EXPECT_EQ(preparer->Prepare({{"default", "next", second}})[second].error, "");
+}
+
+// Cleanup reads the records, asks the API server, then removes: a claim the kubelet unprepared
+// and prepared again while the API server was asked (its pod deleted, the claim allocated anew to
+// the next pod) is a new record, and stays.
+TEST_F(ClaimPreparerTest, CleanupLeavesARecordPreparedAgainWhileItAskedTheApiServer) {
+  Allocate("kept", kUid, {"tpu-0000-03-00-0"});
+  absl::Notification cleanup_reading, release;
+  std::atomic<bool> hold_next_read{false};
+  ClaimPreparer::Options options = Options();
+  auto read = options.fetch_claim;
+  options.fetch_claim = [&, read](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> body = read(claim);  // what the API server says now
+    if (hold_next_read.exchange(false)) {
+      cleanup_reading.Notify();
+      release.WaitForNotification();
+    }
+    return body;
+  };
+  auto preparer = MakePreparer(options);
+  ASSERT_EQ(preparer->Prepare({{"default", "kept", kUid}})[kUid].error, "");
+  {
+    absl::MutexLock lock(&api_mu_);
+    api_["default/kept"]["status"].erase("allocation");  // its pod went: deallocated
+  }
+  hold_next_read = true;
+  ClaimPreparer::CleanupReport report;
+  std::thread cleanup([&] { report = preparer->Cleanup(); });
+  cleanup_reading.WaitForNotification();
+  // Meanwhile the kubelet unprepares it, the scheduler allocates it to the next pod, and the
+  // kubelet prepares it again.
+  EXPECT_EQ(preparer->Unprepare({{"default", "kept", kUid}})[kUid], "");
+  {
+    absl::MutexLock lock(&api_mu_);
+    Allocate("kept", kUid, {"tpu-0000-03-00-0"});
+  }
+  ASSERT_EQ(preparer->Prepare({{"default", "kept", kUid}})[kUid].error, "");
+  release.Notify();
+  cleanup.join();
+  EXPECT_EQ(report.unprepared, 0) << "the record judged stale is gone; this one is new";
+  ASSERT_EQ(preparer->Prepared().size(), 1u);
+  EXPECT_TRUE(PathExists(SpecPath(kUid)));
+  // The next cleanup judges the new record on what the API server says of it now.
+  EXPECT_EQ(preparer->Cleanup().unprepared, 0);
 }
 
 TEST_F(ClaimPreparerTest, CleanupKeepsWhatItCannotJudgeAndSaysEachReasonOnce) {

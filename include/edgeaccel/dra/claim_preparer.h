@@ -20,7 +20,9 @@
 // (devices free, spec, record) is serialized.
 //
 // Cleanup: for each recorded claim, a GET by namespace and name; a claim that is gone, made
-// again under its name (another UID) or no longer allocated is unprepared here (spec and record
+// again under its name (another UID) or no longer allocated is unprepared here, if its record is
+// still the one Cleanup read before asking (a claim unprepared and prepared again meanwhile is
+// left alone) (spec and record
 // removed, a log line, a counter, a Node Event): a force-deleted pod or a kubelet that lost its
 // state would otherwise leave a record that refuses the device to every later claim.
 //
@@ -30,6 +32,7 @@
 #define EDGEACCEL_DRA_CLAIM_PREPARER_H_
 
 #include <functional>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -138,7 +141,14 @@ class ClaimPreparer {
                            const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the spec and record of a claim the API server no longer has for us; false when it
   // is not recorded any more or cannot be removed (then *error says why).
-  bool UnprepareStale(const ClaimRef& claim, CleanupReason reason, absl::Status* error);
+  // Only the record of `generation` (GenerationOf when Cleanup read the records) goes.
+  bool UnprepareStale(const ClaimRef& claim, uint64_t generation, CleanupReason reason,
+                      absl::Status* error);
+  // Each record's generation: a new one whenever a claim is prepared (or first looked at after
+  // Start), forgotten when it is unprepared. Cleanup removes a record only if it is still the one
+  // it judged.
+  uint64_t GenerationOf(const std::string& uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteRecord(const std::string& uid, bool present) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the claim's CDI spec for `prepared` (at least one device).
   absl::Status WriteSpec(const std::string& uid, const std::vector<PreparedDevice>& prepared,
                          const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -153,6 +163,8 @@ class ClaimPreparer {
   mutable absl::Mutex mu_;
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
   std::string last_cleanup_error_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> generations_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace edgeaccel

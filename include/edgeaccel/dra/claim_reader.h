@@ -22,12 +22,29 @@ struct ClaimRef {
   std::string uid;
 };
 
+// One of a result's tolerations (k8s.io/api resource/v1 DeviceToleration): the scheduler copies
+// the request's tolerations into the result, and allocates a tainted device only where they
+// tolerate every taint.
+struct DeviceToleration {
+  std::string key;       // empty: every key (with Exists)
+  std::string op;        // "Equal" (the default, also for empty) or "Exists"
+  std::string value;
+  std::string effect;    // empty: every effect
+};
+// DeviceToleration.ToleratesTaint (k8s.io/dynamic-resource-allocation resourceclaim): the effect
+// and the key match where given, and the value where the operator is Equal.
+bool Tolerates(const DeviceToleration& toleration, absl::string_view key, absl::string_view value,
+               absl::string_view effect);
+// At most this many tolerations a request (DeviceTolerationsMaxLength).
+inline constexpr size_t kMaxTolerations = 16;
+
 // One allocation result of ours: which request it satisfies (a sub-request "main/sub" becomes
 // "main", as the kubelet matches container requests by the main name) and which device.
 struct ClaimResult {
   std::string request;
   std::string device;
   bool admin_access = false;
+  std::vector<DeviceToleration> tolerations;
   // One share of a device several claims may hold at once (results[].shareID, KEP-5075: the
   // scheduler sets it, a UUID, only on devices the slice offered with allowMultipleAllocations);
   // empty for a device allocated to this claim alone.
