@@ -334,6 +334,30 @@ TEST_F(GpuE2eTest, AHungNvmlNeverBlocksServingAndAGpuInMigModeIsLeftOut) {
   EXPECT_THAT(daemon_->Log(), HasSubstr(std::string(kUuid0) + ": MIG mode is enabled"));
 }
 
+// --discover waits for NVML up to --nvml-timeout (twice); SIGTERM (kubectl exec's ^C, a
+// timeout) ends it at once, and the hung helper goes with it.
+TEST_F(GpuE2eTest, DiscoverStopsOnSigtermWhileNvmlHangsAndLeavesNoHelper) {
+  host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
+  host_.AddFakeNvml("init=hang\n" + NvmlScriptFor(kUuid0));
+  DaemonProcess discover(kDaemon, {"--discover", "--host-root=" + host_.root(), "--nvml-timeout=120s"});
+  std::vector<pid_t> helpers;
+  ASSERT_TRUE(Eventually([&] {
+    helpers = ChildrenOf(discover.pid());
+    return !helpers.empty();
+  })) << discover.Log();
+  discover.Signal(SIGTERM);
+  // Without the stop it would wait 120 s for NVML; 15 s is room for a loaded machine.
+  std::optional<int> code = discover.Wait(absl::Seconds(15));
+  ASSERT_TRUE(code.has_value()) << "--discover ignored SIGTERM";
+  EXPECT_EQ(*code, 128 + SIGTERM);
+  EXPECT_THAT(discover.Log(), HasSubstr("during --discover; stopped before the scan finished"));
+  EXPECT_TRUE(Eventually([&] {
+    std::ifstream stat(absl::StrCat("/proc/", helpers[0], "/stat"));
+    std::string pid, comm, state;
+    return !(stat >> pid >> comm >> state) || state == "Z";
+  })) << "the NVML helper outlived --discover";
+}
+
 // NVML answering only after the first scan, as a slow driver does (on the H100 of the issue the
 // labels were written 22 ms before NVML answered): the H100 of docs/host-facts.md §5.6, its NVML
 // 4 s late (room for a sanitized daemon to write its first labels before).
