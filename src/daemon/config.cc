@@ -295,6 +295,9 @@ absl::Status ValidateConfig(const DaemonConfig& config, ConfigCheck check) {
       return absl::InvalidArgumentError(
           "--dra needs this node's name (--node-name or NODE_NAME): it names the ResourceSlice's pool");
     }
+    if (config.dra_no_execute_after < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--dra-no-execute-after must not be negative (0: at once)");
+    }
     if (config.dra_resync < absl::Seconds(1)) {
       return absl::InvalidArgumentError(absl::StrCat("--dra-resync must be at least 1s, got ",
                                                      absl::FormatDuration(config.dra_resync)));

@@ -212,6 +212,7 @@ absl::Status Daemon::StartDra() {
     publish.driver = name;
     publish.node_name = config_.node_name;
     publish.resync = config_.dra_resync;
+    publish.no_execute_after = config_.dra_no_execute_after;
     publish.sharing = DraSharing();
     // Claims the kubelet will never unprepare: at start and then at most every --dra-resync, on
     // the publisher's worker.

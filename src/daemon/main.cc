@@ -80,6 +80,10 @@ ABSL_FLAG(absl::Duration, dra_resync, absl::Minutes(5),
           "renewed (the API server ends it after a random time between this and twice this), "
           "and how often prepared claims whose ResourceClaim is gone are cleaned up. Where the "
           "watch is refused, the slices are listed this often instead. At least 1s.");
+ABSL_FLAG(absl::Duration, dra_no_execute_after, absl::Seconds(30),
+          "With --dra: a device whose node vanished or that had a critical Xid is tainted "
+          "NoSchedule at once and NoExecute (its pods are evicted, which cannot be undone) only "
+          "once the condition has held this long without a break; 0: NoExecute at once.");
 ABSL_FLAG(std::string, dra_shared, "",
           "Of the --dra families, the GPU families (tegra, nvidia) whose devices several "
           "ResourceClaims may share (allowMultipleAllocations, Kubernetes 1.36+ or the "
@@ -234,6 +238,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   if (!dra.ok()) return dra.status();
   config.dra_families = *dra;
   config.dra_resync = absl::GetFlag(FLAGS_dra_resync);
+  config.dra_no_execute_after = absl::GetFlag(FLAGS_dra_no_execute_after);
   absl::StatusOr<std::set<std::string>> dra_shared =
       edgeaccel::ParseDraShared(absl::GetFlag(FLAGS_dra_shared));
   if (!dra_shared.ok()) return dra_shared.status();

@@ -283,7 +283,10 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
         const std::string effect = taint.value("effect", "");
         bool this_one = false;
         for (const DeviceToleration& toleration : result.tolerations) {
-          this_one = this_one || Tolerates(toleration, key, value, effect);
+          // A NoExecute taint is published as NoSchedule until its condition has held a while
+          // (SlicePublisher::Options::no_execute_after): the scheduler may have matched that.
+          this_one = this_one || Tolerates(toleration, key, value, effect) ||
+                     (effect == "NoExecute" && Tolerates(toleration, key, value, "NoSchedule"));
         }
         tolerated = tolerated && this_one;
       }

@@ -267,8 +267,13 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
       relist_ = true;
       sync = true;
     }
+    if (absl::Now() >= no_execute_due_) {
+      no_execute_due_ = absl::InfiniteFuture();  // a held NoExecute taint's debounce is over
+      dirty_ = true;
+      sync = true;
+    }
     if (watch_.stream != nullptr) next = watch_.deadline;
-    next = std::min({next, next_list_, reopen_at_});
+    next = std::min({next, next_list_, reopen_at_, no_execute_due_});
   }
   if (sync) PostSync();
   return next;
@@ -572,6 +577,32 @@ absl::Status SlicePublisher::List(View& view) {
   return absl::OkStatus();
 }
 
+void SlicePublisher::HoldNoExecute(json* devices, absl::Time now) {
+  std::map<std::string, absl::Time> since;  // of the NoExecute taints wanted now
+  absl::Time due = absl::InfiniteFuture();
+  for (json& device : *devices) {
+    if (!HasTaints(device)) continue;
+    for (json& taint : device["taints"]) {
+      if (taint.value("effect", "") != "NoExecute") continue;
+      const std::string key = absl::StrCat(device.value("name", ""), "\n", taint.value("key", ""),
+                                           "\n", taint.value("value", ""));
+      auto known = no_execute_since_.find(key);
+      const absl::Time first = known == no_execute_since_.end() ? now : known->second;
+      since[key] = first;
+      if (now - first < options_.no_execute_after) {
+        taint["effect"] = "NoSchedule";  // not yet: pods keep running, no new one gets it
+        due = std::min(due, first + options_.no_execute_after);
+      }
+    }
+  }
+  no_execute_since_ = std::move(since);  // a condition that went away starts again from zero
+  absl::MutexLock lock(&mu_);
+  if (due < no_execute_due_ || no_execute_due_ <= now) {
+    no_execute_due_ = due;
+    if (due != absl::InfiniteFuture()) Wake();  // the loop's next wake-up includes it
+  }
+}
+
 absl::Status SlicePublisher::Reconcile(View& view) {
   std::vector<std::string> notes;
   for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
@@ -582,6 +613,7 @@ absl::Status SlicePublisher::Reconcile(View& view) {
       return taints_dropped_ ? UnhealthyDevices::kLeftOut : UnhealthyDevices::kTainted;
     }();
     json devices = SliceDevices(*snapshot, &notes, unhealthy, options_.sharing);
+    HoldNoExecute(&devices, absl::Now());
     for (const std::string& note : notes) errors_.Warn(absl::StrCat(options_.driver, ": ", note));
     if (!view.synced) {
       if (absl::Status listed = List(view); !listed.ok()) {

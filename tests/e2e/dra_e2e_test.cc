@@ -310,7 +310,7 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationBesideADiscreteGpuIdlesAtEightThrea
 TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   kubelet_.Start();
   StartDraKubelet();
-  auto daemon = StartDraDaemon();
+  auto daemon = StartDraDaemon({"--dra-no-execute-after=10s"});
   auto registration = dra_kubelet_->WaitForRegistration(kDriver);
   ASSERT_TRUE(registration.ok()) << registration.status() << daemon->Log();
   EXPECT_EQ(registration->service, "v1.DRAPlugin");
@@ -341,10 +341,15 @@ TEST_F(DraE2eTest, APodsClaimGetsExactlyItsDeviceThroughTheRealKubeletFlow) {
   ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
     return entries.size() == 2 && entries[0].health == "Healthy" && entries[1].health == "Healthy";
   })) << daemon->Log();
-  // A device whose node is gone (sysfs still has it) stays in the slice, tainted NoExecute.
+  // A device whose node is gone (sysfs still has it) stays in the slice, tainted NoSchedule at
+  // once and NoExecute (its pods evicted) once that has held for --dra-no-execute-after.
   host_.Remove("/dev/apex_1");
   ASSERT_TRUE(SliceTaintsAre(
-      "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/device-node-missing=apex_1:NoExecute "))
+      "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/device-node-missing=apex_1:NoSchedule "))
+      << daemon->Log();
+  ASSERT_TRUE(SliceTaintsAre(
+      "tpu-0000-03-00-0 tpu-0000-04-00-0:edgeaccel.io/device-node-missing=apex_1:NoExecute ",
+      absl::Seconds(40)))
       << daemon->Log();
   ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
     for (const auto& entry : entries) {

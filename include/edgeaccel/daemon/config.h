@@ -33,6 +33,9 @@ struct DaemonConfig {
   // device plugin API; empty: none (docs/dra.md).
   std::set<std::string> dra_families;
   absl::Duration dra_resync = absl::Minutes(5);
+  // How long a device's NoExecute condition (its node gone, a critical Xid) must hold before its
+  // DRA taint is NoExecute (evicting); NoSchedule until then.
+  absl::Duration dra_no_execute_after = absl::Seconds(30);
   // Of dra_families, the GPU families (tegra, nvidia) whose devices several ResourceClaims may
   // share (allowMultipleAllocations, KEP-5075); empty: every device goes to one claim at a time.
   std::set<std::string> dra_shared;

@@ -32,7 +32,8 @@
 // once and lists every `resync` instead. It never deletes the slice when it stops: a restarting
 // daemon must not make the devices vanish from the scheduler; RemoveAll() is for uninstalling.
 //
-// Unhealthy devices stay in the slice with device taints (resource_slice.h). The API server sets
+// Unhealthy devices stay in the slice with device taints (resource_slice.h); a NoExecute taint
+// only once its condition has held for Options::no_execute_after (NoSchedule until then). The API server sets
 // each taint's timeAdded; the publisher carries it over from the slice it read, so an unchanged
 // taint is no difference and no write, and the time stays when the taint came. An API server with
 // DRADeviceTaints off drops the taints on write without an error (strategy.go
@@ -88,6 +89,10 @@ class SlicePublisher : private PollLoop::Member {
     absl::Duration chore_interval = absl::Minutes(5);
     // The loop that reads its watch (it outlives the publisher); nullptr: a loop of its own.
     PollLoop* loop = nullptr;
+    // A NoExecute taint (device node missing, critical Xid: pods using the device are evicted,
+    // which cannot be undone) is published as NoSchedule until its condition has held this long
+    // without a break, so one odd scan (udev re-creating a node, a driver reload) evicts nothing.
+    absl::Duration no_execute_after = absl::Seconds(30);
   };
 
   // What the publisher last did, for --discover, /metrics and tests.
@@ -161,6 +166,10 @@ class SlicePublisher : private PollLoop::Member {
   void DropWatch();
   absl::Status OpenWatch();
   absl::Status Reconcile(View& view);
+  // Publishes each NoExecute taint of `devices` as NoSchedule until its condition has held for
+  // no_execute_after (tracked by device, key and value), and has the loop ask for a reconcile
+  // when the first held one is due.
+  void HoldNoExecute(nlohmann::json* devices, absl::Time now);
   absl::Status List(View& view);
   std::string NodeUid();
   void Wake();
@@ -193,6 +202,8 @@ class SlicePublisher : private PollLoop::Member {
   View view_;
   bool reconcile_ = true;
   absl::Time next_chore_ = absl::InfiniteFuture();
+  // When each NoExecute taint wanted now was first wanted ("<device>\n<key>\n<value>").
+  std::map<std::string, absl::Time> no_execute_since_;
 
   mutable absl::Mutex mu_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;   // reconcile
@@ -208,6 +219,7 @@ class SlicePublisher : private PollLoop::Member {
   std::string bookmark_version_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::StatusOr<HttpResponse>> stream_end_ ABSL_GUARDED_BY(mu_);
   absl::Time next_list_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // without a watch
+  absl::Time no_execute_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // HoldNoExecute
   Status status_ ABSL_GUARDED_BY(mu_);
   std::string node_uid_;  // the worker's (or ReconcileOnce's caller's)
   OnceLogger errors_;
