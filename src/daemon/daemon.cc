@@ -19,6 +19,10 @@
 #include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/cached_allocation_check.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/kubelet_holdings.h"
+#include "edgeaccel/dra/prepared_claims.h"
+#include <fstream>
+#include <sstream>
 #include "edgeaccel/node/nfd_feature_file.h"
 #include "glog/logging.h"
 
@@ -311,6 +315,10 @@ absl::Status Daemon::Start() {
   }
   absl::Status status = watcher_.Start();  // the first scan of every family happens in here
   if (!status.ok()) return status;
+  // Devices the other API gave out before this start (a node moved between the device plugin and
+  // DRA) are held before any slice is published or resource registered, and looked at again
+  // until they are free.
+  if (RefreshHolds()) PostHolds();
   // The DRA drivers after the first scan: the first slice holds every device found, and a
   // prepared claim's missing CDI spec can be written again from them.
   if (absl::Status dra = StartDra(); !dra.ok()) return dra;
@@ -653,11 +661,97 @@ void Daemon::RecordHealthEvents(Resource* resource, const Snapshot& snapshot) {
 
 void Daemon::ScanOnce() {
   watcher_.ScanAll();
+  RefreshHolds();
   // A discrete GPU started NVML's helper: what it says belongs in the report too.
   if (nvml_ != nullptr && nvml_->started()) {
     nvml_->WaitSettled(config_.nvml_timeout + absl::Seconds(1));
     watcher_.ScanAll();
   }
+}
+
+bool Daemon::RefreshHolds() {
+  // Which devices each set has, by physical id.
+  auto present = [](const DeviceSet& set) {
+    std::set<std::string> ids;
+    for (const Device& device : set.Current()->devices) ids.insert(PhysicalId(device));
+    return ids;
+  };
+  bool any = false;
+  // A DRA driver's devices that device-plugin pods hold, as the kubelet says (its pod-resources
+  // API: the device manager's allocations; a DRA claim is not listed there by default).
+  if (!dra_drivers_.empty()) {
+    const std::string socket = absl::StrCat(config_.kubelet_root, "/", kPodResourcesSocket);
+    absl::StatusOr<KubeletHoldings> holdings = AskPodResources(socket, absl::Seconds(2));
+    {
+      absl::MutexLock lock(&mu_);
+      const std::string error(holdings.status().message());
+      if (!holdings.ok() && error != holds_error_) {
+        LOG(WARNING) << "cannot ask the kubelet which devices device-plugin pods hold (" << error
+                     << "): a device such a pod still uses could be published through DRA; mount "
+                     << config_.kubelet_root << "/pod-resources (the manifests do)";
+      }
+      holds_error_ = error;
+    }
+    for (auto& driver : dra_drivers_) {
+      const std::string& name = driver->set->resource_name();
+      if (!holdings.ok()) {  // the kubelet restarting: what was held stays held
+        any = any || driver->holds_known;
+        continue;
+      }
+      const std::set<std::string> ids = present(*driver->set);
+      std::map<std::string, std::string> held;
+      for (const std::string& family : config_.dra_families) {
+        if (DraDriverForFamily(family) != name) continue;
+        const std::string& resource = KnownFamilies().at(family);
+        auto holders = holdings->holders.find(resource);
+        if (holders == holdings->holders.end()) continue;
+        for (const auto& [id, holder] : holders->second) {
+          const std::string physical = PhysicalIdOf(id);
+          if (ids.count(physical) > 0) held[physical] = absl::StrCat(holder, " (", resource, ", device plugin)");
+        }
+      }
+      driver->holds_known = !held.empty();
+      any = any || !held.empty();
+      driver->set->SetHeldElsewhere(std::move(held));
+    }
+  }
+  // A device-plugin resource's devices that prepared DRA claims hold: the checkpoint of each DRA
+  // driver of its families (ours: <kubelet-root>/plugins/<driver>/checkpoint.json), where the
+  // daemon can read it.
+  for (auto& resource : resources_) {
+    const std::set<std::string> ids = present(*resource->set);
+    std::map<std::string, std::string> held;
+    std::set<std::string> drivers;
+    for (const auto& [family, family_resource] : KnownFamilies()) {
+      if (family_resource == resource->set->resource_name()) drivers.insert(DraDriverForFamily(family));
+    }
+    for (const std::string& driver : drivers) {
+      std::ifstream file(absl::StrCat(config_.kubelet_root, "/plugins/", driver, "/checkpoint.json"));
+      if (!file) continue;
+      std::stringstream text;
+      text << file.rdbuf();
+      absl::StatusOr<std::map<std::string, PreparedClaim>> claims = ParsePreparedClaims(text.str(), driver);
+      if (!claims.ok()) continue;  // the driver's own start keeps an unreadable one aside and says so
+      for (const auto& [uid, claim] : *claims) {
+        for (const PreparedDevice& device : claim.devices) {
+          if (ids.count(device.physical_id) == 0) continue;
+          held[device.physical_id] = absl::StrCat("ResourceClaim ", claim.claim.namespace_name, "/",
+                                                  claim.claim.name, " (", driver, ", DRA)");
+        }
+      }
+    }
+    any = any || !held.empty();
+    resource->set->SetHeldElsewhere(std::move(held));
+  }
+  return any;
+}
+
+void Daemon::PostHolds() {
+  // While a device is held: its holder ends when its pod does, which neither the kubelet nor a
+  // file tells; looked at every 10 s until nothing is held, then never again (nothing new can be
+  // held: a family goes one way only).
+  sinks_.PostRetrying("holds", [this] { return RefreshHolds() ? SerialWorker::Outcome::kRetry : SerialWorker::Outcome::kDone; },
+                      {.first = absl::Seconds(10), .max = absl::Seconds(10)});
 }
 
 pid_t Daemon::NvmlHelperPid() const { return nvml_ != nullptr ? nvml_->helper_pid() : -1; }

@@ -87,6 +87,7 @@ TaintKind KindOf(ProblemKind kind) {
     case ProblemKind::kTemperature: return {kTaintTemperature, "NoSchedule"};
     case ProblemKind::kDriverStatus: return {kTaintDriverStatus, "NoSchedule"};
     case ProblemKind::kNvmlUnresponsive: return {kTaintNvmlUnresponsive, "NoSchedule"};
+    case ProblemKind::kHeldElsewhere: return {kTaintHeldByDevicePlugin, "NoSchedule"};
     case ProblemKind::kOther: break;
   }
   return {kTaintUnhealthy, "NoSchedule"};

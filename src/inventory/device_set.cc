@@ -3,10 +3,32 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
+namespace {
+
+// The holder's name as a problem's detail (a label value): of "pod <namespace>/<name> (...)" or
+// "ResourceClaim <namespace>/<name> (...)", the name; [A-Za-z0-9-_.] only, at most 63, starting
+// and ending alphanumeric.
+std::string HolderLabel(absl::string_view holder) {
+  holder = holder.substr(0, holder.find(" ("));
+  if (size_t space = holder.rfind(' '); space != absl::string_view::npos) holder.remove_prefix(space + 1);
+  if (size_t slash = holder.rfind('/'); slash != absl::string_view::npos) holder.remove_prefix(slash + 1);
+  std::string out;
+  for (char c : holder) {
+    out += absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '-';
+  }
+  if (out.size() > 63) out.resize(63);
+  while (!out.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
+  size_t begin = 0;
+  while (begin < out.size() && !absl::ascii_isalnum(static_cast<unsigned char>(out[begin]))) ++begin;
+  return out.substr(begin);
+}
+
+}  // namespace
 
 const Device* Snapshot::Find(absl::string_view id) const {
   auto it = std::lower_bound(devices.begin(), devices.end(), id,
@@ -25,6 +47,35 @@ DeviceSet::DeviceSet(std::string resource_name)
     : resource_name_(std::move(resource_name)), current_(std::make_shared<Snapshot>()) {}
 
 bool DeviceSet::Update(std::vector<Device> devices) {
+  absl::MutexLock publish(&publish_mu_);
+  discovered_ = devices;
+  updated_ = true;
+  return Publish(std::move(devices));
+}
+
+void DeviceSet::SetHeldElsewhere(std::map<std::string, std::string> held) {
+  absl::MutexLock publish(&publish_mu_);
+  if (held == held_) return;
+  for (const auto& [id, holder] : held) {
+    if (held_.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is held by " << holder;
+  }
+  for (const auto& [id, holder] : held_) {
+    if (held.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is no longer held by " << holder;
+  }
+  held_ = std::move(held);
+  if (updated_) Publish(discovered_);
+}
+
+bool DeviceSet::Publish(std::vector<Device> devices) {
+  for (Device& device : devices) {
+    auto held = held_.find(PhysicalId(device));
+    if (held == held_.end()) continue;
+    device.health = Health::kUnhealthy;
+    device.unhealthy_reason = device.unhealthy_reason.empty()
+                                  ? absl::StrCat("held by ", held->second)
+                                  : absl::StrCat(device.unhealthy_reason, "; held by ", held->second);
+    device.problems.push_back({ProblemKind::kHeldElsewhere, HolderLabel(held->second)});
+  }
   std::sort(devices.begin(), devices.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
   // Two discoverers of one resource could in principle report the same id: keep the first.

@@ -50,6 +50,10 @@ absl::StatusOr<KubeletHoldings> AskPodResources(const std::string& socket,
           std::vector<std::string>& ids = holdings.allocated[devices.resource_name()];
           ids.insert(ids.end(), devices.device_ids().begin(), devices.device_ids().end());
           holdings.known.insert(devices.resource_name());
+          for (const std::string& id : devices.device_ids()) {
+            holdings.holders[devices.resource_name()][id] =
+                absl::StrCat("pod ", pod.namespace_(), "/", pod.name());
+          }
         }
       }
     }
@@ -68,6 +72,9 @@ KubeletHoldings HoldingsFromCheckpoint(const KubeletCheckpoint& checkpoint) {
     std::vector<std::string>& ids = holdings.allocated[entry.resource_name];
     ids.insert(ids.end(), entry.device_ids.begin(), entry.device_ids.end());
     holdings.known.insert(entry.resource_name);
+    for (const std::string& id : entry.device_ids) {
+      holdings.holders[entry.resource_name][id] = absl::StrCat("pod ", entry.pod_uid);
+    }
   }
   return holdings;
 }

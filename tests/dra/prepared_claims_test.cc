@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "fixture_host.h"
 
@@ -48,6 +51,54 @@ TEST(PreparedClaimsTest, ARestartedDaemonReadsWhatTheLastOneWrote) {
   EXPECT_EQ(claim->devices, Claim(kU2).devices);
   EXPECT_EQ(claim->boot_id, "5f1e3a2c-1d2b-4c3d-8e4f-5a6b7c8d9e0f");
   EXPECT_EQ(again.Find(kU1), nullptr);
+}
+
+// Upgrades and rollbacks keep prepared claims: the checkpoint's "version" changes only with a
+// change an older reader cannot take. Fields added since version 1 (bootId, shareID) are optional,
+// so a file of an older release is read; fields a later release adds at version 1 are ignored,
+// so this release reads what a newer one wrote before a rollback.
+TEST(PreparedClaimsTest, OlderAndNewerCheckpointsOfVersionOneAreRead) {
+  // As the first release with a checkpoint wrote it (no bootId, no shareID).
+  const std::string older = std::string(R"({
+  "claims": {
+    ")") + kU1 + R"(": {
+      "cdiSpec": "k8s.edgetpu.edgeaccel.io-claim_)" + kU1 + R"(.json",
+      "devices": [{"cdiIds": ["k8s.edgetpu.edgeaccel.io/claim=)" + kU1 + R"(-tpu-0000-03-00-0"],
+                   "device": "tpu-0000-03-00-0", "physicalId": "0000:03:00.0", "pool": "node-1",
+                   "requests": ["tpu"]}],
+      "name": "claim-)" + kU1 + R"(",
+      "namespace": "default"
+    }
+  },
+  "driver": "edgetpu.edgeaccel.io",
+  "kind": "edgeaccel.io/dra-prepared-claims",
+  "version": 1
+})";
+  absl::StatusOr<std::map<std::string, PreparedClaim>> read = ParsePreparedClaims(older, "edgetpu.edgeaccel.io");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->count(kU1), 1u);
+  EXPECT_EQ(read->at(kU1).devices, Claim(kU1).devices);
+  EXPECT_EQ(read->at(kU1).boot_id, "");
+  // This release writes version 1, with nothing an older reader needs left out.
+  const std::string written = PreparedClaimsJson("edgetpu.edgeaccel.io", *read);
+  EXPECT_NE(written.find("\"version\": 1"), std::string::npos) << written;
+  absl::StatusOr<std::map<std::string, PreparedClaim>> again = ParsePreparedClaims(written, "edgetpu.edgeaccel.io");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->at(kU1).devices, read->at(kU1).devices);
+
+  // What a later release may add beside them is ignored.
+  nlohmann::json newer = nlohmann::json::parse(written);
+  newer["writtenBy"] = "edgeaccel-device-plugin 0.2.0";
+  newer["claims"][kU1]["preparedAt"] = "2026-11-29T01:00:00Z";
+  newer["claims"][kU1]["devices"][0]["consumedCapacity"] = {{"memory", "1Gi"}};
+  read = ParsePreparedClaims(newer.dump(), "edgetpu.edgeaccel.io");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->at(kU1).devices, Claim(kU1).devices);
+  // A version this release does not know is refused with the reason (and kept aside by Load).
+  newer["version"] = 2;
+  read = ParsePreparedClaims(newer.dump(), "edgetpu.edgeaccel.io");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("version"), std::string::npos) << read.status();
 }
 
 TEST(PreparedClaimsTest, AnUnreadableCheckpointIsKeptAsideAndSaid) {

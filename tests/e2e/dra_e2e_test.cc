@@ -747,3 +747,76 @@ TEST_F(DraE2eTest, TwoClaimsGetSharesOfOneSharedJetsonGpu) {
 
 }  // namespace
 }  // namespace edgeaccel
+
+namespace edgeaccel {
+namespace {
+
+// A node moved from the device plugin to DRA while a pod still holds a TPU it got from the device
+// plugin: the DRA driver publishes that TPU tainted (in use by the device plugin, the pod named),
+// refuses a claim of it, and offers it untainted once the pod has ended (the kubelet's
+// pod-resources API no longer lists it). The other TPU is offered at once.
+TEST_F(DraE2eTest, AMoveToDraKeepsATpuADevicePluginPodHoldsOutUntilThePodEnds) {
+  kubelet_.Start();
+  auto plugin = StartDaemon({});
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 2)) << plugin->Log();
+  absl::StatusOr<std::string> pod = kubelet_.AdmitPod(std::string(kResourceEdgeTpu), {"0000:03:00.0"});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  StopDaemon(plugin.get());
+
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceTaintsAre("tpu-0000-03-00-0:edgeaccel.io/in-use-by-device-plugin=" + *pod +
+                             ":NoSchedule tpu-0000-04-00-0 "))
+      << daemon->Log();
+  // A claim of the held TPU (a scheduler that ignored the taint) is refused, with the holder.
+  const std::string held = ClaimUid("held", "tpu-0000-03-00-0");
+  auto refused = dra_kubelet_->Prepare(kDriver, {{"default", "held", held}});
+  ASSERT_FALSE(refused.ok()) << "the kubelet fails the pod's start with the claim's error";
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("held by pod default/" + *pod))
+      << daemon->Log();
+  Prepared("free", "tpu-0000-04-00-0");
+
+  // The pod ends: the TPU is offered again (looked at every 10 s while held).
+  kubelet_.DeletePod(*pod);
+  ASSERT_TRUE(SliceTaintsAre("tpu-0000-03-00-0 tpu-0000-04-00-0 ", absl::Seconds(40))) << daemon->Log();
+  auto prepared = dra_kubelet_->Prepare(kDriver, {{"default", "held", held}});
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->claims.at(held).error, "");
+  StopDaemon(daemon.get());
+}
+
+// The other way: a node moved from DRA back to the device plugin while a claim is still prepared.
+// The device plugin advertises that TPU Unhealthy (held by the claim) until the driver's
+// checkpoint no longer lists it, so the kubelet gives it to no pod meanwhile.
+TEST_F(DraE2eTest, AMoveToTheDevicePluginKeepsATpuAPreparedClaimHoldsOut) {
+  kubelet_.Start();
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  Prepared("pod-tpu", "tpu-0000-04-00-0");
+  const std::string checkpoint = Checkpoint();
+  StopDaemon(daemon.get());
+
+  auto plugin = StartDaemon({});
+  ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 1)) << plugin->Log();
+  for (const v1beta1::Device& device : kubelet_.Devices(std::string(kResourceEdgeTpu))) {
+    EXPECT_EQ(device.health(), device.id() == "0000:04:00.0" ? "Unhealthy" : "Healthy") << device.id();
+  }
+  EXPECT_TRUE(plugin->WaitForLog("0000:04:00.0 is held by ResourceClaim default/pod-tpu")) << plugin->Log();
+  EXPECT_FALSE(kubelet_.Admit(std::string(kResourceEdgeTpu), 2).ok());
+  // The claim unprepared (its checkpoint without it): the TPU is free again.
+  json emptied = json::parse(checkpoint);
+  emptied["claims"] = json::object();
+  const std::string path = kubelet_.root() + "/plugins/edgetpu.edgeaccel.io/checkpoint.json";
+  std::ofstream(path + ".new") << emptied.dump();
+  ASSERT_EQ(rename((path + ".new").c_str(), path.c_str()), 0);
+  // Looked at every 10 s while held.
+  ASSERT_TRUE(kubelet_.WaitFor([&] { return kubelet_.Allocatable(std::string(kResourceEdgeTpu)) == 2; },
+                               absl::Seconds(40)))
+      << plugin->Log();
+  StopDaemon(plugin.get());
+}
+
+}  // namespace
+}  // namespace edgeaccel

@@ -51,6 +51,42 @@ TEST(InventoryTest, ReplicasChangeTogether) {
   EXPECT_EQ(set.Current()->devices.size(), 128u);
 }
 
+// A device the other API holds is published Unhealthy with a kHeldElsewhere problem naming the
+// holder, over whatever discovery says and across rescans, and Healthy again once released;
+// replicas of a held device are held with it.
+TEST(InventoryTest, ADeviceHeldElsewhereIsUnhealthyUntilReleased) {
+  DeviceSet set("coral.ai/edgetpu");
+  std::atomic<int> heard{0};
+  set.Subscribe([&](std::shared_ptr<const Snapshot>) { ++heard; });
+  set.SetHeldElsewhere({{"a", "pod default/infer-0 (coral.ai/edgetpu, device plugin)"}});  // before any scan
+  set.Update({MakeDevice("a"), MakeDevice("b")});
+  std::shared_ptr<const Snapshot> now = set.Current();
+  ASSERT_EQ(now->devices.size(), 2u);
+  EXPECT_EQ(now->devices[0].health, Health::kUnhealthy);
+  EXPECT_EQ(now->devices[0].unhealthy_reason, "held by pod default/infer-0 (coral.ai/edgetpu, device plugin)");
+  ASSERT_EQ(now->devices[0].problems.size(), 1u);
+  EXPECT_EQ(now->devices[0].problems[0].kind, ProblemKind::kHeldElsewhere);
+  EXPECT_EQ(now->devices[0].problems[0].detail, "infer-0");
+  EXPECT_EQ(now->devices[1].health, Health::kHealthy);
+  set.Update({MakeDevice("a"), MakeDevice("b")});  // a rescan keeps it held
+  EXPECT_EQ(set.Current()->devices[0].health, Health::kUnhealthy);
+  const int before = heard.load();
+  set.SetHeldElsewhere({});
+  EXPECT_EQ(set.Current()->devices[0].health, Health::kHealthy);
+  EXPECT_TRUE(set.Current()->devices[0].problems.empty());
+  EXPECT_EQ(heard.load(), before + 1) << "a release is a change the kubelet sees";
+  set.SetHeldElsewhere({});  // no change, no news
+  EXPECT_EQ(heard.load(), before + 1);
+  // Replicas: the physical id holds them all.
+  DeviceSet shared("nvidia.com/gpu");
+  shared.Update(ExpandReplicas({MakeDevice("GPU-a")}, 2));
+  shared.SetHeldElsewhere({{"GPU-a", "ResourceClaim default/train (gpu.edgeaccel.io, DRA)"}});
+  for (const Device& replica : shared.Current()->devices) {
+    EXPECT_EQ(replica.health, Health::kUnhealthy) << replica.id;
+    EXPECT_EQ(replica.problems.back().detail, "train");
+  }
+}
+
 TEST(InventoryTest, DuplicateIdsKeepOne) {
   DeviceSet set("x/y");
   set.Update({MakeDevice("a"), MakeDevice("a")});

@@ -4,6 +4,7 @@
 #define EDGEACCEL_DAEMON_DAEMON_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,6 +101,8 @@ class Daemon {
     std::unique_ptr<DraPluginService> service;
     std::unique_ptr<DraPluginServer> server;
     std::unique_ptr<SlicePublisher> publisher;
+    // Some of its devices were held by device-plugin pods at the last look (RefreshHolds).
+    bool holds_known = false;
     absl::Mutex serve_mu;  // held while it starts, so it starts once
     bool serving ABSL_GUARDED_BY(serve_mu) = false;
     // Until it serves (no device and no prepared claim at start), this listener waits for its
@@ -114,6 +117,13 @@ class Daemon {
   // Where a family's discoverer goes: its DRA driver (--dra) or its device plugin resource.
   // Returns the discoverer as the watcher knows it (what RequestRescan takes).
   Discoverer* AddDiscoverer(const std::string& family, std::unique_ptr<Discoverer> discoverer);
+  // Marks the devices the other API holds (DeviceSet::SetHeldElsewhere): a DRA driver's devices
+  // that device-plugin pods hold (the kubelet's pod-resources API), and a device-plugin
+  // resource's devices that prepared DRA claims hold (our DRA drivers' checkpoints). True while
+  // any device is held.
+  bool RefreshHolds();
+  // Runs RefreshHolds on the sink thread every 10 s until nothing is held.
+  void PostHolds();
   // The GPUs --dra-shared offers to several claims.
   GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
@@ -153,6 +163,7 @@ class Daemon {
   std::unique_ptr<DraGrpcServer> dra_grpc_;
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::string holds_error_ ABSL_GUARDED_BY(mu_);  // the last pod-resources error RefreshHolds said
   absl::Mutex labels_mu_;
   LabelSet labels_ ABSL_GUARDED_BY(labels_mu_);
   bool labels_logged_ ABSL_GUARDED_BY(labels_mu_) = false;

@@ -27,6 +27,10 @@ enum class ProblemKind {
   kTemperature,        // over its temperature threshold (recovers when it cools)
   kNvmlXid,            // NVML reported a critical Xid error
   kNvmlUnresponsive,   // NVML does not answer for it, or cannot watch it for Xid errors
+  // Given out through the other API: a device-plugin pod holds it while a DRA driver publishes
+  // it, or a prepared DRA claim while the device plugin serves it (a node moved between the two).
+  // Not a fault of the device: it is left out of what can be allocated until the holder ends.
+  kHeldElsewhere,
 };
 
 // One problem of an Unhealthy device: its kind and a short detail that fits a Kubernetes label

@@ -38,6 +38,9 @@ inline constexpr char kTaintDriverStatus[] = "edgeaccel.io/driver-status";
 inline constexpr char kTaintDeviceNodeMissing[] = "edgeaccel.io/device-node-missing";
 inline constexpr char kTaintNvmlXid[] = "edgeaccel.io/nvml-xid";
 inline constexpr char kTaintNvmlUnresponsive[] = "edgeaccel.io/nvml-unresponsive";
+// A device a device-plugin pod still holds (the node moved to DRA while it ran): NoSchedule, the
+// value the pod's name; gone when the pod ends.
+inline constexpr char kTaintHeldByDevicePlugin[] = "edgeaccel.io/in-use-by-device-plugin";
 // A problem without a kind of its own (or an Unhealthy device without a classified problem).
 inline constexpr char kTaintUnhealthy[] = "edgeaccel.io/unhealthy";
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ class DeviceSet {
   // or changes health, with the reason.
   bool Update(std::vector<Device> devices);
 
+  // Devices that the other API has given out, by physical id, each with who holds it ("pod
+  // default/infer-0 through the device plugin", "ResourceClaim default/tpu-claim"). Each such
+  // device is published Unhealthy with a ProblemKind::kHeldElsewhere problem (its detail the
+  // holder's name, cut to a label value), whatever discovery says, until it is no longer held:
+  // so neither API hands a device to a second pod while a node moves between them. Replaces the
+  // last list; the devices are published again (and the listeners told) when that changes them.
+  void SetHeldElsewhere(std::map<std::string, std::string> held);
+
   std::shared_ptr<const Snapshot> Current() const;
 
   // Blocks until the version is above `version` or the timeout passes; returns the snapshot.
@@ -70,7 +79,16 @@ class DeviceSet {
   void Unsubscribe(uint64_t id);
 
  private:
+  // The devices with the held ones marked, published.
+  bool Publish(std::vector<Device> devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
+
   const std::string resource_name_;
+  // Held across a whole Update or SetHeldElsewhere (listeners included), so the two publish in
+  // order.
+  absl::Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<Device> discovered_ ABSL_GUARDED_BY(publish_mu_);  // the last Update's list
+  bool updated_ ABSL_GUARDED_BY(publish_mu_) = false;
+  std::map<std::string, std::string> held_ ABSL_GUARDED_BY(publish_mu_);
   mutable absl::Mutex mu_;
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
   uint64_t next_listener_id_ ABSL_GUARDED_BY(mu_) = 1;
