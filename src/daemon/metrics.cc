@@ -1,5 +1,6 @@
 #include "edgeaccel/daemon/metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -180,6 +181,21 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
         telemetry[metric->second.first].push_back(
             {{{"resource", r.resource}, {"device", id}}, value * metric->second.second});
       }
+    }
+  }
+  Family device_held(&out, "edgeaccel_device_held", "gauge",
+                     "1 while the physical device is given out through the other API (a "
+                     "device-plugin pod after the node moved to DRA, or a DRA claim after it moved "
+                     "back): Unhealthy on purpose, not faulty.");
+  for (const auto& r : resources) {
+    std::set<std::string> seen;
+    for (const Device& d : r.snapshot->devices) {
+      const std::string& id = PhysicalId(d);
+      if (!seen.insert(id).second) continue;
+      const bool held = std::any_of(d.problems.begin(), d.problems.end(), [](const HealthProblem& p) {
+        return p.kind == ProblemKind::kHeldElsewhere;
+      });
+      device_held.Sample({{"resource", r.resource}, {"device", id}}, held ? 1 : 0);
     }
   }
   const std::map<std::string, std::string> kTelemetryHelp = {
