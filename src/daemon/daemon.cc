@@ -19,6 +19,7 @@
 #include "edgeaccel/inventory/replicas.h"
 #include "edgeaccel/kubelet/cached_allocation_check.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/kubelet_holdings.h"
 #include "edgeaccel/dra/prepared_claims.h"
 #include <fstream>
@@ -92,6 +93,37 @@ Daemon::Daemon(DaemonConfig config)
   for (auto& driver : dra_drivers_) {
     for (auto& discoverer : driver->discoverers) watcher_.Add(discoverer.get(), driver->set.get());
   }
+  // A resource all of whose families go through DRA here, which the kubelet still knows as a
+  // device plugin's (its checkpoint lists it: the node served it through the device plugin
+  // before). Kubelets up to 1.36 call PreStartContainer for a container that asks for such a
+  // resource, also when DRA allocated it (an extended resource backed by DRA), as long as the
+  // endpoint they keep for it says PreStartRequired, which ours did (devicemanager
+  // GetDeviceRunContainerOptions -> callPreStartContainerIfNeeded; fixed upstream in
+  // kubernetes#141426): the container fails with "no devices found allocated in local cache".
+  // The kubelet keeps that endpoint for 5 minutes after the plugin went (endpointStopGracePeriod),
+  // and again after each of its restarts. Registering the resource with no devices and without
+  // PreStartContainer replaces it: allocatable stays 0 (the scheduler hands the name to DRA), a
+  // DRA pod's container starts, and a device-plugin pod still running keeps its devices.
+  if (!dra_drivers_.empty()) {
+    absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
+        absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName));
+    for (const std::string& name : {std::string(kResourceEdgeTpu), std::string(kResourceNvidiaGpu)}) {
+      bool on_dra = false;
+      bool on_device_plugin = false;
+      for (const auto& [family, resource] : KnownFamilies()) {
+        if (resource != name || !enabled(family)) continue;
+        (config_.dra_families.count(family) > 0 ? on_dra : on_device_plugin) = true;
+      }
+      if (!on_dra || on_device_plugin || !checkpoint.ok() ||
+          checkpoint->registered_devices.count(name) == 0) {
+        continue;
+      }
+      ResourceFor(name)->placeholder = true;
+      LOG(INFO) << name << ": every family of it goes through DRA here, but the kubelet still knows it "
+                << "as a device plugin's resource (" << kKubeletCheckpointName << "): registered with no "
+                << "devices and without PreStartContainer, so that a pod given it through DRA starts";
+    }
+  }
 
   for (auto& resource : resources_) {
     DeviceSet* set = resource->set.get();
@@ -116,9 +148,12 @@ Daemon::Daemon(DaemonConfig config)
         return r->cdi_settled.contains(PhysicalIdOf(device.id));
       };
     }
-    // Every container start checks that the answer the kubelet cached still fits the devices.
-    options.plugin.pre_start = CachedAllocationCheck(
-        absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
+    // Every container start checks that the answer the kubelet cached still fits the devices
+    // (not a placeholder's: it has none, and must not ask for PreStartContainer, see above).
+    if (!resource->placeholder) {
+      options.plugin.pre_start = CachedAllocationCheck(
+          absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
+    }
     options.take_over = config_.take_over.count(set->resource_name()) > 0;
     options.neighbour_grace = config_.neighbour_grace;
     options.warn = [this](const std::string& reason, const std::string& message) {
@@ -342,7 +377,7 @@ absl::Status Daemon::Start() {
       absl::MutexLock lock(&mu_);  // StartRegistrar reads it on discovery's threads
       r->listener = listener;
     }
-    if (!r->set->Current()->devices.empty()) StartRegistrar(r);
+    if (r->placeholder || !r->set->Current()->devices.empty()) StartRegistrar(r);
   }
   // Labels follow the devices only once every family has been scanned: subscribing earlier
   // would hand the node labeller (and the NFD file) the half-scanned sets in between, and on a

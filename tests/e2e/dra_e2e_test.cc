@@ -818,5 +818,33 @@ TEST_F(DraE2eTest, AMoveToTheDevicePluginKeepsATpuAPreparedClaimHoldsOut) {
   StopDaemon(plugin.get());
 }
 
+// A node whose TPUs the device plugin served before, moved to DRA: kubelet 1.36 still holds the
+// old endpoint, whose options asked for PreStartContainer, and so fails every container that DRA
+// gave coral.ai/edgetpu to (the double models its device manager). The DRA daemon registers the
+// resource with no devices and without PreStartContainer: the container starts, and nothing is
+// offered through the device plugin (capacity 0).
+TEST_F(DraE2eTest, AMoveToDraLetsAPodGivenTheExtendedResourceThroughDraStart) {
+  const std::string tpu(kResourceEdgeTpu);
+  kubelet_.Start();
+  auto plugin = StartDaemon({});
+  ASSERT_TRUE(Advertised(tpu, 2, 2)) << plugin->Log();
+  StopDaemon(plugin.get());
+  EXPECT_THAT(std::string(kubelet_.StartDraExtendedResourceContainer(tpu).message()),
+              ::testing::HasSubstr("no devices found allocated in local cache"))
+      << "the kubelet double no longer models 1.36's device manager";
+  const int registrations = kubelet_.Registrations(tpu);
+
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.Registrations(tpu) > registrations && kubelet_.StreamOpen(tpu) && kubelet_.Capacity(tpu) == 0;
+  })) << daemon->Log();
+  EXPECT_TRUE(kubelet_.StartDraExtendedResourceContainer(tpu).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceTaintsAre("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  EXPECT_FALSE(kubelet_.Admit(tpu, 1).ok()) << "no TPU through the device plugin";
+  StopDaemon(daemon.get());
+}
+
 }  // namespace
 }  // namespace edgeaccel

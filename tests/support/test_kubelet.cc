@@ -871,6 +871,18 @@ void TestKubelet::DeletePod(const std::string& pod_uid) {
   WriteCheckpointLocked();
 }
 
+absl::Status TestKubelet::StartDraExtendedResourceContainer(const std::string& resource) {
+  absl::MutexLock lock(&mu_);
+  auto it = resources_.find(resource);
+  if (it == resources_.end() || !it->second.ever_registered) return absl::OkStatus();
+  if (it->second.options.pre_start_required()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CreateContainerConfigError: no devices found allocated in local cache for pod dra-pod, "
+        "container main, resource ", resource));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TestKubelet::StartContainer(const std::string& pod_uid) {
   CachedContainer cached;
   bool pre_start;

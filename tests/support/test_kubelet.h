@@ -137,6 +137,17 @@ class TestKubelet {
   // when the plugin's options ask for it, and the runtime's check of every device node (under
   // the host root, see SetHostRoot). The error is what the pod's events would show.
   absl::Status StartContainer(const std::string& pod_uid);
+  // Starts the container of a pod that DRA gave `resource` to (an extended resource backed by a
+  // DeviceClass, KEP-5004) as kubelet 1.36.2's device manager lets it
+  // (pkg/kubelet/cm/devicemanager/manager.go: GetDeviceRunContainerOptions does not skip DRA
+  // resources; isDevicePluginResource is true while the name is a key of healthyDevices, and
+  // callPreStartContainerIfNeeded then fails a container with no device-plugin devices when the
+  // endpoint's options say PreStartRequired: "no devices found allocated in local cache for pod
+  // ..."). The kubelet keeps a gone plugin's endpoint, with its options, for
+  // endpointStopGracePeriod (5 min); the double keeps it while it runs. Kubelets with
+  // kubernetes#141426 skip DRA resources there; a resource never registered is not the device
+  // manager's.
+  absl::Status StartDraExtendedResourceContainer(const std::string& resource);
   // Where the runtime finds host paths (a fixture host's root); "/" by default.
   void SetHostRoot(const std::string& root);
   // The plugin manager's reconciler loop period (loopSleepDuration, 1 s), and its passes so far

@@ -66,6 +66,10 @@ class Daemon {
 
  private:
   struct Resource {
+    // Every family of the resource goes through DRA, but the kubelet still knows the resource as
+    // a device plugin's (the node moved): registered with no devices and no PreStartContainer
+    // (see the constructor), never with a device.
+    bool placeholder = false;
     uint64_t labels_listener = 0;
     std::unique_ptr<DeviceSet> set;
     std::vector<std::unique_ptr<Discoverer>> discoverers;
