@@ -148,9 +148,17 @@ Daemon::Daemon(DaemonConfig config)
         return r->cdi_settled.contains(PhysicalIdOf(device.id));
       };
     }
-    // Every container start checks that the answer the kubelet cached still fits the devices
-    // (not a placeholder's: it has none, and must not ask for PreStartContainer, see above).
-    if (!resource->placeholder) {
+    // Every container start checks that the answer the kubelet cached still fits the devices.
+    // Not where some family of the same resource goes through DRA (a placeholder is the case
+    // where all do): the scheduler hands the name to DRA whenever the node's allocatable of it is
+    // 0 (the shipped DeviceClass maps coral.ai/edgetpu), and kubelets up to 1.36 then fail the
+    // container of such a pod while this endpoint asks for PreStartContainer (see above; seen on
+    // the lab with coral-pcie through DRA and coral-usb through the device plugin).
+    bool shares_name_with_dra = false;
+    for (const std::string& family : config_.dra_families) {
+      if (KnownFamilies().at(family) == set->resource_name()) shares_name_with_dra = true;
+    }
+    if (!resource->placeholder && !shares_name_with_dra) {
       options.plugin.pre_start = CachedAllocationCheck(
           absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
     }

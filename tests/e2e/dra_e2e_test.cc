@@ -846,5 +846,25 @@ TEST_F(DraE2eTest, AMoveToDraLetsAPodGivenTheExtendedResourceThroughDraStart) {
   StopDaemon(daemon.get());
 }
 
+// One resource name both ways on a node: the PCIe TPUs through DRA, the USB Accelerator through
+// the device plugin. The scheduler hands coral.ai/edgetpu to DRA whenever the node's allocatable
+// of it is 0 (the USB TPU busy), and kubelet 1.36 then fails the container while the device
+// plugin's endpoint asks for PreStartContainer (seen on the lab): the device plugin does not ask.
+TEST_F(DraE2eTest, ADevicePluginResourceSharingItsNameWithDraNeverAsksForPreStart) {
+  const std::string tpu(kResourceEdgeTpu);
+  host_.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 3, .firmware_loaded = true});
+  kubelet_.Start();
+  StartDraKubelet();
+  auto daemon = StartDraDaemon({"--dra=coral-pcie"});
+  ASSERT_TRUE(Advertised(tpu, 1, 1)) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  EXPECT_TRUE(kubelet_.StartDraExtendedResourceContainer(tpu).ok()) << daemon->Log();
+  // The device plugin's own pods still start.
+  absl::StatusOr<std::string> pod = kubelet_.AdmitPod(tpu, {"2-1"});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_TRUE(kubelet_.StartContainer(*pod).ok()) << daemon->Log();
+  StopDaemon(daemon.get());
+}
+
 }  // namespace
 }  // namespace edgeaccel
