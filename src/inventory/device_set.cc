@@ -47,26 +47,47 @@ DeviceSet::DeviceSet(std::string resource_name)
     : resource_name_(std::move(resource_name)), current_(std::make_shared<Snapshot>()) {}
 
 bool DeviceSet::Update(std::vector<Device> devices) {
-  absl::MutexLock publish(&publish_mu_);
-  discovered_ = devices;
-  updated_ = true;
-  return Publish(std::move(devices));
+  Listeners to_notify;
+  bool changed;
+  {
+    absl::MutexLock publish(&publish_mu_);
+    discovered_ = devices;
+    updated_ = true;
+    changed = Publish(std::move(devices), &to_notify);
+  }
+  Notify(to_notify);
+  return changed;
+}
+
+void DeviceSet::Notify(const Listeners& listeners) {
+  // Outside every lock of the set. Two publishers (the host watcher, SetHeldElsewhere) may
+  // notify at once: each hands over the newest snapshot, so no listener is left with an older
+  // one than the last published.
+  if (listeners.empty()) return;
+  const std::shared_ptr<const Snapshot> newest = Current();
+  for (const auto& listener : listeners) (*listener)(newest);
 }
 
 void DeviceSet::SetHeldElsewhere(std::map<std::string, std::string> held) {
-  absl::MutexLock publish(&publish_mu_);
-  if (held == held_) return;
-  for (const auto& [id, holder] : held) {
-    if (held_.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is held by " << holder;
+  Listeners to_notify;
+  {
+    absl::MutexLock publish(&publish_mu_);
+    if (held == held_) return;
+    for (const auto& [id, holder] : held) {
+      if (held_.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is held by " << holder;
+    }
+    for (const auto& [id, holder] : held_) {
+      if (held.count(id) == 0) {
+        LOG(INFO) << resource_name_ << ": device " << id << " is no longer held by " << holder;
+      }
+    }
+    held_ = std::move(held);
+    if (updated_) Publish(discovered_, &to_notify);
   }
-  for (const auto& [id, holder] : held_) {
-    if (held.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is no longer held by " << holder;
-  }
-  held_ = std::move(held);
-  if (updated_) Publish(discovered_);
+  Notify(to_notify);
 }
 
-bool DeviceSet::Publish(std::vector<Device> devices) {
+bool DeviceSet::Publish(std::vector<Device> devices, Listeners* to_notify) {
   for (Device& device : devices) {
     auto held = held_.find(PhysicalId(device));
     if (held == held_.end()) continue;
@@ -83,8 +104,6 @@ bool DeviceSet::Publish(std::vector<Device> devices) {
                             [](const Device& a, const Device& b) { return a.id == b.id; }),
                 devices.end());
 
-  std::vector<std::shared_ptr<Listener>> to_notify;
-  std::shared_ptr<const Snapshot> published;
   bool changed;                // what the kubelet sees: a new version, every listener
   bool facts_changed = false;  // facts alone: the kAdvertisedOrFacts listeners
   {
@@ -137,16 +156,14 @@ bool DeviceSet::Publish(std::vector<Device> devices) {
     next->version = changed ? old.version + 1 : old.version;
     next->devices = std::move(devices);
     current_ = next;
-    published = next;
     if (changed || facts_changed) {
       for (const auto& [id, subscription] : listeners_) {
         if (changed || subscription.changes == Changes::kAdvertisedOrFacts) {
-          to_notify.push_back(subscription.listener);
+          to_notify->push_back(subscription.listener);
         }
       }
     }
   }
-  for (const auto& listener : to_notify) (*listener)(published);
   return changed;
 }
 

@@ -79,12 +79,15 @@ class DeviceSet {
   void Unsubscribe(uint64_t id);
 
  private:
-  // The devices with the held ones marked, published.
-  bool Publish(std::vector<Device> devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
+  using Listeners = std::vector<std::shared_ptr<Listener>>;
+  // The devices with the held ones marked, published; `to_notify` gets the listeners to tell.
+  bool Publish(std::vector<Device> devices, Listeners* to_notify) ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
+  // Tells `listeners` of the newest snapshot, with no lock of the set held.
+  void Notify(const Listeners& listeners) ABSL_LOCKS_EXCLUDED(publish_mu_, mu_);
 
   const std::string resource_name_;
-  // Held across a whole Update or SetHeldElsewhere (listeners included), so the two publish in
-  // order.
+  // Held while an Update or SetHeldElsewhere computes and swaps the snapshot (not while the
+  // listeners run), so the two publish in order.
   absl::Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Device> discovered_ ABSL_GUARDED_BY(publish_mu_);  // the last Update's list
   bool updated_ ABSL_GUARDED_BY(publish_mu_) = false;
