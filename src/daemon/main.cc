@@ -333,7 +333,8 @@ int Discover(const edgeaccel::DaemonConfig& config) {
     std::cerr << "edgeaccel-device-plugin: " << strsignal(signal_number)
               << " during --discover; stopped before the scan finished\n";
     std::cerr.flush();
-    _exit(128 + signal_number);  // the scan's thread may be waiting on NVML: not joined
+    scan.detach();  // it may be waiting on NVML: not joined, and the exit ends it
+    _exit(128 + signal_number);
   }
   scan.join();
   std::cout << report;

@@ -349,7 +349,7 @@ TEST_F(GpuE2eTest, DiscoverStopsOnSigtermWhileNvmlHangsAndLeavesNoHelper) {
   // Without the stop it would wait 120 s for NVML; 15 s is room for a loaded machine.
   std::optional<int> code = discover.Wait(absl::Seconds(15));
   ASSERT_TRUE(code.has_value()) << "--discover ignored SIGTERM";
-  EXPECT_EQ(*code, 128 + SIGTERM);
+  EXPECT_EQ(*code, 128 + SIGTERM) << discover.Log();
   EXPECT_THAT(discover.Log(), HasSubstr("during --discover; stopped before the scan finished"));
   EXPECT_TRUE(Eventually([&] {
     std::ifstream stat(absl::StrCat("/proc/", helpers[0], "/stat"));

@@ -362,6 +362,9 @@ TEST_F(HealthTest, AProbeOfAnUnchangedJetsonAndDiscreteGpuScansNoFamily) {
   fixture_.WriteFile(entry + "/information", text);
   EXPECT_TRUE(
       ::edgeaccel::testing::Eventually([&] { return gpus.Current()->HealthyCount() == 1; }));
+  // The watcher publishes into `gpus`, which goes at the end of this body: it stops first (a
+  // publish may still be finishing when the snapshot above is seen).
+  watcher_->Stop();
 }
 
 // A file outside sysfs and procfs (an L4T upgrade rewrites /etc/nv_tegra_release) is watched:
