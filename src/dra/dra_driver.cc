@@ -11,6 +11,10 @@
 
 namespace edgeaccel {
 
+std::string DraPluginDir(absl::string_view kubelet_root, absl::string_view driver) {
+  return absl::StrCat(kubelet_root, "/plugins/", driver);
+}
+
 std::string DraDriverForFamily(absl::string_view family) {
   if (family == "coral-pcie" || family == "coral-usb") return std::string(kDraEdgeTpuDriver);
   if (family == "tegra" || family == "nvidia") return std::string(kDraGpuDriver);

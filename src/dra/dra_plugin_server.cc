@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
@@ -23,7 +24,7 @@ DraPluginServer::DraPluginServer(Options options, DraPluginService* service)
 DraPluginServer::~DraPluginServer() { Stop(absl::ZeroDuration()); }
 
 std::string DraPluginServer::service_socket() const {
-  return absl::StrCat(options_.kubelet_root, "/plugins/", options_.driver, "/dra.sock");
+  return absl::StrCat(DraPluginDir(options_.kubelet_root, options_.driver), "/dra.sock");
 }
 
 std::string DraPluginServer::registration_socket() const {
@@ -83,7 +84,7 @@ absl::StatusOr<int> ListenAt(const std::string& path) {
 }  // namespace
 
 absl::Status DraPluginServer::Start() {
-  const std::string plugin_dir = absl::StrCat(options_.kubelet_root, "/plugins/", options_.driver);
+  const std::string plugin_dir = DraPluginDir(options_.kubelet_root, options_.driver);
   const std::string registry_dir = absl::StrCat(options_.kubelet_root, "/plugins_registry");
   for (const std::string& dir : {absl::StrCat(options_.kubelet_root, "/plugins"), plugin_dir, registry_dir}) {
     if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {

@@ -129,23 +129,31 @@ PreparedClaims::PreparedClaims(std::string directory, std::string driver)
 
 std::string PreparedClaims::path() const { return absl::StrCat(directory_, "/", kFileName); }
 
-absl::Status PreparedClaims::Load() {
-  claims_.clear();
-  std::ifstream in(path());
+absl::StatusOr<std::map<std::string, PreparedClaim>> ReadPreparedClaims(const std::string& directory,
+                                                                         absl::string_view driver) {
+  const std::string path = absl::StrCat(directory, "/", kFileName);
+  std::ifstream in(path);
   if (!in) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("cannot read ", path(), ": ", strerror(errno)));
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
-  absl::StatusOr<std::map<std::string, PreparedClaim>> parsed = ParsePreparedClaims(text.str(), driver_);
-  if (parsed.ok()) {
-    claims_ = std::move(*parsed);
+  return ParsePreparedClaims(text.str(), driver);
+}
+
+absl::Status PreparedClaims::Load() {
+  claims_.clear();
+  absl::StatusOr<std::map<std::string, PreparedClaim>> read = ReadPreparedClaims(directory_, driver_);
+  if (read.ok()) {
+    claims_ = std::move(*read);
     return absl::OkStatus();
   }
+  if (absl::IsNotFound(read.status())) return absl::OkStatus();
+  if (!absl::IsDataLoss(read.status())) return read.status();
   const std::string aside = absl::StrCat(path(), ".unreadable-", absl::ToUnixSeconds(absl::Now()));
   const bool moved = rename(path().c_str(), aside.c_str()) == 0;
-  return absl::DataLossError(absl::StrCat(path(), " is unreadable (", parsed.status().message(), "); ",
+  return absl::DataLossError(absl::StrCat(path(), " is unreadable (", read.status().message(), "); ",
                                           moved ? absl::StrCat("kept as ", aside) : "left in place",
                                           "; starting with no prepared claims"));
 }

@@ -57,6 +57,13 @@ std::string PreparedClaimsJson(absl::string_view driver,
 absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::string_view text,
                                                                           absl::string_view driver);
 
+// Reads the checkpoint in `directory` (a driver's DraPluginDir) without changing anything:
+// NotFound when there is none, DataLoss (what is wrong) when it cannot be parsed, Internal when
+// it cannot be read. For the driver's own start (PreparedClaims::Load) and for anyone who needs
+// to know what a driver holds (the device plugin after a move from DRA).
+absl::StatusOr<std::map<std::string, PreparedClaim>> ReadPreparedClaims(const std::string& directory,
+                                                                         absl::string_view driver);
+
 class PreparedClaims {
  public:
   PreparedClaims(std::string directory, std::string driver);
