@@ -24,7 +24,35 @@ const std::map<std::string, std::string>& KnownFamilies() {
   return *families;
 }
 
+bool LooksFor(const DaemonConfig& config, const std::string& family) {
+  return config.families.empty() || config.families.count(family) > 0;
+}
+
 namespace {
+
+// Whether a family of `resource` that is looked for goes the way `dra` says.
+bool ServesThrough(const DaemonConfig& config, const std::string& resource, bool dra) {
+  for (const auto& [family, family_resource] : KnownFamilies()) {
+    if (family_resource == resource && LooksFor(config, family) &&
+        (config.dra_families.count(family) > 0) == dra) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Removes every element of `set` that `keep` refuses, with the note `why` gives for each.
+template <typename Container, typename Keep, typename Why>
+void DropUnless(Container* set, Keep keep, Why why, std::vector<std::string>* notes) {
+  for (auto it = set->begin(); it != set->end();) {
+    if (keep(*it)) {
+      ++it;
+    } else {
+      notes->push_back(why(*it));
+      it = set->erase(it);
+    }
+  }
+}
 
 // "coral-pcie,tegra": each a known family, or an error naming `flag` and the words it also takes.
 absl::StatusOr<std::set<std::string>> ParseFamilyList(absl::string_view text, absl::string_view flag,
@@ -136,60 +164,54 @@ absl::StatusOr<std::set<int>> ParseXids(absl::string_view text) {
   return xids;
 }
 
+bool ServesThroughDra(const DaemonConfig& config, const std::string& resource) {
+  return ServesThrough(config, resource, /*dra=*/true);
+}
+
+bool ServesThroughTheDevicePlugin(const DaemonConfig& config, const std::string& resource) {
+  return ServesThrough(config, resource, /*dra=*/false);
+}
+
 std::vector<std::string> ResolveConfig(DaemonConfig* config) {
   std::vector<std::string> notes;
   // A family --dra names is published through DRA only where it is looked for at all.
-  for (auto it = config->dra_families.begin(); it != config->dra_families.end();) {
-    if (config->families.empty() || config->families.count(*it) > 0) {
-      ++it;
-      continue;
-    }
-    notes.push_back(absl::StrCat("--dra names ", *it, ", which --families does not look for: ", *it,
-                                 " is not served on this node (add it to --families to publish it "
-                                 "through DRA)"));
-    it = config->dra_families.erase(it);
-  }
-  for (auto it = config->dra_shared.begin(); it != config->dra_shared.end();) {
-    if (config->dra_families.count(*it) > 0) {
-      ++it;
-      continue;
-    }
-    notes.push_back(absl::StrCat("--dra-shared names ", *it,
-                                 ", which is not published through DRA here (--dra, --families): "
-                                 "nothing of it is shared"));
-    it = config->dra_shared.erase(it);
-  }
+  DropUnless(
+      &config->dra_families, [config](const std::string& family) { return LooksFor(*config, family); },
+      [](const std::string& family) {
+        return absl::StrCat("--dra names ", family, ", which --families does not look for: ", family,
+                            " is not served on this node (add it to --families to publish it "
+                            "through DRA)");
+      },
+      &notes);
+  DropUnless(
+      &config->dra_shared,
+      [config](const std::string& family) { return config->dra_families.count(family) > 0; },
+      [](const std::string& family) {
+        return absl::StrCat("--dra-shared names ", family,
+                            ", which is not published through DRA here (--dra, --families): "
+                            "nothing of it is shared");
+      },
+      &notes);
   // --take-over and --replicas act on the device plugin: moot for a resource none of whose
   // looked-for families the device plugin serves.
-  auto served_by_device_plugin = [config](const std::string& resource) {
-    for (const auto& [family, family_resource] : KnownFamilies()) {
-      const bool looked_for = config->families.empty() || config->families.count(family) > 0;
-      if (family_resource == resource && looked_for && config->dra_families.count(family) == 0) {
-        return true;
-      }
-    }
-    return false;
-  };
   if (!config->dra_families.empty()) {
-    for (auto it = config->take_over.begin(); it != config->take_over.end();) {
-      if (served_by_device_plugin(*it)) {
-        ++it;
-        continue;
-      }
-      notes.push_back(absl::StrCat("--take-over names ", *it, ", which only DRA serves here (--dra): "
-                                   "it has no device plugin to register"));
-      it = config->take_over.erase(it);
-    }
-    for (auto it = config->replicas.begin(); it != config->replicas.end();) {
-      if (served_by_device_plugin(it->first)) {
-        ++it;
-        continue;
-      }
-      notes.push_back(absl::StrCat("--replicas names ", it->first,
-                                   ", which only DRA serves here (--dra): its devices are not "
-                                   "replicated (DRA shares GPUs with --dra-shared)"));
-      it = config->replicas.erase(it);
-    }
+    DropUnless(
+        &config->take_over,
+        [config](const std::string& resource) { return ServesThroughTheDevicePlugin(*config, resource); },
+        [](const std::string& resource) {
+          return absl::StrCat("--take-over names ", resource,
+                              ", which only DRA serves here (--dra): it has no device plugin to register");
+        },
+        &notes);
+    DropUnless(
+        &config->replicas,
+        [config](const auto& entry) { return ServesThroughTheDevicePlugin(*config, entry.first); },
+        [](const auto& entry) {
+          return absl::StrCat("--replicas names ", entry.first,
+                              ", which only DRA serves here (--dra): its devices are not "
+                              "replicated (DRA shares GPUs with --dra-shared)");
+        },
+        &notes);
   }
   return notes;
 }

@@ -345,9 +345,8 @@ int Discover(const edgeaccel::DaemonConfig& config) {
 void PrintConfig(const edgeaccel::DaemonConfig& config, const std::vector<std::string>& notes) {
   std::cout << "configuration: the daemon would start\n";
   for (const auto& [family, resource] : edgeaccel::KnownFamilies()) {
-    const bool looked_for = config.families.empty() || config.families.count(family) > 0;
     std::cout << "  " << family << " (" << resource << "): "
-              << (!looked_for                          ? "not looked for"
+              << (!edgeaccel::LooksFor(config, family) ? "not looked for"
                   : config.dra_families.count(family) ? (config.dra_shared.count(family) ? "DRA, shared" : "DRA")
                                                        : "device plugin")
               << "\n";

@@ -84,6 +84,13 @@ struct DaemonConfig {
 // Every family the daemon knows, with the resource it serves.
 const std::map<std::string, std::string>& KnownFamilies();
 
+// Whether the daemon looks for `family` at all (--families).
+bool LooksFor(const DaemonConfig& config, const std::string& family);
+// Whether some family of `resource` that the daemon looks for goes through DRA (--dra), or
+// through the device plugin API.
+bool ServesThroughDra(const DaemonConfig& config, const std::string& resource);
+bool ServesThroughTheDevicePlugin(const DaemonConfig& config, const std::string& resource);
+
 // "coral-pcie,tegra" or "all".
 absl::StatusOr<std::set<std::string>> ParseFamilies(absl::string_view text);
 // --dra: "coral-pcie,coral-usb,tegra", "all", or empty (none).
