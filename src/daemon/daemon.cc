@@ -22,8 +22,6 @@
 #include "edgeaccel/kubelet/kubelet_checkpoint.h"
 #include "edgeaccel/kubelet/kubelet_holdings.h"
 #include "edgeaccel/dra/prepared_claims.h"
-#include <fstream>
-#include <sstream>
 #include "edgeaccel/node/nfd_feature_file.h"
 #include "glog/logging.h"
 
@@ -64,9 +62,7 @@ Daemon::Daemon(DaemonConfig config)
                                      config_.nvidia_driver_libraries,
                                      config_.nvidia_driver_libraries_dir};
 
-  auto enabled = [this](const std::string& family) {
-    return config_.families.empty() || config_.families.count(family) > 0;
-  };
+  auto enabled = [this](const std::string& family) { return LooksFor(config_, family); };
   // Families in a fixed order; each feeds the resource it serves.
   if (enabled("coral-pcie")) {
     AddDiscoverer("coral-pcie", std::make_unique<CoralPcieDiscoverer>(&host_, coral_policy));
@@ -108,14 +104,8 @@ Daemon::Daemon(DaemonConfig config)
     absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
         absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName));
     for (const std::string& name : {std::string(kResourceEdgeTpu), std::string(kResourceNvidiaGpu)}) {
-      bool on_dra = false;
-      bool on_device_plugin = false;
-      for (const auto& [family, resource] : KnownFamilies()) {
-        if (resource != name || !enabled(family)) continue;
-        (config_.dra_families.count(family) > 0 ? on_dra : on_device_plugin) = true;
-      }
-      if (!on_dra || on_device_plugin || !checkpoint.ok() ||
-          checkpoint->registered_devices.count(name) == 0) {
+      if (!ServesThroughDra(config_, name) || ServesThroughTheDevicePlugin(config_, name) ||
+          !checkpoint.ok() || checkpoint->registered_devices.count(name) == 0) {
         continue;
       }
       ResourceFor(name)->placeholder = true;
@@ -154,11 +144,7 @@ Daemon::Daemon(DaemonConfig config)
     // 0 (the shipped DeviceClass maps coral.ai/edgetpu), and kubelets up to 1.36 then fail the
     // container of such a pod while this endpoint asks for PreStartContainer (see above; seen on
     // the lab with coral-pcie through DRA and coral-usb through the device plugin).
-    bool shares_name_with_dra = false;
-    for (const std::string& family : config_.dra_families) {
-      if (KnownFamilies().at(family) == set->resource_name()) shares_name_with_dra = true;
-    }
-    if (!resource->placeholder && !shares_name_with_dra) {
+    if (!ServesThroughDra(config_, set->resource_name())) {
       options.plugin.pre_start = CachedAllocationCheck(
           absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName), set->resource_name());
     }
@@ -243,7 +229,7 @@ absl::Status Daemon::StartDra() {
     prepare.driver = name;
     prepare.pool = config_.node_name;
     prepare.cdi_dir = config_.cdi_dir;
-    prepare.state_dir = absl::StrCat(config_.kubelet_root, "/plugins/", name);
+    prepare.state_dir = DraPluginDir(config_.kubelet_root, name);
     prepare.fetch_claim = [client = dra_api_.get()](const ClaimRef& claim) {
       return FetchClaim(*client, claim);
     };
@@ -742,15 +728,18 @@ bool Daemon::RefreshHolds() {
         continue;
       }
       const std::set<std::string> ids = present(*driver->set);
-      std::map<std::string, std::string> held;
+      std::map<std::string, DeviceSet::Holder> held;
       for (const std::string& family : config_.dra_families) {
         if (DraDriverForFamily(family) != name) continue;
         const std::string& resource = KnownFamilies().at(family);
         auto holders = holdings->holders.find(resource);
         if (holders == holdings->holders.end()) continue;
-        for (const auto& [id, holder] : holders->second) {
+        for (const auto& [id, pod] : holders->second) {
           const std::string physical = PhysicalIdOf(id);
-          if (ids.count(physical) > 0) held[physical] = absl::StrCat(holder, " (", resource, ", device plugin)");
+          if (ids.count(physical) == 0) continue;
+          held[physical] = {pod.name, absl::StrCat("pod ", pod.namespace_name,
+                                                   pod.namespace_name.empty() ? "" : "/", pod.name,
+                                                   " (", resource, ", device plugin)")};
         }
       }
       driver->holds_known = !held.empty();
@@ -763,23 +752,22 @@ bool Daemon::RefreshHolds() {
   // daemon can read it.
   for (auto& resource : resources_) {
     const std::set<std::string> ids = present(*resource->set);
-    std::map<std::string, std::string> held;
+    std::map<std::string, DeviceSet::Holder> held;
     std::set<std::string> drivers;
     for (const auto& [family, family_resource] : KnownFamilies()) {
       if (family_resource == resource->set->resource_name()) drivers.insert(DraDriverForFamily(family));
     }
     for (const std::string& driver : drivers) {
-      std::ifstream file(absl::StrCat(config_.kubelet_root, "/plugins/", driver, "/checkpoint.json"));
-      if (!file) continue;
-      std::stringstream text;
-      text << file.rdbuf();
-      absl::StatusOr<std::map<std::string, PreparedClaim>> claims = ParsePreparedClaims(text.str(), driver);
-      if (!claims.ok()) continue;  // the driver's own start keeps an unreadable one aside and says so
+      // None, or unreadable: the driver's own start keeps an unreadable one aside and says so.
+      absl::StatusOr<std::map<std::string, PreparedClaim>> claims =
+          ReadPreparedClaims(DraPluginDir(config_.kubelet_root, driver), driver);
+      if (!claims.ok()) continue;
       for (const auto& [uid, claim] : *claims) {
         for (const PreparedDevice& device : claim.devices) {
           if (ids.count(device.physical_id) == 0) continue;
-          held[device.physical_id] = absl::StrCat("ResourceClaim ", claim.claim.namespace_name, "/",
-                                                  claim.claim.name, " (", driver, ", DRA)");
+          held[device.physical_id] = {claim.claim.name,
+                                      absl::StrCat("ResourceClaim ", claim.claim.namespace_name, "/",
+                                                   claim.claim.name, " (", driver, ", DRA)")};
         }
       }
     }

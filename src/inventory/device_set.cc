@@ -3,32 +3,10 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
-namespace {
-
-// The holder's name as a problem's detail (a label value): of "pod <namespace>/<name> (...)" or
-// "ResourceClaim <namespace>/<name> (...)", the name; [A-Za-z0-9-_.] only, at most 63, starting
-// and ending alphanumeric.
-std::string HolderLabel(absl::string_view holder) {
-  holder = holder.substr(0, holder.find(" ("));
-  if (size_t space = holder.rfind(' '); space != absl::string_view::npos) holder.remove_prefix(space + 1);
-  if (size_t slash = holder.rfind('/'); slash != absl::string_view::npos) holder.remove_prefix(slash + 1);
-  std::string out;
-  for (char c : holder) {
-    out += absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '-';
-  }
-  if (out.size() > 63) out.resize(63);
-  while (!out.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
-  size_t begin = 0;
-  while (begin < out.size() && !absl::ascii_isalnum(static_cast<unsigned char>(out[begin]))) ++begin;
-  return out.substr(begin);
-}
-
-}  // namespace
 
 const Device* Snapshot::Find(absl::string_view id) const {
   auto it = std::lower_bound(devices.begin(), devices.end(), id,
@@ -68,17 +46,19 @@ void DeviceSet::Notify(const Listeners& listeners) {
   for (const auto& listener : listeners) (*listener)(newest);
 }
 
-void DeviceSet::SetHeldElsewhere(std::map<std::string, std::string> held) {
+void DeviceSet::SetHeldElsewhere(std::map<std::string, Holder> held) {
   Listeners to_notify;
   {
     absl::MutexLock publish(&publish_mu_);
     if (held == held_) return;
     for (const auto& [id, holder] : held) {
-      if (held_.count(id) == 0) LOG(INFO) << resource_name_ << ": device " << id << " is held by " << holder;
+      if (held_.count(id) == 0) {
+        LOG(INFO) << resource_name_ << ": device " << id << " is held by " << holder.description;
+      }
     }
     for (const auto& [id, holder] : held_) {
       if (held.count(id) == 0) {
-        LOG(INFO) << resource_name_ << ": device " << id << " is no longer held by " << holder;
+        LOG(INFO) << resource_name_ << ": device " << id << " is no longer held by " << holder.description;
       }
     }
     held_ = std::move(held);
@@ -92,10 +72,11 @@ bool DeviceSet::Publish(std::vector<Device> devices, Listeners* to_notify) {
     auto held = held_.find(PhysicalId(device));
     if (held == held_.end()) continue;
     device.health = Health::kUnhealthy;
+    const std::string reason = absl::StrCat("held by ", held->second.description);
     device.unhealthy_reason = device.unhealthy_reason.empty()
-                                  ? absl::StrCat("held by ", held->second)
-                                  : absl::StrCat(device.unhealthy_reason, "; held by ", held->second);
-    device.problems.push_back({ProblemKind::kHeldElsewhere, HolderLabel(held->second)});
+                                  ? reason
+                                  : absl::StrCat(device.unhealthy_reason, "; ", reason);
+    device.problems.push_back({ProblemKind::kHeldElsewhere, held->second.name});
   }
   std::sort(devices.begin(), devices.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });

@@ -51,8 +51,7 @@ absl::StatusOr<KubeletHoldings> AskPodResources(const std::string& socket,
           ids.insert(ids.end(), devices.device_ids().begin(), devices.device_ids().end());
           holdings.known.insert(devices.resource_name());
           for (const std::string& id : devices.device_ids()) {
-            holdings.holders[devices.resource_name()][id] =
-                absl::StrCat("pod ", pod.namespace_(), "/", pod.name());
+            holdings.holders[devices.resource_name()][id] = {pod.namespace_(), pod.name()};
           }
         }
       }
@@ -73,7 +72,7 @@ KubeletHoldings HoldingsFromCheckpoint(const KubeletCheckpoint& checkpoint) {
     ids.insert(ids.end(), entry.device_ids.begin(), entry.device_ids.end());
     holdings.known.insert(entry.resource_name);
     for (const std::string& id : entry.device_ids) {
-      holdings.holders[entry.resource_name][id] = absl::StrCat("pod ", entry.pod_uid);
+      holdings.holders[entry.resource_name][id] = {"", entry.pod_uid};
     }
   }
   return holdings;

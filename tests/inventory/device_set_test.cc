@@ -58,7 +58,7 @@ TEST(InventoryTest, ADeviceHeldElsewhereIsUnhealthyUntilReleased) {
   DeviceSet set("coral.ai/edgetpu");
   std::atomic<int> heard{0};
   set.Subscribe([&](std::shared_ptr<const Snapshot>) { ++heard; });
-  set.SetHeldElsewhere({{"a", "pod default/infer-0 (coral.ai/edgetpu, device plugin)"}});  // before any scan
+  set.SetHeldElsewhere({{"a", {"infer-0", "pod default/infer-0 (coral.ai/edgetpu, device plugin)"}}});  // before any scan
   set.Update({MakeDevice("a"), MakeDevice("b")});
   std::shared_ptr<const Snapshot> now = set.Current();
   ASSERT_EQ(now->devices.size(), 2u);
@@ -80,7 +80,7 @@ TEST(InventoryTest, ADeviceHeldElsewhereIsUnhealthyUntilReleased) {
   // Replicas: the physical id holds them all.
   DeviceSet shared("nvidia.com/gpu");
   shared.Update(ExpandReplicas({MakeDevice("GPU-a")}, 2));
-  shared.SetHeldElsewhere({{"GPU-a", "ResourceClaim default/train (gpu.edgeaccel.io, DRA)"}});
+  shared.SetHeldElsewhere({{"GPU-a", {"train", "ResourceClaim default/train (gpu.edgeaccel.io, DRA)"}}});
   for (const Device& replica : shared.Current()->devices) {
     EXPECT_EQ(replica.health, Health::kUnhealthy) << replica.id;
     EXPECT_EQ(replica.problems.back().detail, "train");

@@ -57,13 +57,21 @@ class DeviceSet {
   // or changes health, with the reason.
   bool Update(std::vector<Device> devices);
 
-  // Devices that the other API has given out, by physical id, each with who holds it ("pod
-  // default/infer-0 through the device plugin", "ResourceClaim default/tpu-claim"). Each such
-  // device is published Unhealthy with a ProblemKind::kHeldElsewhere problem (its detail the
-  // holder's name, cut to a label value), whatever discovery says, until it is no longer held:
-  // so neither API hands a device to a second pod while a node moves between them. Replaces the
-  // last list; the devices are published again (and the listeners told) when that changes them.
-  void SetHeldElsewhere(std::map<std::string, std::string> held);
+  // Who holds a device through the other API.
+  struct Holder {
+    std::string name;  // the pod's or ResourceClaim's name: the problem's detail
+    std::string description;  // "pod default/infer-0 (coral.ai/edgetpu, device plugin)"
+    bool operator==(const Holder& other) const {
+      return name == other.name && description == other.description;
+    }
+  };
+  // Devices that the other API has given out, by physical id, each with who holds it. Each such
+  // device is published Unhealthy ("held by <description>") with a ProblemKind::kHeldElsewhere
+  // problem whose detail is the holder's name (a DNS subdomain; DRA cuts it to a taint value),
+  // whatever discovery says, until it is no longer held: so neither API hands a device to a
+  // second pod while a node moves between them. Replaces the last list; the devices are published
+  // again (and the listeners told) when that changes them.
+  void SetHeldElsewhere(std::map<std::string, Holder> held);
 
   std::shared_ptr<const Snapshot> Current() const;
 
@@ -91,7 +99,7 @@ class DeviceSet {
   absl::Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<Device> discovered_ ABSL_GUARDED_BY(publish_mu_);  // the last Update's list
   bool updated_ ABSL_GUARDED_BY(publish_mu_) = false;
-  std::map<std::string, std::string> held_ ABSL_GUARDED_BY(publish_mu_);
+  std::map<std::string, Holder> held_ ABSL_GUARDED_BY(publish_mu_);
   mutable absl::Mutex mu_;
   std::shared_ptr<const Snapshot> current_ ABSL_GUARDED_BY(mu_);
   uint64_t next_listener_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -31,9 +31,13 @@ struct KubeletHoldings {
   std::map<std::string, std::vector<std::string>> healthy;
   // Device ids held by pods, per resource.
   std::map<std::string, std::vector<std::string>> allocated;
-  // The same, with who holds each: "pod <namespace>/<name>" (pod-resources), "pod <uid>"
-  // (checkpoint), per resource and device id.
-  std::map<std::string, std::map<std::string, std::string>> holders;
+  // The same, with the pod that holds each, per resource and device id: its namespace and name
+  // (pod-resources), or only its UID as the name (checkpoint).
+  struct Pod {
+    std::string namespace_name;  // empty from the checkpoint
+    std::string name;
+  };
+  std::map<std::string, std::map<std::string, Pod>> holders;
   // Resources some plugin has registered on this node (the checkpoint's RegisteredDevices keys,
   // and any resource with devices above). Empty when the checkpoint could not be read.
   std::set<std::string> known;
