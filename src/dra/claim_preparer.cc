@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -64,6 +65,22 @@ bool ClaimNotFound(const HttpResponse& response, const ClaimRef& claim) {
   const nlohmann::json* details = JsonMember(status, "details");
   return JsonString(status, "reason") == "NotFound" && details != nullptr &&
          JsonString(*details, "kind") == "resourceclaims" && JsonString(*details, "name") == claim.name;
+}
+
+// Whether `tolerations` tolerate every taint the device is published with now. A NoExecute
+// taint is published as NoSchedule until its condition has held a while
+// (SlicePublisher::Options::no_execute_after): the scheduler may have matched that.
+bool ToleratesEveryTaint(const std::vector<DeviceToleration>& tolerations, const Device& device) {
+  const nlohmann::json taints = DeviceTaints(device);
+  return std::all_of(taints.begin(), taints.end(), [&](const nlohmann::json& taint) {
+    const std::string key = taint.value("key", "");
+    const std::string value = taint.value("value", "");
+    const std::string effect = taint.value("effect", "");
+    return std::any_of(tolerations.begin(), tolerations.end(), [&](const DeviceToleration& t) {
+      return Tolerates(t, key, value, effect) ||
+             (effect == "NoExecute" && Tolerates(t, key, value, "NoSchedule"));
+    });
+  });
 }
 
 }  // namespace
@@ -276,21 +293,7 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
       // Unhealthy device is offered with the taints DeviceTaints gives it (resource_slice.h).
       // A claim that tolerates every one of them now, or asks for admin access (monitoring, a
       // health check), gets it; any other is refused with the reason.
-      bool tolerated = true;
-      for (const nlohmann::json& taint : DeviceTaints(*device)) {
-        const std::string key = taint.value("key", "");
-        const std::string value = taint.value("value", "");
-        const std::string effect = taint.value("effect", "");
-        bool this_one = false;
-        for (const DeviceToleration& toleration : result.tolerations) {
-          // A NoExecute taint is published as NoSchedule until its condition has held a while
-          // (SlicePublisher::Options::no_execute_after): the scheduler may have matched that.
-          this_one = this_one || Tolerates(toleration, key, value, effect) ||
-                     (effect == "NoExecute" && Tolerates(toleration, key, value, "NoSchedule"));
-        }
-        tolerated = tolerated && this_one;
-      }
-      if (!tolerated) {
+      if (!ToleratesEveryTaint(result.tolerations, *device)) {
         problems.push_back(absl::StrCat("device ", result.device, " is Unhealthy: ", device->unhealthy_reason,
                                         " (the claim does not tolerate its taints)"));
         continue;
