@@ -5,42 +5,17 @@
 # /dev/apex_1 are made on the host (char 120:0, 120:1) for the pods. Prints timestamped lines; the
 # daemon logs go to $OUT. Leaves the lab running, its pods deleted.
 set -uo pipefail
-LAB=${LAB:-/opt/k8s-lab-1.36}
-export KUBECONFIG=$LAB/kubeconfig/admin.kubeconfig PATH=$LAB/bin:$PATH
 cd "$(dirname "$0")/.."
+source scripts/lab-lib.sh
 D=${DAEMON:-build/edgeaccel-device-plugin}
 OUT=${OUT:-build/lab-move}; mkdir -p "$OUT"
-ts() { date +%H:%M:%S.%3N; }
-say() { echo "$(ts) $*"; }
 FIX=$(build/edgeaccel-fixture coral-pcie | tail -1)
 say "fixture $FIX"
-for i in 0 1; do [[ -e /dev/apex_$i ]] || mknod -m 0640 /dev/apex_$i c 120 $i; done
+make_device_nodes
 COMMON=(--host-root=$FIX --registration=kubelet --families=coral-pcie --node-name=127.0.0.1 --kubeconfig=$KUBECONFIG --verbosity=1)
-pod() {  # name
-cat <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $1}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: bb
-    image: lab.local/busybox:1.36
-    imagePullPolicy: Never
-    command: ["sh", "-c", "ls -l /dev/apex*; sleep 3600"]
-    resources: {limits: {coral.ai/edgetpu: 1}}
-YAML
-}
+pod() { lab_pod "$1" "ls -l /dev/apex*; sleep 3600" "{limits: {coral.ai/edgetpu: 1}}"; }
 alloc() { kubectl get node 127.0.0.1 -o jsonpath='{.status.capacity.coral\.ai/edgetpu}/{.status.allocatable.coral\.ai/edgetpu}'; }
-waitfor() {  # seconds, command...
-  local n=$1; shift; local end=$((SECONDS + n))
-  until "$@" >/dev/null 2>&1; do (( SECONDS >= end )) && return 1; sleep 0.5; done
-}
 phase() { kubectl get pod "$1" -o jsonpath='{.status.phase}{" "}{.status.containerStatuses[0].state}' 2>&1; }
-running() { [[ $(kubectl get pod "$1" -o jsonpath='{.status.phase}') == Running ]]; }
 kubectl apply -f manifests/components/dra/deviceclasses.yaml >/dev/null
 say "== 1. device plugin"
 $D "${COMMON[@]}" --metrics-address=127.0.0.1:19405 > $OUT/dp1.log 2>&1 & DP=$!

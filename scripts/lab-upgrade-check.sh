@@ -6,20 +6,14 @@
 # claim stays prepared, and once the pods go no CDI spec is left behind.
 #   OLD=/path/to/old/edgeaccel-device-plugin [NEW=build/edgeaccel-device-plugin] scripts/lab-upgrade-check.sh
 set -uo pipefail
-LAB=${LAB:-/opt/k8s-lab-1.36}
-export KUBECONFIG=$LAB/kubeconfig/admin.kubeconfig PATH=$LAB/bin:$PATH
 cd "$(dirname "$0")/.."
+source scripts/lab-lib.sh
 OLD=${OLD:?the other build: OLD=/path/to/edgeaccel-device-plugin}
 NEW=${NEW:-build/edgeaccel-device-plugin}
 OUT=${OUT:-build/lab-upgrade}; mkdir -p "$OUT"
-ts() { date +%H:%M:%S.%3N; }
-say() { echo "$(ts) $*"; }
-waitfor() { local n=$1; shift; local end=$((SECONDS + n)); until "$@" >/dev/null 2>&1; do (( SECONDS >= end )) && return 1; sleep 0.5; done; }
-running() { [[ $(kubectl get pod "$1" -o jsonpath='{.status.phase}') == Running ]]; }
 state() { echo "$(kubectl get pod dp-pod -o jsonpath='{.status.phase}/{.status.containerStatuses[0].restartCount}') $(kubectl get pod claim-pod -o jsonpath='{.status.phase}/{.status.containerStatuses[0].restartCount}') claims: $(kubectl get resourceclaims -o jsonpath='{range .items[*]}{.metadata.name}={.status.allocation.devices.results[*].device} {end}') checkpoint: $(grep -o '"name": "[^"]*"' /var/lib/kubelet/plugins/edgetpu.edgeaccel.io/checkpoint.json 2>/dev/null | tr '\n' ' ') specs: $(ls /var/run/cdi | grep -c 'edgetpu.edgeaccel.io-claim')"; }
 FIX=$(build/edgeaccel-fixture coral-pcie coral-usb | tail -1)
-for i in 0 1; do [[ -e /dev/apex_$i ]] || mknod -m 0640 /dev/apex_$i c 120 $i; done
-mkdir -p /dev/bus/usb/002; [[ -e /dev/bus/usb/002/003 ]] || mknod -m 0664 /dev/bus/usb/002/003 c 189 130
+make_device_nodes usb
 FLAGS=(--host-root=$FIX --registration=kubelet --families=coral-pcie,coral-usb --dra=coral-pcie --node-name=127.0.0.1
        --kubeconfig=$KUBECONFIG --cdi-dir=/var/run/cdi --metrics-address=127.0.0.1:19406)
 kubectl apply -f manifests/components/dra/deviceclasses.yaml >/dev/null
@@ -29,35 +23,19 @@ start "$OLD" old-1
 # The USB TPU through the device plugin: allocatable 1 before the pod comes (at 0 the scheduler
 # hands coral.ai/edgetpu to DRA, which the shipped DeviceClass maps).
 waitfor 40 bash -c '[[ $(kubectl get node 127.0.0.1 -o jsonpath="{.status.allocatable.coral\.ai/edgetpu}") == 1 ]]'
-kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: dp-pod}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: bb, image: lab.local/busybox:1.36, imagePullPolicy: Never, command: [sh, -c, "ls -l /dev/bus/usb/*/*; sleep 3600"], resources: {limits: {coral.ai/edgetpu: 1}}}
----
+{
+  lab_pod dp-pod "ls -l /dev/bus/usb/*/*; sleep 3600" "{limits: {coral.ai/edgetpu: 1}}"
+  echo ---
+  cat <<YAML
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: edgetpu}
 spec: {spec: {devices: {requests: [{name: tpu, exactly: {deviceClassName: edgetpu.edgeaccel.io}}]}}}
 ---
-apiVersion: v1
-kind: Pod
-metadata: {name: claim-pod}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]
-  containers:
-  - {name: bb, image: lab.local/busybox:1.36, imagePullPolicy: Never, command: [sh, -c, "ls -l /dev/apex*; sleep 3600"], resources: {claims: [{name: tpu}]}}
 YAML
+  lab_pod claim-pod "ls -l /dev/apex*; sleep 3600" "{claims: [{name: tpu}]}" \
+    "  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]"
+} | kubectl apply -f - >/dev/null
 waitfor 60 running dp-pod; waitfor 60 running claim-pod
 say "with OLD: $(state)"
 say "dp-pod sees $(kubectl logs dp-pod | head -1 | awk '{print $NF}'), claim-pod sees $(kubectl logs claim-pod | head -1 | awk '{print $NF}')"
