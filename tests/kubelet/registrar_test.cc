@@ -296,6 +296,9 @@ TEST_F(RegistrationTest, AStoppedKubeletIsNotADroppedEndpoint) {
   kubelet_.Start();
   auto registrar = StartRegistrar(RegistrationMode::kKubelet);
   ASSERT_TRUE(Advertised(2));
+  // The kubelet (1.25+) opens the stream while Register is still being answered: the kubelet
+  // stops only once the registrar has the answer, as the test means (registered, then stopped).
+  ASSERT_TRUE(Eventually([&] { return registrar->registered(); }));
   kubelet_.Stop();
   ASSERT_TRUE(Eventually([&] { return !registrar->registered(); }));
   // The registrar's verdict on the ended stream: the kubelet stopped (its socket went, or it no
