@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 
@@ -707,8 +708,23 @@ bool Daemon::RefreshHolds() {
   };
   bool any = false;
   // A DRA driver's devices that device-plugin pods hold, as the kubelet says (its pod-resources
-  // API: the device manager's allocations; a DRA claim is not listed there by default).
-  if (!dra_drivers_.empty()) {
+  // API: the device manager's allocations; a DRA claim is not listed there by default). Asked
+  // only where the device manager knows a resource of a DRA family (its checkpoint names it: the
+  // node served it through a device plugin); elsewhere no such pod can exist, and no gRPC client
+  // is made at start (it would leave gRPC an executor thread more).
+  bool device_plugin_resource_known = false;
+  if (absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
+          absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName));
+      checkpoint.ok()) {
+    for (const std::string& family : config_.dra_families) {
+      const std::string& resource = KnownFamilies().at(family);
+      device_plugin_resource_known =
+          device_plugin_resource_known || checkpoint->registered_devices.count(resource) > 0 ||
+          std::any_of(checkpoint->entries.begin(), checkpoint->entries.end(),
+                      [&](const KubeletCheckpoint::Entry& e) { return e.resource_name == resource; });
+    }
+  }
+  if (!dra_drivers_.empty() && device_plugin_resource_known) {
     const std::string socket = absl::StrCat(config_.kubelet_root, "/", kPodResourcesSocket);
     absl::StatusOr<KubeletHoldings> holdings = AskPodResources(socket, absl::Seconds(2));
     {
