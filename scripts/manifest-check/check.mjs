@@ -145,6 +145,12 @@ function checkDevicePlugin(where, ds) {
   expect(pod.priorityClassName === "system-node-critical", "priorityClassName must be system-node-critical");
   for (const field of ["hostNetwork", "hostPID", "hostIPC"]) expect(pod[field] !== true, `${field} must be off`);
   expect(ds.spec.updateStrategy?.type === "RollingUpdate", "updateStrategy must be RollingUpdate");
+  // The new daemon starts before the old one goes, so it takes over the moment the old one's
+  // sockets go (docs/kubelet-behaviour.md section 11): with maxUnavailable instead, every
+  // device is Unhealthy at the kubelet for a whole pod start, and pods admitted then fail.
+  const rolling = ds.spec.updateStrategy?.rollingUpdate || {};
+  expect(rolling.maxSurge === 1 && rolling.maxUnavailable === 0,
+         "updateStrategy must be rollingUpdate {maxSurge: 1, maxUnavailable: 0}");
   const volumes = new Map((pod.volumes || []).map((v) => [v.name, v]));
   // Components that mount the same directory (cdi, dra) must leave it there once.
   const dupes = (list) => list.filter((x, i) => list.indexOf(x) !== i);

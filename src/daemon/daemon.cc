@@ -230,7 +230,8 @@ absl::Status Daemon::StartDra() {
     prepare.driver = name;
     prepare.pool = config_.node_name;
     prepare.cdi_dir = config_.cdi_dir;
-    prepare.state_dir = DraPluginDir(config_.kubelet_root, name);
+    const std::string plugin_dir = DraPluginDir(config_.kubelet_root, name);
+    prepare.state_dir = plugin_dir;
     prepare.fetch_claim = [client = dra_api_.get()](const ClaimRef& claim) {
       return FetchClaim(*client, claim);
     };
@@ -240,8 +241,6 @@ absl::Status Daemon::StartDra() {
     };
     prepare.counters = &driver->counters;
     driver->preparer = std::make_unique<ClaimPreparer>(std::move(prepare), driver->set.get());
-    // An unreadable checkpoint is logged by Start(); the driver still serves.
-    (void)driver->preparer->Start();
     SlicePublisher::Options publish;
     publish.driver = name;
     publish.node_name = config_.node_name;
@@ -267,39 +266,84 @@ absl::Status Daemon::StartDra() {
                    absl::StrCat("the kubelet refused DRA driver ", name, ": ", error)});
     };
     driver->server = std::make_unique<DraPluginServer>(serve, driver->service.get());
-    // A driver with nothing to offer and nothing prepared stays away from the kubelet and the
-    // API server, as a device plugin resource does, until its first device appears (a Coral USB
-    // Accelerator plugged in): the shipped --dra names every family, and most nodes have one
-    // kind. Its slice from an earlier run, if any, is the kubelet's to delete (it does, 30 s after
-    // the plugin went). A driver holding prepared claims serves at once, so the kubelet can
-    // unprepare them.
-    if (driver->set->Current()->devices.empty() && driver->preparer->Prepared().empty()) {
-      LOG(INFO) << name << ": no device yet; the DRA driver registers with the kubelet and publishes "
-                << "its ResourceSlice when the first one appears";
-      auto serve_once_found = [this, driver](const Snapshot& snapshot) {
-        if (snapshot.devices.empty()) return;
-        if (absl::Status serving = ServeDra(driver); !serving.ok()) {
-          // The next change of its devices tries again.
-          LOG(ERROR) << driver->set->resource_name() << ": " << serving.message();
+    // The driver's checkpoint, sockets and slices are one process's at a time (dra/driver_lock.h).
+    // The lock is ours at once but during a rollout with maxSurge, when the daemon being replaced
+    // still drives the driver: then this one starts it (on the sink thread: the lock's wait ends
+    // on the loop's, which a publisher joining the loop must not run on) once that one is gone.
+    // Meanwhile the kubelet keeps calling the other, and a claim's prepare that finds no driver
+    // is retried by the kubelet: pods wait, none fails.
+    driver->lock = std::make_unique<DriverLock>(plugin_dir, [this, driver, name] {
+      sinks_.Post(absl::StrCat("dra-takeover ", name), [this, driver, name] {
+        if (absl::Status started = StartDraDriver(driver); !started.ok()) {
+          LOG(ERROR) << name << ": " << started.message() << "; tried again when its devices change";
+          absl::MutexLock lock(&driver->serve_mu);
+          ServeOnFirstDevice(driver);
         }
-      };
-      {
-        absl::MutexLock lock(&driver->serve_mu);  // ServeDra, in the listener, ends it
-        driver->first_device_listener = driver->set->Subscribe(
-            [serve_once_found](std::shared_ptr<const Snapshot> snapshot) { serve_once_found(*snapshot); });
-      }
-      // A device that came between the look above and the subscription.
-      serve_once_found(*driver->set->Current());
+      });
+    });
+    absl::StatusOr<bool> ours = driver->lock->TryAcquire();
+    if (!ours.ok()) {
+      LOG(WARNING) << name << ": " << ours.status().message()
+                   << "; going on without the lock that keeps a second daemon of this node (a "
+                      "rollout with maxSurge) from driving the DRA driver at the same time";
+    } else if (!*ours) {
+      LOG(INFO) << name << ": an earlier edgeaccel still drives this DRA driver ("
+                << driver->lock->waiting() << "; a rollout with maxSurge): this one takes over "
+                << "the moment it goes";
+      driver->lock_waiting = true;
+      event_loop_.Add(driver->lock.get());
       continue;
     }
-    if (absl::Status serving = ServeDra(driver); !serving.ok()) return serving;
+    if (absl::Status started = StartDraDriver(driver); !started.ok()) return started;
   }
   return absl::OkStatus();
 }
 
+absl::Status Daemon::StartDraDriver(DraDriver* driver) {
+  const std::string& name = driver->set->resource_name();
+  absl::MutexLock lock(&driver->serve_mu);
+  if (driver->stopping) return absl::OkStatus();
+  // An unreadable checkpoint is logged by Start(); the driver still serves.
+  (void)driver->preparer->Start();
+  // A driver with nothing to offer and nothing prepared stays away from the kubelet and the
+  // API server, as a device plugin resource does, until its first device appears (a Coral USB
+  // Accelerator plugged in): the shipped --dra names every family, and most nodes have one
+  // kind. Its slice from an earlier run, if any, is the kubelet's to delete (it does, 30 s after
+  // the plugin went). A driver holding prepared claims serves at once, so the kubelet can
+  // unprepare them.
+  if (driver->set->Current()->devices.empty() && driver->preparer->Prepared().empty()) {
+    LOG(INFO) << name << ": no device yet; the DRA driver registers with the kubelet and publishes "
+              << "its ResourceSlice when the first one appears";
+    ServeOnFirstDevice(driver);
+    return absl::OkStatus();
+  }
+  return ServeDraLocked(driver);
+}
+
+void Daemon::ServeOnFirstDevice(DraDriver* driver) {
+  if (driver->first_device_listener != 0 || driver->stopping) return;
+  auto serve_once_found = [this, driver](const Snapshot& snapshot) {
+    if (snapshot.devices.empty()) return;
+    if (absl::Status serving = ServeDra(driver); !serving.ok()) {
+      // The next change of its devices tries again.
+      LOG(ERROR) << driver->set->resource_name() << ": " << serving.message();
+    }
+  };
+  driver->first_device_listener = driver->set->Subscribe(
+      [serve_once_found](std::shared_ptr<const Snapshot> snapshot) { serve_once_found(*snapshot); });
+  // A device that came between the look and the subscription: on the sink thread, since the
+  // caller holds serve_mu, which ServeDra takes.
+  sinks_.Post(absl::StrCat("dra-first-device ", driver->set->resource_name()),
+              [driver, serve_once_found] { serve_once_found(*driver->set->Current()); });
+}
+
 absl::Status Daemon::ServeDra(DraDriver* driver) {
   absl::MutexLock lock(&driver->serve_mu);
-  if (driver->serving) return absl::OkStatus();
+  return ServeDraLocked(driver);
+}
+
+absl::Status Daemon::ServeDraLocked(DraDriver* driver) {
+  if (driver->serving || driver->stopping) return absl::OkStatus();
   if (absl::Status serving = driver->server->Start(); !serving.ok()) {
     return absl::UnavailableError(absl::StrCat(driver->set->resource_name(), ": ", serving.message()));
   }
@@ -601,8 +645,11 @@ void Daemon::Stop() {
   // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
   // claims stay: running pods keep their devices, and the next daemon takes over both.
   for (auto& driver : dra_drivers_) {
+    // A wait for an earlier daemon's lock ends here; a takeover it posted finds `stopping`.
+    if (driver->lock != nullptr) event_loop_.Remove(driver->lock.get());
     {
       absl::MutexLock lock(&driver->serve_mu);
+      driver->stopping = true;
       if (driver->first_device_listener != 0) {
         driver->set->Unsubscribe(driver->first_device_listener);
         driver->first_device_listener = 0;
@@ -623,6 +670,8 @@ void Daemon::Stop() {
     if (driver->publisher != nullptr) driver->publisher->Stop();
     // Waits for claim reads still under way (cancelled above), while dra_api_ still exists.
     if (driver->preparer != nullptr) driver->preparer->Stop();
+    // Nothing of ours writes the checkpoint now: a daemon waiting to take over may.
+    if (driver->lock != nullptr) driver->lock->Release();
   }
   // The file sinks never wait for the disk: a write in flight on a hung disk is abandoned (the
   // destructor waits for it). The CDI specs stay on disk (see CdiSpecFile): containers that

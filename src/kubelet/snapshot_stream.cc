@@ -267,6 +267,13 @@ void SnapshotStreamsBase::Recheck() {
   for (const auto& call : open) call->Recheck();
 }
 
+bool SnapshotStreamsBase::WaitForNoStreams(absl::Time deadline) const {
+  const bool none = mu_.LockWhenWithDeadline(
+      absl::Condition(+[](const decltype(calls_)* calls) { return calls->empty(); }, &calls_), deadline);
+  mu_.Unlock();
+  return none;
+}
+
 int SnapshotStreamsBase::OpenStreams() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(calls_.size());

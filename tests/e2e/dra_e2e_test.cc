@@ -425,6 +425,40 @@ TEST_F(DraE2eTest, ADaemonRestartBetweenPrepareAndUnprepareLosesNothing) {
   EXPECT_FALSE(PathExists(SpecPath(uid)));
 }
 
+// A DaemonSet rollout with maxSurge: the new daemon starts while the old one drives the driver.
+// It waits, reading nothing, while the kubelet keeps calling the old one; a claim the old one
+// prepares meanwhile is in the checkpoint the new one reads once the old one has gone.
+TEST_F(DraE2eTest, ARolloutWithMaxSurgeHandsTheDriverOverWithEveryPreparedClaim) {
+  StartDraKubelet();
+  auto old = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << old->Log();
+  const std::string before = Prepared("pod-before", "tpu-0000-03-00-0");
+  auto next = StartDraDaemon();
+  ASSERT_TRUE(next->WaitForLog("an earlier edgeaccel still drives this DRA driver")) << next->Log();
+  const std::string during = Prepared("pod-during", "tpu-0000-04-00-0");  // the old one answers
+  EXPECT_EQ(dra_kubelet_->registrations(kDriver).size(), 1u) << "the new one waits";
+  EXPECT_TRUE(next->Running());
+
+  StopDaemon(old.get());
+  ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
+      << next->Log();
+  EXPECT_TRUE(next->WaitForLog("prepared claim(s) from")) << next->Log();
+  api_.FailNextClaimGets(503, 1000);  // the checkpoint answers, not the API server
+  for (const auto& [name, uid] : {std::pair{"pod-before", before}, std::pair{"pod-during", during}}) {
+    auto again = dra_kubelet_->Prepare(kDriver, {{"default", name, uid}});
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->claims.at(uid).error, "") << name << "\n" << next->Log();
+  }
+  for (const auto& [name, uid] : {std::pair{"pod-before", before}, std::pair{"pod-during", during}}) {
+    api_.DeleteResourceClaim("default", name);
+    auto undone = dra_kubelet_->Unprepare(kDriver, {{"default", name, uid}});
+    ASSERT_TRUE(undone.ok()) << undone.status();
+    EXPECT_EQ(undone->claims.at(uid), "");
+    EXPECT_FALSE(PathExists(SpecPath(uid))) << name;
+  }
+  StopDaemon(next.get());
+}
+
 // A driver with nothing to offer stays away from the kubelet and the API server until its first
 // device appears, as a device plugin resource does: the shipped --dra names every family, and a
 // node without a Jetson must not run (and register) the GPU driver. Here the PCIe TPUs stay with

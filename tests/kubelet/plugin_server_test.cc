@@ -4,23 +4,43 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 
 #include "fixture_host.h"
 
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::PathExists;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
+
+// The names in `dir`, sorted ("." and ".." left out).
+std::vector<std::string> ReadDirectoryNames(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* listing = opendir(dir.c_str())) {
+    while (struct dirent* entry = readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(listing);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 TEST(PluginServerTest, SocketIsOwnerOnlyAndItsDisappearanceIsSeen) {
   TempDir dir;
@@ -72,6 +92,63 @@ TEST(PluginServerTest, StaleSocketIsReplacedLiveOneIsNot) {
   ::edgeaccel::testing::MakeStaleSocket(path);
   PluginServer third(path, &set, &counters, nullptr);
   EXPECT_TRUE(third.Start().ok());
+}
+
+// A rollout with maxSurge: the moment the old daemon's socket stops answering, the new one
+// replaces it as stale and serves there. The old one's shutdown must leave that socket alone:
+// gRPC unlinks the path it listened on when it shuts down, whoever's socket is there by then.
+TEST(PluginServerTest, TheSocketOfTheNextServerOnItsPathOutlivesItsStop) {
+  TempDir dir;
+  const std::string path = dir.path() + "/plugin.sock";
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  PluginServer old(path, &set, &counters, nullptr);
+  ASSERT_TRUE(old.Start().ok());
+  ASSERT_EQ(unlink(path.c_str()), 0);  // as the next daemon does to a socket that stopped answering
+  PluginServer next(path, &set, &counters, nullptr);
+  ASSERT_TRUE(next.Start().ok());
+  old.Stop();
+  EXPECT_TRUE(next.SocketPresent()) << "the old server's shutdown removed the next one's socket";
+  EXPECT_TRUE(UnixSocketAnswers(path));
+  next.Stop();
+  EXPECT_FALSE(PathExists(path));
+  // Nothing of either is left beside it.
+  EXPECT_EQ(ReadDirectoryNames(dir.path()), std::vector<std::string>{});
+}
+
+// The socket the kubelet dials is the one gRPC listens on (a hard link to it); gRPC's own name
+// for it starts with a dot, which the kubelet's plugin watcher and edgeaccel's neighbour look skip.
+TEST(PluginServerTest, ItsSocketIsALinkToAPrivateDotNameAndBothGoWithIt) {
+  TempDir dir;
+  const std::string path = dir.path() + "/plugin.sock";
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  PluginServer server(path, &set, &counters, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<std::string> names = ReadDirectoryNames(dir.path());
+  ASSERT_EQ(names.size(), 2u) << absl::StrJoin(names, " ");
+  EXPECT_EQ(names[1], "plugin.sock");
+  EXPECT_TRUE(absl::StartsWith(names[0], ".plugin.sock.")) << names[0];
+  struct stat linked, listening;
+  ASSERT_EQ(stat(path.c_str(), &linked), 0);
+  ASSERT_EQ(stat((dir.path() + "/" + names[0]).c_str(), &listening), 0);
+  EXPECT_EQ(linked.st_ino, listening.st_ino);
+  EXPECT_EQ(listening.st_mode & 0777, 0600);
+  server.Stop();
+  EXPECT_EQ(ReadDirectoryNames(dir.path()), std::vector<std::string>{});
+}
+
+// A private socket left by a process that died is removed at the next start.
+TEST(PluginServerTest, APrivateSocketLeftByADeadProcessIsRemovedAtStart) {
+  TempDir dir;
+  const std::string path = dir.path() + "/plugin.sock";
+  ::edgeaccel::testing::MakeStaleSocket(dir.path() + "/.plugin.sock.99999.0");
+  DeviceSet set("coral.ai/edgetpu");
+  PluginCounters counters;
+  PluginServer server(path, &set, &counters, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_FALSE(PathExists(dir.path() + "/.plugin.sock.99999.0"));
+  server.Stop();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "edgeaccel/daemon/metrics.h"
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/dra/claim_preparer.h"
+#include "edgeaccel/dra/driver_lock.h"
 #include "edgeaccel/dra/dra_plugin_server.h"
 #include "edgeaccel/dra/dra_plugin_service.h"
 #include "edgeaccel/dra/slice_publisher.h"
@@ -107,8 +108,13 @@ class Daemon {
     std::unique_ptr<SlicePublisher> publisher;
     // Some of its devices were held by device-plugin pods at the last look (RefreshHolds).
     bool holds_known = false;
+    // Held (dra/driver_lock.h) before the checkpoint is read; waited for, on event_loop_, while
+    // an earlier daemon of this node still drives the driver (lock_waiting).
+    std::unique_ptr<DriverLock> lock;
+    bool lock_waiting = false;
     absl::Mutex serve_mu;  // held while it starts, so it starts once
     bool serving ABSL_GUARDED_BY(serve_mu) = false;
+    bool stopping ABSL_GUARDED_BY(serve_mu) = false;  // set by Stop(): nothing starts after
     // Until it serves (no device and no prepared claim at start), this listener waits for its
     // first device, on the thread that publishes the set's changes (ea-hostwatch); 0 otherwise.
     uint64_t first_device_listener ABSL_GUARDED_BY(serve_mu) = 0;
@@ -132,9 +138,14 @@ class Daemon {
   GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
   absl::Status StartDra();
+  // Reads the driver's checkpoint and serves it, or waits for its first device (see StartDra).
+  absl::Status StartDraDriver(DraDriver* driver);
+  // Serves the driver once it has a device (a listener on its set).
+  void ServeOnFirstDevice(DraDriver* driver) ABSL_EXCLUSIVE_LOCKS_REQUIRED(driver->serve_mu);
   // Starts the driver's kubelet plugin and slice publisher unless they run already (see
   // StartDra).
   absl::Status ServeDra(DraDriver* driver);
+  absl::Status ServeDraLocked(DraDriver* driver) ABSL_EXCLUSIVE_LOCKS_REQUIRED(driver->serve_mu);
   // Recomputes the node labels; logs and writes them (NFD) when they changed. kRetry when the
   // NFD file could not be written (the sink worker retries with backoff).
   SerialWorker::Outcome RefreshLabels();
