@@ -165,8 +165,10 @@ function checkDevicePlugin(where, ds) {
     expect(!(sc.capabilities?.add || []).length, `${at}: must not add capabilities`);
     const env = (c.env || []).find((e) => e.name === "NODE_NAME");
     expect(env?.valueFrom?.fieldRef?.fieldPath === "spec.nodeName", `${at}: NODE_NAME from the downward API`);
-    for (const probe of ["livenessProbe", "readinessProbe"]) {
-      expect(c[probe]?.httpGet?.path === "/healthz", `${at}: ${probe} on /healthz`);
+    // Readiness on everything; liveness leaves out what a restart cannot cure (a slice the API
+    // server refuses), or an API server outage would restart the daemon every minute.
+    for (const [probe, path] of [["readinessProbe", "/healthz"], ["livenessProbe", "/livez"]]) {
+      expect(c[probe]?.httpGet?.path === path, `${at}: ${probe} on ${path}`);
     }
     for (const kind of ["requests", "limits"]) {
       expect(c.resources?.[kind]?.cpu && c.resources?.[kind]?.memory, `${at}: resources.${kind} cpu and memory`);

@@ -435,7 +435,8 @@ absl::Status Daemon::Start() {
   if (!config_.metrics_address.empty()) {
     metrics_ = std::make_unique<MetricsServer>(
         config_.metrics_address, [this] { return RenderMetrics(); },
-        [this](std::string* why) { return Healthy(why); });
+        [this](std::string* why) { return Healthy(why); },
+        [this](std::string* why) { return Live(why); });
     if (absl::Status listening = metrics_->Listen(); !listening.ok()) {
       // Devices are still served; only the metrics are missing.
       LOG(ERROR) << listening.message();
@@ -534,17 +535,30 @@ std::string Daemon::RenderMetrics() const {
       ++d.prepared_claims;
       d.prepared_devices += claim.devices.size();
     }
+    // The extended resource its families are known by (the shipped DeviceClasses map it).
+    for (const auto& [family, resource] : KnownFamilies()) {
+      if (DraDriverForFamily(family) == d.driver) d.resource = resource;
+    }
+    d.snapshot = driver->set->Current();
+    {
+      absl::MutexLock lock(&driver->serve_mu);
+      d.serving = driver->serving;
+    }
+    d.registered = d.serving && driver->server->registered();
+    d.waiting = driver->lock_waiting && !driver->lock->held();
+    d.slice = driver->publisher->status();
     dra.push_back(std::move(d));
   }
   if (nvml_ != nullptr && nvml_->started()) {
     // Read now (at most a second old), waiting a bounded time for a slow or hung NVML.
-    NvmlMetrics gpus{nvml_->Status(), nvml_->Telemetry(absl::Seconds(2))};
+    NvmlMetrics gpus{nvml_->Status(), nvml_->Telemetry(absl::Seconds(2)),
+                     config_.dra_families.count("nvidia") > 0 ? "dra" : "device-plugin"};
     return edgeaccel::RenderMetrics(metrics, &gpus, dra);
   }
   return edgeaccel::RenderMetrics(metrics, nullptr, dra);
 }
 
-bool Daemon::Healthy(std::string* why) const {
+bool Daemon::Check(std::string* why, bool for_liveness) const {
   std::vector<std::string> problems;
   auto look_for_stale_views = [&](const std::vector<std::unique_ptr<Discoverer>>& discoverers) {
     for (const auto& discoverer : discoverers) {
@@ -566,6 +580,28 @@ bool Daemon::Healthy(std::string* why) const {
     } else if (!resource->registrar->registered()) {
       problems.push_back(absl::StrCat(resource->set->resource_name(),
                                       " is not registered with the kubelet"));
+    }
+  }
+  // A DRA driver as a device plugin resource: one with nothing to offer is not served on
+  // purpose, nor one an earlier daemon still drives (a rollout: this pod must be Ready for the
+  // old one to go).
+  for (const auto& driver : dra_drivers_) {
+    const std::string& name = driver->set->resource_name();
+    if (driver->lock_waiting && (driver->lock == nullptr || !driver->lock->held())) continue;
+    bool serving;
+    {
+      absl::MutexLock lock(&driver->serve_mu);
+      serving = driver->serving;
+    }
+    if (!serving) continue;
+    if (!driver->server->registered()) {
+      problems.push_back(absl::StrCat("DRA driver ", name, " is not registered with the kubelet"));
+    }
+    if (for_liveness) continue;
+    const SlicePublisher::Status slice = driver->publisher->status();
+    if (!slice.published && !slice.last_error.empty()) {
+      problems.push_back(absl::StrCat("DRA driver ", name, " cannot publish its ResourceSlice: ",
+                                      slice.last_error));
     }
   }
   *why = absl::StrJoin(problems, "; ");

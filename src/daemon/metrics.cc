@@ -118,6 +118,61 @@ void RenderDraMetrics(const std::vector<DraMetrics>& drivers, std::string* out) 
   for (const DraMetrics& d : drivers) {
     streams.Sample({{"driver", d.driver}}, static_cast<double>(d.counters->health_streams.load()));
   }
+  // The driver's own state, as edgeaccel_registered is the device plugin's.
+  struct Gauge {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const DraMetrics&);
+  };
+  const Gauge kDriverState[] = {
+      {"edgeaccel_dra_serving", "gauge",
+       "1 while the DRA driver serves its kubelet plugin sockets (0: no device yet, or an "
+       "earlier daemon of the node still drives it).",
+       [](const DraMetrics& d) { return d.serving ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_registered", "gauge",
+       "1 while the kubelet's plugin watcher has the DRA driver registered.",
+       [](const DraMetrics& d) { return d.registered ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_waiting_for_earlier_daemon", "gauge",
+       "1 while an earlier daemon of the node still drives the DRA driver (a rollout with "
+       "maxSurge): this one takes over when it goes.",
+       [](const DraMetrics& d) { return d.waiting ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_slice_published", "gauge",
+       "1 while the node's ResourceSlice on the API server holds what the driver publishes.",
+       [](const DraMetrics& d) { return d.slice.published ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_slice_publish_failing", "gauge",
+       "1 while the last attempt to publish the ResourceSlice failed (the log and /healthz say "
+       "why); retried with backoff.",
+       [](const DraMetrics& d) { return d.slice.last_error.empty() ? 0.0 : 1.0; }},
+      {"edgeaccel_dra_slice_devices", "gauge", "Devices in the published ResourceSlice.",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.devices); }},
+      {"edgeaccel_dra_slice_tainted_devices", "gauge",
+       "Devices in the published ResourceSlice with a taint (Unhealthy, or held by a "
+       "device-plugin pod).",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.tainted); }},
+      {"edgeaccel_dra_slice_taints_dropped", "gauge",
+       "1 when the API server does not keep device taints (DRADeviceTaints off): Unhealthy "
+       "devices are left out of the slice instead.",
+       [](const DraMetrics& d) { return d.slice.taints_dropped ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_slice_watch_refused", "gauge",
+       "1 when the API server refuses to watch ResourceSlices: the driver lists every --dra-resync "
+       "instead.",
+       [](const DraMetrics& d) { return d.slice.watch_refused ? 1.0 : 0.0; }},
+      {"edgeaccel_dra_slice_writes_total", "counter",
+       "ResourceSlice creates, updates and deletes sent.",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.writes); }},
+      {"edgeaccel_dra_slice_conflicts_total", "counter",
+       "ResourceSlice writes the API server answered 409 Conflict (listed again and retried).",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.conflicts); }},
+      {"edgeaccel_dra_slice_lists_total", "counter", "ResourceSlice LISTs sent.",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.lists); }},
+      {"edgeaccel_dra_slice_watches_total", "counter", "ResourceSlice WATCHes started.",
+       [](const DraMetrics& d) { return static_cast<double>(d.slice.watches); }},
+  };
+  for (const Gauge& gauge : kDriverState) {
+    Family family(out, gauge.name, gauge.type, gauge.help);
+    for (const DraMetrics& d : drivers) family.Sample({{"driver", d.driver}}, gauge.value(d));
+  }
 }
 
 }  // namespace
@@ -128,12 +183,26 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
   Family(&out, "edgeaccel_build_info", "gauge", "Build of the running daemon.")
       .Sample({{"version", kVersion}}, 1);
 
-  Family devices(&out, "edgeaccel_devices", "gauge", "Advertised devices by health (replicas count).");
-  for (const auto& r : resources) {
-    const int healthy = r.snapshot->HealthyCount();
-    devices.Sample({{"resource", r.resource}, {"health", "Healthy"}}, healthy);
-    devices.Sample({{"resource", r.resource}, {"health", "Unhealthy"}},
-                   static_cast<double>(r.snapshot->devices.size() - healthy));
+  // Every device, whichever API gives it out: the device plugin's resources, and the DRA drivers'
+  // devices under the extended resource their DeviceClass maps; `api` says which.
+  struct Published {
+    const std::string& resource;
+    const char* api;
+    const Snapshot& snapshot;
+  };
+  std::vector<Published> published;
+  for (const auto& r : resources) published.push_back({r.resource, "device-plugin", *r.snapshot});
+  for (const DraMetrics& d : dra) {
+    if (d.snapshot != nullptr) published.push_back({d.resource, "dra", *d.snapshot});
+  }
+  Family devices(&out, "edgeaccel_devices", "gauge",
+                 "Devices by health, as given out (replicas count), by API: the device plugin "
+                 "or DRA.");
+  for (const Published& p : published) {
+    const int healthy = p.snapshot.HealthyCount();
+    devices.Sample({{"resource", p.resource}, {"api", p.api}, {"health", "Healthy"}}, healthy);
+    devices.Sample({{"resource", p.resource}, {"api", p.api}, {"health", "Unhealthy"}},
+                   static_cast<double>(p.snapshot.devices.size() - healthy));
   }
   Family device_up(&out, "edgeaccel_device_healthy", "gauge",
                    "1 if the physical device is Healthy, 0 if not.");
@@ -164,22 +233,22 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
         auto metric = kNvmlGauges.find(key);
         if (metric == kNvmlGauges.end()) continue;
         telemetry[metric->second].push_back(
-            {{{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}}, value});
+            {{{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}, {"api", nvml->api}}, value});
       }
     }
   }
-  for (const auto& r : resources) {
+  for (const Published& p : published) {
     std::set<std::string> seen;
-    for (const Device& d : r.snapshot->devices) {
+    for (const Device& d : p.snapshot.devices) {
       const std::string& id = PhysicalId(d);
       if (!seen.insert(id).second) continue;
-      device_up.Sample({{"resource", r.resource}, {"device", id}},
+      device_up.Sample({{"resource", p.resource}, {"device", id}, {"api", p.api}},
                        d.health == Health::kHealthy ? 1 : 0);
       for (const auto& [key, value] : d.telemetry) {
         auto metric = kTelemetry.find(key);
         if (metric == kTelemetry.end()) continue;
         telemetry[metric->second.first].push_back(
-            {{{"resource", r.resource}, {"device", id}}, value * metric->second.second});
+            {{{"resource", p.resource}, {"device", id}, {"api", p.api}}, value * metric->second.second});
       }
     }
   }
@@ -187,15 +256,15 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
                      "1 while the physical device is given out through the other API (a "
                      "device-plugin pod after the node moved to DRA, or a DRA claim after it moved "
                      "back): Unhealthy on purpose, not faulty.");
-  for (const auto& r : resources) {
+  for (const Published& p : published) {
     std::set<std::string> seen;
-    for (const Device& d : r.snapshot->devices) {
+    for (const Device& d : p.snapshot.devices) {
       const std::string& id = PhysicalId(d);
       if (!seen.insert(id).second) continue;
-      const bool held = std::any_of(d.problems.begin(), d.problems.end(), [](const HealthProblem& p) {
-        return p.kind == ProblemKind::kHeldElsewhere;
+      const bool held = std::any_of(d.problems.begin(), d.problems.end(), [](const HealthProblem& problem) {
+        return problem.kind == ProblemKind::kHeldElsewhere;
       });
-      device_held.Sample({{"resource", r.resource}, {"device", id}}, held ? 1 : 0);
+      device_held.Sample({{"resource", p.resource}, {"device", id}, {"api", p.api}}, held ? 1 : 0);
     }
   }
   const std::map<std::string, std::string> kTelemetryHelp = {
@@ -279,7 +348,7 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
                                       {"ecc_uncorrected", "uncorrected"}}) {
         auto value = gpu.values.find(key);
         if (value == gpu.values.end()) continue;
-        ecc.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}, {"type", type}},
+        ecc.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}, {"api", nvml->api}, {"type", type}},
                    value->second);
       }
     }
@@ -287,7 +356,7 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
                      "1 if NVML answered for the discrete GPU at the last sample, 0 if not (the "
                      "GPU is then Unhealthy).");
     for (const NvmlTelemetry& gpu : nvml->gpus) {
-      answering.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}},
+      answering.Sample({{"resource", "nvidia.com/gpu"}, {"device", gpu.uuid}, {"api", nvml->api}},
                        gpu.lost.empty() ? 1 : 0);
     }
     Family xids(&out, "edgeaccel_gpu_xid_errors_total", "counter",
@@ -296,6 +365,7 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
     for (const NvmlXidCount& count : nvml->status.xids) {
       xids.Sample({{"resource", "nvidia.com/gpu"},
                    {"device", count.uuid},
+                   {"api", nvml->api},
                    {"xid", absl::StrCat(count.xid)},
                    {"critical", count.critical ? "true" : "false"}},
                   static_cast<double>(count.count));
@@ -304,7 +374,7 @@ std::string RenderMetrics(const std::vector<ResourceMetrics>& resources, const N
                     "The critical Xid that makes the discrete GPU Unhealthy now (0: none); it "
                     "counts until --nvml-xid-recovery passes without another.");
     for (const auto& [uuid, xid] : nvml->status.critical_xid) {
-      critical.Sample({{"resource", "nvidia.com/gpu"}, {"device", uuid}}, xid);
+      critical.Sample({{"resource", "nvidia.com/gpu"}, {"device", uuid}, {"api", nvml->api}}, xid);
     }
     Family up(&out, "edgeaccel_nvml_up", "gauge",
               "1 while the NVML helper has listed the GPUs and answers; 0 while it is "
@@ -345,8 +415,11 @@ absl::StatusOr<std::pair<std::string, int>> ParseListenAddress(absl::string_view
   return std::make_pair(host, port);
 }
 
-MetricsServer::MetricsServer(std::string address, Render render, Check check)
-    : address_(std::move(address)), render_(std::move(render)), check_(std::move(check)) {}
+MetricsServer::MetricsServer(std::string address, Render render, Check check, Check live)
+    : address_(std::move(address)),
+      render_(std::move(render)),
+      check_(std::move(check)),
+      live_(live != nullptr ? std::move(live) : check_) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
 
@@ -363,11 +436,13 @@ absl::Status MetricsServer::Listen() {
   handlers["/metrics"] = [this] {
     return HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8", render_()};
   };
-  handlers["/healthz"] = [this] {
-    std::string why;
-    if (check_(&why)) return HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
-    return HttpAnswer{503, "text/plain; charset=utf-8", why + "\n"};
-  };
+  for (const auto& [path, check] : {std::pair<std::string, Check*>{"/healthz", &check_}, {"/livez", &live_}}) {
+    handlers[path] = [check = check] {
+      std::string why;
+      if ((*check)(&why)) return HttpAnswer{200, "text/plain; charset=utf-8", "ok\n"};
+      return HttpAnswer{503, "text/plain; charset=utf-8", why + "\n"};
+    };
+  }
   server_ = std::make_unique<HttpEndpoint>(host, port, std::move(handlers));
   if (absl::Status started = server_->Listen(); !started.ok()) {
     server_.reset();

@@ -43,13 +43,13 @@ TEST(MetricsTest, RendersPrometheusText) {
   PluginCounters counters;
   const std::string text = RenderMetrics({TpuMetrics(&set, &counters)});
   EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_devices gauge\n"));
-  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",health=\"Healthy\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",health=\"Unhealthy\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",api=\"device-plugin\",health=\"Healthy\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",api=\"device-plugin\",health=\"Unhealthy\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_celsius{resource=\"coral.ai/edgetpu\","
-                              "device=\"0000:03:00.0\"} 100.05\n"));
+                              "device=\"0000:03:00.0\",api=\"device-plugin\"} 100.05\n"));
   EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_threshold_celsius{resource=\"coral.ai/"
-                              "edgetpu\",device=\"0000:03:00.0\"} 99.8\n"));
-  EXPECT_THAT(text, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\"} 0\n"));
+                              "edgetpu\",device=\"0000:03:00.0\",api=\"device-plugin\"} 99.8\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\",api=\"device-plugin\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_allocations_total counter\nedgeaccel_allocations_total{resource=\"coral.ai/edgetpu\"} 7\n"));
   EXPECT_THAT(text, HasSubstr("edgeaccel_kubelet_restarts_total{resource=\"coral.ai/edgetpu\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("edgeaccel_build_info{version=\"0.1.0\"} 1\n"));
@@ -214,6 +214,96 @@ TEST(MetricsTest, RendersEachDraDriversCallsWhatItHoldsAndItsCleanups) {
   EXPECT_THAT(text, HasSubstr("edgeaccel_dra_health_streams_total{driver=\"edgetpu.edgeaccel.io\"} 1\n"));
   // Without DRA drivers, no DRA families at all.
   EXPECT_THAT(RenderMetrics({}), ::testing::Not(HasSubstr("edgeaccel_dra_")));
+}
+
+// A node moved to DRA is as visible as one on the device plugin: every device's health,
+// temperature and hold, under the resource name its DeviceClass maps, with api="dra"; and the
+// driver's own state beside its calls.
+TEST(MetricsTest, DraDevicesHaveTheDevicePluginsSeriesAndTheDriverItsState) {
+  DeviceSet tpus("edgetpu.edgeaccel.io");
+  PluginCounters unused;
+  (void)TpuMetrics(&tpus, &unused);  // one hot (Unhealthy) TPU, one cool
+  DraCounters counters;
+  DraMetrics driver{"edgetpu.edgeaccel.io", &counters, 0, 0};
+  driver.resource = "coral.ai/edgetpu";
+  driver.snapshot = tpus.Current();
+  driver.serving = true;
+  driver.registered = true;
+  driver.slice.published = false;
+  driver.slice.last_error = "403 Forbidden";
+  driver.slice.devices = 2;
+  driver.slice.tainted = 1;
+  driver.slice.writes = 4;
+  driver.slice.watches = 1;
+  const std::string text = RenderMetrics({}, nullptr, {driver});
+  const std::string hot = "resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\",api=\"dra\"";
+  EXPECT_THAT(text, HasSubstr("edgeaccel_device_healthy{" + hot + "} 0\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:04:00.0\","
+                              "api=\"dra\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_celsius{" + hot + "} 100.05\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_edgetpu_temperature_threshold_celsius{" + hot + "} 99.8\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_device_held{" + hot + "} 0\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_devices{resource=\"coral.ai/edgetpu\",api=\"dra\",health=\"Unhealthy\"} 1\n"));
+  const std::string of = "{driver=\"edgetpu.edgeaccel.io\"}";
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_serving" + of + " 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_registered" + of + " 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_waiting_for_earlier_daemon" + of + " 0\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_slice_published" + of + " 0\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_slice_publish_failing" + of + " 1\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_slice_tainted_devices" + of + " 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_dra_slice_writes_total counter\nedgeaccel_dra_slice_writes_total" + of + " 4\n"));
+  EXPECT_THAT(text, HasSubstr("edgeaccel_dra_slice_watches_total" + of + " 1\n"));
+  // Each family once, with the device plugin's resources beside.
+  DeviceSet usb("coral.ai/edgetpu");
+  PluginCounters usb_counters;
+  const std::string both = RenderMetrics({TpuMetrics(&usb, &usb_counters)}, nullptr, {driver});
+  size_t families = 0;
+  for (size_t at = both.find("# TYPE edgeaccel_device_healthy "); at != std::string::npos;
+       at = both.find("# TYPE edgeaccel_device_healthy ", at + 1)) {
+    ++families;
+  }
+  EXPECT_EQ(families, 1u);
+  EXPECT_THAT(both, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\","
+                              "api=\"device-plugin\"} 0\n"));
+  EXPECT_THAT(both, HasSubstr("edgeaccel_device_healthy{" + hot + "} 0\n"));
+}
+
+// /livez is /healthz less what a restart cannot cure; without its own check it answers as
+// /healthz does.
+TEST(MetricsTest, LivezHasItsOwnCheck) {
+  bool ready = false;
+  bool live = true;
+  MetricsServer server(
+      "127.0.0.1:0", [] { return std::string(); },
+      [&](std::string* why) {
+        *why = "DRA driver edgetpu.edgeaccel.io cannot publish its ResourceSlice: 403";
+        return ready;
+      },
+      [&](std::string* why) {
+        *why = "DRA driver edgetpu.edgeaccel.io is not registered with the kubelet";
+        return live;
+      });
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client client("127.0.0.1", server.port());
+  auto healthz = client.Get("/healthz");
+  ASSERT_TRUE(healthz);
+  EXPECT_EQ(healthz->status, 503);
+  EXPECT_THAT(healthz->body, HasSubstr("cannot publish"));
+  EXPECT_EQ(client.Get("/livez")->status, 200);
+  live = false;
+  auto livez = client.Get("/livez");
+  EXPECT_EQ(livez->status, 503);
+  EXPECT_THAT(livez->body, HasSubstr("not registered"));
+  server.Stop();
+
+  MetricsServer one_check("127.0.0.1:0", [] { return std::string(); }, [](std::string* why) {
+    *why = "no";
+    return false;
+  });
+  ASSERT_TRUE(one_check.Start().ok());
+  httplib::Client other("127.0.0.1", one_check.port());
+  EXPECT_EQ(other.Get("/livez")->status, 503);
+  one_check.Stop();
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ TEST(MonitoringTest, PromtoolLintsAndUnitTestsTheAlerts) {
 
   auto check = RunCommand("/usr/bin/promtool", {"check", "rules", dir.path() + "/alerts.rules.yaml"});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
-  EXPECT_THAT(check.out, ::testing::HasSubstr("SUCCESS: 8 rules found"));
+  EXPECT_THAT(check.out, ::testing::HasSubstr("SUCCESS: 10 rules found"));
   auto unit = RunCommand("/usr/bin/promtool", {"test", "rules", dir.path() + "/alerts_test.yaml"});
   EXPECT_EQ(unit.exit_code, 0) << unit.out << unit.err;
 }

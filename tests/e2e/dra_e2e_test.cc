@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon_test.h"
@@ -438,6 +439,13 @@ TEST_F(DraE2eTest, ARolloutWithMaxSurgeHandsTheDriverOverWithEveryPreparedClaim)
   const std::string during = Prepared("pod-during", "tpu-0000-04-00-0");  // the old one answers
   EXPECT_EQ(dra_kubelet_->registrations(kDriver).size(), 1u) << "the new one waits";
   EXPECT_TRUE(next->Running());
+  // Ready while it waits: the DaemonSet removes the old pod only once the new one is.
+  httplib::Client next_client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*next));
+  auto ready = next_client.Get("/healthz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << ready->body;
+  EXPECT_THAT(next_client.Get("/metrics")->body,
+              ::testing::HasSubstr("edgeaccel_dra_waiting_for_earlier_daemon{driver=\"edgetpu.edgeaccel.io\"} 1\n"));
 
   StopDaemon(old.get());
   ASSERT_TRUE(dra_kubelet_->WaitFor([&] { return dra_kubelet_->registrations(kDriver).size() == 2; }))
@@ -687,6 +695,64 @@ TEST_F(DraE2eTest, TheDriversCallsAndWhatItHoldsAreOnMetrics) {
   EXPECT_NE(body.find("edgeaccel_dra_requests_total{driver=\"edgetpu.edgeaccel.io\",method=\"NodeUnprepareResources\"} 1\n"),
             std::string::npos) << body;
   EXPECT_NE(body.find("edgeaccel_dra_prepared_claims{driver=\"edgetpu.edgeaccel.io\"} 0\n"), std::string::npos) << body;
+}
+
+// A node on DRA is as visible as one on the device plugin (#42): both TPUs on /metrics with
+// health and temperature (api="dra"), the hot one Unhealthy; /healthz 503 while no kubelet
+// registers the driver, 200 once one does; 503 (and /livez 200) while the API server refuses the
+// slice.
+TEST_F(DraE2eTest, ADraNodeIsOnMetricsAndHealthzAsADevicePluginNodeIs) {
+  // The kubelet's root is there, its plugin watcher not yet.
+  ASSERT_EQ(mkdir(kubelet_.root().c_str(), 0750), 0);
+  ASSERT_EQ(mkdir((kubelet_.root() + "/plugins_registry").c_str(), 0750), 0);
+  auto daemon = StartDraDaemon();
+  httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon));
+  auto status_of = [&](const char* path) {
+    auto answer = client.Get(path);
+    return answer ? answer->status : -1;
+  };
+  ASSERT_TRUE(daemon->WaitForLog("DRA driver serving")) << daemon->Log();
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, ::testing::HasSubstr("DRA driver edgetpu.edgeaccel.io is not registered with the kubelet"));
+  EXPECT_EQ(status_of("/livez"), 503);
+  StartDraKubelet();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 ")) << daemon->Log();
+  EXPECT_TRUE(Eventually([&] { return status_of("/healthz") == 200; })) << client.Get("/healthz")->body;
+
+  host_.SetApexAttribute(0, "temp", "101300");  // over the 99.8 °C threshold
+  const std::string hot = "{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\",api=\"dra\"}";
+  const std::string cool = "{resource=\"coral.ai/edgetpu\",device=\"0000:04:00.0\",api=\"dra\"}";
+  std::string body;
+  EXPECT_TRUE(Eventually([&] {
+    auto answer = client.Get("/metrics");
+    body = answer ? answer->body : "";
+    return absl::StrContains(body, "edgeaccel_device_healthy" + hot + " 0\n");
+  })) << body;
+  for (const std::string& line :
+       {"edgeaccel_device_healthy" + cool + " 1", "edgeaccel_edgetpu_temperature_celsius" + hot + " 101.3",
+        "edgeaccel_edgetpu_temperature_celsius" + cool + " 45.05",
+        std::string("edgeaccel_dra_registered{driver=\"edgetpu.edgeaccel.io\"} 1"),
+        std::string("edgeaccel_dra_serving{driver=\"edgetpu.edgeaccel.io\"} 1")}) {
+    EXPECT_NE(body.find(line + "\n"), std::string::npos) << line << "\n" << body;
+  }
+
+  // The API server refuses every slice write from now: not ready, still live.
+  api_.FailNextSliceRequests(403, 1000);
+  host_.SetApexAttribute(0, "temp", "45050");  // a change to publish
+  EXPECT_TRUE(Eventually([&] { return status_of("/healthz") == 503; }, absl::Seconds(20)))
+      << client.Get("/healthz")->body << daemon->Log();
+  EXPECT_THAT(client.Get("/healthz")->body,
+              ::testing::HasSubstr("DRA driver edgetpu.edgeaccel.io cannot publish its ResourceSlice"));
+  EXPECT_EQ(status_of("/livez"), 200);
+  EXPECT_NE(client.Get("/metrics")->body.find("edgeaccel_dra_slice_publish_failing{driver=\"edgetpu.edgeaccel.io\"} 1\n"),
+            std::string::npos);
+  api_.FailNextSliceRequests(403, 0);
+  EXPECT_TRUE(Eventually([&] { return status_of("/healthz") == 200; }, absl::Seconds(30)))
+      << client.Get("/healthz")->body;
+  StopDaemon(daemon.get());
 }
 
 // Without the boot id (its file not mounted under --host-root) the driver still serves; it says

@@ -295,7 +295,7 @@ TEST_F(E2eTest, MetricsHealthAndNodeLabels) {
   auto metrics = client.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_edgetpu_temperature_celsius{resource=\"coral.ai/"
-                                       "edgetpu\",device=\"0000:03:00.0\"} 45.05"));
+                                       "edgetpu\",device=\"0000:03:00.0\",api=\"device-plugin\"} 45.05"));
   EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_allocations_total{resource=\"coral.ai/edgetpu\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("edgeaccel_registered{resource=\"coral.ai/edgetpu\"} 1"));
 

@@ -267,7 +267,7 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
     metrics = r ? r->body : "";
     return absl::StrContains(metrics, "edgeaccel_nvml_up{state=\"ready\"} 1");
   })) << metrics << daemon_->Log();
-  const std::string gpu = absl::StrCat("{resource=\"nvidia.com/gpu\",device=\"", kUuid0, "\"");
+  const std::string gpu = absl::StrCat("{resource=\"nvidia.com/gpu\",device=\"", kUuid0, "\",api=\"device-plugin\"");
   for (const std::string& sample :
        {"edgeaccel_gpu_temperature_celsius" + gpu + "} 34",
         "edgeaccel_gpu_power_watts" + gpu + "} 71.234",

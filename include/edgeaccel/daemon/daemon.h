@@ -137,6 +137,7 @@ class Daemon {
   // The GPUs --dra-shared offers to several claims.
   GpuSharing DraSharing() const;
   absl::StatusOr<ApiServerConfig> ApiConfig() const;
+  bool Check(std::string* why, bool for_liveness) const;
   absl::Status StartDra();
   // Reads the driver's checkpoint and serves it, or waits for its first device (see StartDra).
   absl::Status StartDraDriver(DraDriver* driver);
@@ -150,7 +151,9 @@ class Daemon {
   // NFD file could not be written (the sink worker retries with backoff).
   SerialWorker::Outcome RefreshLabels();
   std::string RenderMetrics() const;
-  bool Healthy(std::string* why) const;
+  bool Healthy(std::string* why) const { return Check(why, /*for_liveness=*/false); }
+  // /livez: the same, less what a restart cannot cure (a slice the API server refuses).
+  bool Live(std::string* why) const { return Check(why, /*for_liveness=*/true); }
   void StartRegistrar(Resource* resource);
   // Writes the CDI spec for the resource's current devices, then lets ListAndWatch name them.
   // kRetry when the write failed (the sink worker retries with backoff).

@@ -5,8 +5,11 @@
 //             registrations, kubelet restarts seen, ListAndWatch updates sent, build info; with
 //             --dra, each DRA driver's kubelet calls (count, claim errors, duration, in flight),
 //             what it has prepared, and the claims it unprepared itself.
-//   /healthz  200 while every resource that has devices is registered and serving; 503 with
-//             the reason otherwise (a liveness/readiness probe for the DaemonSet).
+//   /healthz  200 while every resource that has devices is registered and serving, and every
+//             DRA driver that serves is registered and has its ResourceSlice published; 503 with
+//             the reason otherwise (the DaemonSet's readiness probe).
+//   /livez    the same without what a restart cannot cure (the API server refusing or not
+//             answering a slice): the DaemonSet's liveness probe.
 #ifndef EDGEACCEL_DAEMON_METRICS_H_
 #define EDGEACCEL_DAEMON_METRICS_H_
 
@@ -21,6 +24,7 @@
 #include "absl/time/time.h"
 #include "edgeaccel/daemon/http_endpoint.h"
 #include "edgeaccel/dra/dra_counters.h"
+#include "edgeaccel/dra/slice_publisher.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/device_plugin_service.h"
 #include "edgeaccel/nvml/nvml_supervisor.h"
@@ -51,12 +55,21 @@ struct DraMetrics {
   const DraCounters* counters = nullptr;
   size_t prepared_claims = 0;
   size_t prepared_devices = 0;
+  // Its devices, as the device plugin's are (api="dra"), under the extended resource name the
+  // shipped DeviceClass maps (`resource`).
+  std::string resource;
+  std::shared_ptr<const Snapshot> snapshot;
+  bool serving = false;     // its sockets are up (a driver with no device yet waits)
+  bool registered = false;  // the kubelet's plugin watcher registered it
+  bool waiting = false;     // an earlier daemon of the node still drives it (a rollout)
+  SlicePublisher::Status slice;
 };
 
 // What NVML says about discrete GPUs, for /metrics (with --nvml, once a GPU was found).
 struct NvmlMetrics {
   NvmlStatus status;
   std::vector<NvmlTelemetry> gpus;
+  std::string api = "device-plugin";  // what publishes the GPUs: "device-plugin" or "dra"
 };
 
 // The Prometheus text exposition for `resources` (and NVML's GPUs, when `nvml` is set, and the
@@ -73,7 +86,8 @@ class MetricsServer {
   // Returns true when healthy; otherwise fills `why`.
   using Check = std::function<bool(std::string* why)>;
 
-  MetricsServer(std::string address, Render render, Check check);
+  // `live` answers /livez (null: /livez answers as /healthz does).
+  MetricsServer(std::string address, Render render, Check check, Check live = nullptr);
   ~MetricsServer();
 
   // Binds and serves in a thread of its own ("ea-metrics"). A taken port is an error that names
@@ -91,6 +105,7 @@ class MetricsServer {
   const std::string address_;
   Render render_;
   Check check_;
+  Check live_;
   std::unique_ptr<HttpEndpoint> server_;
   int port_ = 0;
 };
