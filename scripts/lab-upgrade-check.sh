@@ -5,7 +5,10 @@
 # Accelerator through the device plugin) throughout (docs/lab-checks.md). Pods keep running, the
 # claim stays prepared, and once the pods go no CDI spec is left behind. SURGE=1: each new daemon
 # starts beside the one it replaces, which is stopped once the new one waits for it (a DaemonSet
-# with maxSurge: 1, the shipped strategy), and a second claim pod is created while both run.
+# with maxSurge: 1, the shipped strategy), and a second claim pod is created while both run. The
+# way back is stop-then-start unless SURGE_BACK=1 too: a rollback applies the old release's
+# strategy (maxUnavailable: 1 up to stop 46), and a daemon from before DriverLock started beside
+# this one would find dra.sock served and exit.
 #   OLD=/path/to/old/edgeaccel-device-plugin [NEW=build/edgeaccel-device-plugin] [SURGE=1] scripts/lab-upgrade-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +29,8 @@ claim_pod() { lab_pod "$1" "ls -l /dev/apex*; sleep 3600" "{claims: [{name: tpu}
     "  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]"; }
 # Replaces the running daemon by `$1` (log `$2`): stop then start, or with SURGE=1 the new one
 # first, beside it.
-replace() {
-  if [[ -z ${SURGE:-} ]]; then stop; start "$1" "$2"; return; fi
+replace() {  # $3: surge or not
+  if [[ -z ${3:-} ]]; then stop; start "$1" "$2"; return; fi
   local old=$PID
   "$1" "${FLAGS[@]}" > "$OUT/$2.log" 2>&1 & PID=$!
   waitfor 30 grep -q "still serves\|still drives" "$OUT/$2.log"
@@ -58,11 +61,11 @@ YAML
 waitfor 60 running dp-pod; waitfor 60 running claim-pod
 say "with OLD: $(state)"
 say "dp-pod sees $(kubectl logs dp-pod | head -1 | awk '{print $NF}'), claim-pod sees $(kubectl logs claim-pod | head -1 | awk '{print $NF}')"
-replace "$NEW" new
+replace "$NEW" new "${SURGE:-}"
 say "with NEW: $(state)"
 # Its TPU back for the next claim pod (there are two), unprepared by the new daemon.
-[[ -n ${SURGE:-} ]] && kubectl delete pod claim-pod-2 --wait=true >/dev/null && say "claim-pod-2 deleted: $(state)"
-replace "$OLD" old-2
+[[ -n ${SURGE:-} && -n ${SURGE_BACK:-} ]] && kubectl delete pod claim-pod-2 --wait=true >/dev/null && say "claim-pod-2 deleted: $(state)"
+replace "$OLD" old-2 "${SURGE_BACK:-}"
 say "with OLD again: $(state)"
 kubectl delete pods --all --wait=true >/dev/null
 waitfor 60 bash -c '[[ -z $(kubectl get resourceclaims -o name) ]]'
