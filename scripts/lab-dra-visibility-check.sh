@@ -3,7 +3,8 @@
 # DRA is as visible as one on the device plugin (#42). The daemon runs on the host with
 # --dra=coral-pcie against a fixture (two PCIe TPUs): a claim pod holds one; the other TPU is
 # heated over its threshold and cooled again. Prints /metrics' device lines, /healthz, the pod's
-# allocatedResourcesStatus, then /healthz of a second daemon whose kubelet root no kubelet watches.
+# allocatedResourcesStatus (and again after 100 s without a change), then /healthz of a second
+# daemon whose kubelet root no kubelet watches.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lab-lib.sh
@@ -44,6 +45,10 @@ say "pod status: $(status)"
 echo 45050 > "$FIX/sys/class/apex/apex_$N/temp"
 waitfor 30 bash -c "kubectl get pod claim-pod -o jsonpath='{.status.containerStatuses[0].allocatedResourcesStatus}' | grep -q '\"health\":\"Healthy\"'"
 say "cooled; pod status: $(status)"
+# The kubelet turns a report older than its health_check_timeout_seconds (30 s by default)
+# Unknown; the driver reports on changes only.
+sleep 100
+say "100 s without a change; pod status: $(status)"
 # A daemon whose DRA driver no kubelet registers: its kubelet root is one no kubelet watches.
 mkdir -p "$OUT/nokubelet"
 $D "${COMMON[@]}" --kubelet-root="$OUT/nokubelet" --metrics-address=127.0.0.1:19408 > "$OUT/unregistered.log" 2>&1 & LONE=$!

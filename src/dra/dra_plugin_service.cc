@@ -133,6 +133,14 @@ void SetShareId(const PreparedDevice&, drav1beta1::Device*) {}
 
 using HealthStreams = DraPluginService::HealthStreams;
 
+// How long the kubelet is to hold a device's reported health (health_check_timeout_seconds,
+// 1.35+): until the next report, however far off. Health is sent on every change, and the kubelet
+// forgets all of it when the stream ends (clearDriver); but it turns a report older than this
+// Unknown in the pod's allocatedResourcesStatus, 30 s by default (healthinfo.go
+// DefaultHealthTimeout), and a device that stays healthy sends nothing (the lab's 1.36.2 showed
+// Unknown from 80 s on). Ten years: whole seconds, far below time.Duration's 292-year limit.
+constexpr int64_t kHealthHoldsSeconds = int64_t{10} * 365 * 24 * 3600;
+
 // The complete health list, for every new version of the device set.
 HealthStreams::Messages HealthMessages(const DraPluginService* service) {
   HealthStreams::Messages messages;
@@ -225,6 +233,7 @@ drahealth::NodeWatchResourcesResponse DraPluginService::HealthMessage(const Snap
     entry->mutable_device()->set_device_name(DraDeviceName(device));
     entry->set_health(device.health == Health::kHealthy ? drahealth::HEALTHY : drahealth::UNHEALTHY);
     entry->set_last_updated_time(now);
+    entry->set_health_check_timeout_seconds(kHealthHoldsSeconds);
     // The kubelet keeps at most 1024 characters (1.36's api.proto): cut as it would.
     std::string reason = device.unhealthy_reason;
     if (reason.size() > 1024) reason = reason.substr(0, 1021) + "...";

@@ -755,6 +755,33 @@ TEST_F(DraE2eTest, ADraNodeIsOnMetricsAndHealthzAsADevicePluginNodeIs) {
   StopDaemon(daemon.get());
 }
 
+// A pod's allocatedResourcesStatus on 1.36 shows a device's health only while it is fresh: the
+// kubelet turns a device whose last report is older than its health_check_timeout_seconds (30 s
+// by default) Unknown. The driver reports on every change only, so it says how long a report
+// holds; a claimed TPU that stays healthy (or hot) for minutes must not turn Unknown (seen on the
+// real 1.36.2 before: Healthy at 60 s, Unknown from 80 s on).
+TEST_F(DraE2eTest, AClaimedDevicesHealthDoesNotGoStaleInThePodsStatus) {
+  StartDraKubelet();
+  auto daemon = StartDraDaemon();
+  ASSERT_TRUE(dra_kubelet_->WaitForRegistration(kDriver).ok()) << daemon->Log();
+  Prepared("pod-tpu", "tpu-0000-03-00-0");
+  host_.SetApexAttribute(1, "temp", "101300");  // the other TPU, over its threshold
+  ASSERT_TRUE(dra_kubelet_->WaitForHealth(kDriver, [](const auto& entries) {
+    for (const auto& entry : entries) {
+      if (entry.device == "tpu-0000-04-00-0" && entry.health == "Unhealthy") return true;
+    }
+    return false;
+  })) << daemon->Log();
+  for (const absl::Duration later : {absl::ZeroDuration(), absl::Seconds(31), absl::Hours(24)}) {
+    const absl::Time at = absl::Now() + later;
+    auto claimed = dra_kubelet_->HealthAt(kDriver, "node-1", "tpu-0000-03-00-0", at);
+    EXPECT_EQ(claimed.health, "Healthy") << later;
+    auto hot = dra_kubelet_->HealthAt(kDriver, "node-1", "tpu-0000-04-00-0", at);
+    EXPECT_EQ(hot.health, "Unhealthy") << later;
+    EXPECT_THAT(hot.message, ::testing::HasSubstr("temperature 101.30")) << later;
+  }
+}
+
 // Without the boot id (its file not mounted under --host-root) the driver still serves; it says
 // what it cannot do and how to give it the file.
 TEST_F(DraE2eTest, WithoutTheBootIdTheDriverServesAndSaysSo) {

@@ -1016,6 +1016,20 @@ std::vector<DraKubelet::HealthEntry> DraKubelet::Health(const std::string& drive
   return it == health_.end() ? std::vector<HealthEntry>() : it->second;
 }
 
+DraKubelet::HealthEntry DraKubelet::HealthAt(const std::string& driver, const std::string& pool,
+                                             const std::string& device, absl::Time now) {
+  HealthEntry unknown{pool, device, "Unknown", 0, 0, ""};
+  for (const HealthEntry& entry : Health(driver)) {
+    if (entry.pool != pool || entry.device != device) continue;
+    const absl::Duration timeout = entry.health_check_timeout_seconds > 0
+                                       ? absl::Seconds(entry.health_check_timeout_seconds)
+                                       : absl::Seconds(30);
+    if (now - absl::FromUnixSeconds(entry.last_updated) > timeout) return unknown;
+    return entry;
+  }
+  return unknown;
+}
+
 bool DraKubelet::WaitForHealth(
     const std::string& driver,
     const std::function<bool(const std::vector<HealthEntry>&)>& predicate,

@@ -65,8 +65,9 @@
 //    restart: the initial scan registers every socket still there.
 // Left out: the connection monitor of pluginwatcher/monitor.go (on master; no release
 // confirmed, dra-facts §10.2), ResourceSlice wiping (no API server here), the kubelet's claim
-// cache and checkpoint (tests call Prepare again as a kubelet that lost it would), the health
-// timeout that turns silent devices Unknown, 1.32's deregistration by name alone.
+// cache and checkpoint (tests call Prepare again as a kubelet that lost it would), 1.32's
+// deregistration by name alone. The health timeout that turns a silent device Unknown is
+// HealthAt's (what the pod's allocatedResourcesStatus shows at a given time).
 #ifndef EDGEACCEL_TESTS_SUPPORT_DRA_KUBELET_H_
 #define EDGEACCEL_TESTS_SUPPORT_DRA_KUBELET_H_
 
@@ -225,6 +226,13 @@ class DraKubelet {
   bool WaitForHealth(const std::string& driver,
                      const std::function<bool(const std::vector<HealthEntry>&)>& predicate,
                      absl::Duration timeout = absl::Seconds(10));
+  // What the 1.36 kubelet puts in a pod's allocatedResourcesStatus for one device of a prepared
+  // claim at time `now` (healthinfo.go getHealthInfo, manager.go buildDeviceHealth and
+  // buildResourceHealth): the device's last reported health and message, or "Unknown" and no
+  // message once `now` is more than its health_check_timeout_seconds (30 s, DefaultHealthTimeout,
+  // where it is 0 or negative) past its last_updated_time, or when it was never reported.
+  HealthEntry HealthAt(const std::string& driver, const std::string& pool, const std::string& device,
+                       absl::Time now);
   // NodeWatchResources streams opened for the driver, and those that ended with an error other
   // than the kubelet's own cancellation (Unimplemented, Unavailable, ...).
   int health_streams_opened(const std::string& driver);
