@@ -530,7 +530,9 @@ std::string Daemon::RenderMetrics() const {
   std::vector<DraMetrics> dra;
   for (const auto& driver : dra_drivers_) {
     if (driver->preparer == nullptr) continue;  // not started
-    DraMetrics d{driver->set->resource_name(), &driver->counters};
+    DraMetrics d;
+    d.driver = driver->set->resource_name();
+    d.counters = &driver->counters;
     for (const PreparedClaim& claim : driver->preparer->Prepared()) {
       ++d.prepared_claims;
       d.prepared_devices += claim.devices.size();

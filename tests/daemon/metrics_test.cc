@@ -191,7 +191,11 @@ TEST(MetricsTest, RendersEachDraDriversCallsWhatItHoldsAndItsCleanups) {
   counters.unprepare.calls = 2;
   counters.cleaned_up_for(CleanupReason::kGone) = 1;
   counters.health_streams = 1;
-  DraMetrics tpu{"edgetpu.edgeaccel.io", &counters, 2, 3};
+  DraMetrics tpu;
+  tpu.driver = "edgetpu.edgeaccel.io";
+  tpu.counters = &counters;
+  tpu.prepared_claims = 2;
+  tpu.prepared_devices = 3;
   const std::string text = RenderMetrics({}, nullptr, {tpu});
   const std::string prepare = "driver=\"edgetpu.edgeaccel.io\",method=\"NodePrepareResources\"";
   EXPECT_THAT(text, HasSubstr("# TYPE edgeaccel_dra_requests_total counter\nedgeaccel_dra_requests_total{" +
@@ -224,7 +228,9 @@ TEST(MetricsTest, DraDevicesHaveTheDevicePluginsSeriesAndTheDriverItsState) {
   PluginCounters unused;
   (void)TpuMetrics(&tpus, &unused);  // one hot (Unhealthy) TPU, one cool
   DraCounters counters;
-  DraMetrics driver{"edgetpu.edgeaccel.io", &counters, 0, 0};
+  DraMetrics driver;
+  driver.driver = "edgetpu.edgeaccel.io";
+  driver.counters = &counters;
   driver.resource = "coral.ai/edgetpu";
   driver.snapshot = tpus.Current();
   driver.serving = true;
