@@ -556,6 +556,7 @@ TEST_F(DraE2eTest, AStaleDriverMountUnderADraFamilyFailsHealthz) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 503);
   EXPECT_THAT(health->body, ::testing::HasSubstr("nvidia: /proc/driver/nvidia is a stale mount"));
+  EXPECT_EQ(client.Get("/livez")->status, 503) << "a fresh mount is what a restart cures";
   StopDaemon(daemon.get());
 }
 
