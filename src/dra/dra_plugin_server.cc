@@ -24,7 +24,7 @@ DraPluginServer::DraPluginServer(Options options, DraPluginService* service)
 DraPluginServer::~DraPluginServer() { Stop(absl::ZeroDuration()); }
 
 std::string DraPluginServer::service_socket() const {
-  return absl::StrCat(DraPluginDir(options_.kubelet_root, options_.driver), "/dra.sock");
+  return absl::StrCat(DraPluginDir(options_.kubelet_root, options_.driver), "/", kDraServiceSocketName);
 }
 
 std::string DraPluginServer::registration_socket() const {

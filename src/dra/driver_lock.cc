@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "edgeaccel/dra/dra_driver.h"
 #include "edgeaccel/kubelet/unix_socket_channel.h"
 
 namespace edgeaccel {
@@ -45,7 +46,7 @@ int ConnectTo(const std::string& path) {
 DriverLock::DriverLock(std::string plugin_dir, std::function<void()> on_acquired)
     : plugin_dir_(std::move(plugin_dir)),
       lock_path_(absl::StrCat(plugin_dir_, "/", kDriverLockName)),
-      service_socket_(absl::StrCat(plugin_dir_, "/dra.sock")),
+      service_socket_(absl::StrCat(plugin_dir_, "/", kDraServiceSocketName)),
       on_acquired_(std::move(on_acquired)) {}
 
 DriverLock::~DriverLock() {
@@ -68,19 +69,22 @@ absl::StatusOr<bool> DriverLock::TryAcquire() {
       return absl::UnavailableError(absl::StrCat("cannot open ", lock_path_, ": ", strerror(errno)));
     }
   }
-  if (!locked_ && flock(lock_fd_, LOCK_EX | LOCK_NB) != 0 && errno != EWOULDBLOCK) {
-    const int error = errno;
+  int lock_error = 0;
+  const bool ours = Check(&lock_error);
+  if (lock_error != 0) {
     close(lock_fd_);
     lock_fd_ = -1;
-    return absl::UnavailableError(absl::StrCat("cannot lock ", lock_path_, ": ", strerror(error)));
+    waiting_.clear();
+    return absl::UnavailableError(absl::StrCat("cannot lock ", lock_path_, ": ", strerror(lock_error)));
   }
-  return Check();
+  return ours;
 }
 
-bool DriverLock::Check() {
+bool DriverLock::Check(int* lock_error) {
   if (acquired_) return true;
   if (!locked_) {
     if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && lock_error != nullptr) *lock_error = errno;
       waiting_ = absl::StrCat("another process holds ", lock_path_);
       return false;
     }

@@ -51,9 +51,20 @@ class DriverLockTest : public ::testing::Test {
     mkdir(absl::StrCat(root_.path(), "/plugins").c_str(), 0750);
     mkdir(PluginDir().c_str(), 0750);
   }
-  // A lock that counts its takeovers.
-  std::unique_ptr<DriverLock> NewLock() {
-    return std::make_unique<DriverLock>(PluginDir(), [this] { ++takeovers_; });
+  // A lock that counts its takeovers (in `takeovers`, takeovers_ unless given).
+  std::unique_ptr<DriverLock> NewLock(const std::string& plugin_dir = "",
+                                      std::atomic<int>* takeovers = nullptr) {
+    if (takeovers == nullptr) takeovers = &takeovers_;
+    return std::make_unique<DriverLock>(plugin_dir.empty() ? PluginDir() : plugin_dir,
+                                        [takeovers] { ++*takeovers; });
+  }
+  // `lock`, which TryAcquire found taken, waits on the loop. One step first, as the loop's own
+  // first: the driver is still someone else's, so it takes nothing over.
+  void WaitsBehindTheHolder(DriverLock* lock) {
+    lock->Step(PollLoop::Events{});
+    EXPECT_EQ(takeovers_.load(), 0) << "not while the holder holds it";
+    EXPECT_FALSE(lock->held());
+    loop_.Add(lock);
   }
 
   TempDir root_;
@@ -88,10 +99,7 @@ TEST_F(DriverLockTest, TheNextDaemonTakesOverWhenTheHolderLetsGo) {
   ASSERT_TRUE(ours.ok()) << ours.status();
   EXPECT_FALSE(*ours);
   EXPECT_NE(next->waiting().find("another process holds"), std::string::npos) << next->waiting();
-  loop_.Add(next.get());
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(takeovers_.load(), 0) << "not while the holder holds it";
-  EXPECT_FALSE(next->held());
+  WaitsBehindTheHolder(next.get());
   holder->Release();
   ASSERT_TRUE(Eventually([&] { return takeovers_.load() == 1; }));
   EXPECT_TRUE(next->held());
@@ -121,9 +129,7 @@ TEST_F(DriverLockTest, AHolderKilledWithSigkillHandsOver) {
   close(ready[0]);
   auto next = NewLock();
   ASSERT_FALSE(next->TryAcquire().value_or(true));
-  loop_.Add(next.get());
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(takeovers_.load(), 0);
+  WaitsBehindTheHolder(next.get());
   kill(child, SIGKILL);
   int status;
   waitpid(child, &status, 0);
@@ -139,9 +145,7 @@ TEST_F(DriverLockTest, APredecessorWithoutTheLockIsWaitedForUntilItStops) {
   auto next = NewLock();
   ASSERT_FALSE(next->TryAcquire().value_or(true));
   EXPECT_NE(next->waiting().find("serves " + Socket()), std::string::npos) << next->waiting();
-  loop_.Add(next.get());
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(takeovers_.load(), 0);
+  WaitsBehindTheHolder(next.get());
   unlink(Socket().c_str());
   close(predecessor);
   EXPECT_TRUE(Eventually([&] { return takeovers_.load() == 1; }));
@@ -154,26 +158,36 @@ TEST_F(DriverLockTest, APredecessorWithoutTheLockThatDiesLeavingItsSocketIsNoLon
   const int predecessor = Listen(Socket());
   auto next = NewLock();
   ASSERT_FALSE(next->TryAcquire().value_or(true));
-  loop_.Add(next.get());
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(takeovers_.load(), 0);
+  WaitsBehindTheHolder(next.get());
   close(predecessor);  // the file stays: no inotify event, the held connection hangs up
   EXPECT_TRUE(Eventually([&] { return takeovers_.load() == 1; }));
   EXPECT_TRUE(PathExists(Socket())) << "the stale socket is the DRA server's to replace";
   loop_.Remove(next.get());
 }
 
+// A wait removed from its loop (the daemon stopping) takes nothing over when the holder lets go:
+// a witness, waiting on the same loop for another driver whose holder lets go after, has taken
+// its own over by then.
 TEST_F(DriverLockTest, AWaitRemovedFromItsLoopNeverTakesOver) {
   auto holder = NewLock();
   ASSERT_TRUE(holder->TryAcquire().value_or(false));
   auto next = NewLock();
   ASSERT_FALSE(next->TryAcquire().value_or(true));
+  const std::string other_dir = absl::StrCat(root_.path(), "/plugins/gpu.edgeaccel.io");
+  std::atomic<int> witness_takeovers{0};
+  auto other_holder = NewLock(other_dir, &witness_takeovers);
+  ASSERT_TRUE(other_holder->TryAcquire().value_or(false));
+  auto witness = NewLock(other_dir, &witness_takeovers);
+  ASSERT_FALSE(witness->TryAcquire().value_or(true));
   loop_.Add(next.get());
+  loop_.Add(witness.get());
   loop_.Remove(next.get());
   holder->Release();
-  absl::SleepFor(absl::Milliseconds(100));
+  other_holder->Release();
+  ASSERT_TRUE(Eventually([&] { return witness_takeovers.load() == 1; }));
   EXPECT_EQ(takeovers_.load(), 0);
   EXPECT_FALSE(next->held());
+  loop_.Remove(witness.get());
 }
 
 TEST_F(DriverLockTest, APluginDirectoryThatCannotBeMadeIsAnError) {

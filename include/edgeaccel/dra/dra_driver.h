@@ -21,6 +21,8 @@ std::string DraDriverForFamily(absl::string_view family);
 // Where the kubelet looks for a driver's plugin (<kubelet-root>/plugins/<driver>): its service
 // socket dra.sock, and our checkpoint of the claims it prepared.
 std::string DraPluginDir(absl::string_view kubelet_root, absl::string_view driver);
+// The service socket's name in that directory.
+inline constexpr absl::string_view kDraServiceSocketName = "dra.sock";
 
 // The device's name in its pool: a DNS label (at most 63 characters of [a-z0-9-], alphanumeric
 // at both ends) made from its stable physical id, with a prefix for its kind ("tpu-",

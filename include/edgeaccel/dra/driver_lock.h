@@ -55,8 +55,9 @@ class DriverLock final : public PollLoop::Member {
   absl::Time Step(const PollLoop::Events& ready) override;
 
  private:
-  // Takes the lock and checks the socket: true when the driver is ours.
-  bool Check() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the lock and checks the socket: true when the driver is ours. `lock_error`, when
+  // given, is set to flock's errno where it fails for another reason than another holder.
+  bool Check(int* lock_error = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets up what wakes the wait (inotify, the connection to the predecessor); false when some of
   // it could not be had.
   bool Arm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
