@@ -290,7 +290,6 @@ absl::Status Daemon::StartDra() {
       LOG(INFO) << name << ": an earlier edgeaccel still drives this DRA driver ("
                 << driver->lock->waiting() << "; a rollout with maxSurge): this one takes over "
                 << "the moment it goes";
-      driver->lock_waiting = true;
       event_loop_.Add(driver->lock.get());
       continue;
     }
@@ -542,12 +541,9 @@ std::string Daemon::RenderMetrics() const {
       if (DraDriverForFamily(family) == d.driver) d.resource = resource;
     }
     d.snapshot = driver->set->Current();
-    {
-      absl::MutexLock lock(&driver->serve_mu);
-      d.serving = driver->serving;
-    }
+    d.serving = driver->Serving();
     d.registered = d.serving && driver->server->registered();
-    d.waiting = driver->lock_waiting && !driver->lock->held();
+    d.waiting = driver->WaitingForEarlierDaemon();
     d.slice = driver->publisher->status();
     dra.push_back(std::move(d));
   }
@@ -589,13 +585,7 @@ bool Daemon::Check(std::string* why, bool for_liveness) const {
   // old one to go).
   for (const auto& driver : dra_drivers_) {
     const std::string& name = driver->set->resource_name();
-    if (driver->lock_waiting && (driver->lock == nullptr || !driver->lock->held())) continue;
-    bool serving;
-    {
-      absl::MutexLock lock(&driver->serve_mu);
-      serving = driver->serving;
-    }
-    if (!serving) continue;
+    if (driver->WaitingForEarlierDaemon() || !driver->Serving()) continue;
     if (!driver->server->registered()) {
       problems.push_back(absl::StrCat("DRA driver ", name, " is not registered with the kubelet"));
     }
@@ -800,18 +790,19 @@ bool Daemon::RefreshHolds() {
   // node served it through a device plugin); elsewhere no such pod can exist, and no gRPC client
   // is made at start (it would leave gRPC an executor thread more).
   bool device_plugin_resource_known = false;
-  if (absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(
-          absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName));
-      checkpoint.ok()) {
-    for (const std::string& family : config_.dra_families) {
-      const std::string& resource = KnownFamilies().at(family);
-      device_plugin_resource_known =
-          device_plugin_resource_known || checkpoint->registered_devices.count(resource) > 0 ||
-          std::any_of(checkpoint->entries.begin(), checkpoint->entries.end(),
-                      [&](const KubeletCheckpoint::Entry& e) { return e.resource_name == resource; });
-    }
+  if (!dra_drivers_.empty()) {
+    absl::StatusOr<KubeletCheckpoint> checkpoint =
+        ReadKubeletCheckpoint(absl::StrCat(config_.device_plugin_dir, "/", kKubeletCheckpointName));
+    device_plugin_resource_known =
+        checkpoint.ok() &&
+        std::any_of(config_.dra_families.begin(), config_.dra_families.end(), [&](const std::string& family) {
+          const std::string& resource = KnownFamilies().at(family);
+          return checkpoint->registered_devices.count(resource) > 0 ||
+                 std::any_of(checkpoint->entries.begin(), checkpoint->entries.end(),
+                             [&](const KubeletCheckpoint::Entry& e) { return e.resource_name == resource; });
+        });
   }
-  if (!dra_drivers_.empty() && device_plugin_resource_known) {
+  if (device_plugin_resource_known) {
     const std::string socket = absl::StrCat(config_.kubelet_root, "/", kPodResourcesSocket);
     absl::StatusOr<KubeletHoldings> holdings = AskPodResources(socket, absl::Seconds(2));
     {

@@ -109,12 +109,18 @@ class Daemon {
     // Some of its devices were held by device-plugin pods at the last look (RefreshHolds).
     bool holds_known = false;
     // Held (dra/driver_lock.h) before the checkpoint is read; waited for, on event_loop_, while
-    // an earlier daemon of this node still drives the driver (lock_waiting).
+    // an earlier daemon of this node still drives the driver.
     std::unique_ptr<DriverLock> lock;
-    bool lock_waiting = false;
     absl::Mutex serve_mu;  // held while it starts, so it starts once
     bool serving ABSL_GUARDED_BY(serve_mu) = false;
     bool stopping ABSL_GUARDED_BY(serve_mu) = false;  // set by Stop(): nothing starts after
+
+    // An earlier daemon of this node still drives it (a rollout with maxSurge).
+    bool WaitingForEarlierDaemon() const { return lock != nullptr && !lock->waiting().empty(); }
+    bool Serving() {
+      absl::MutexLock hold(&serve_mu);
+      return serving;
+    }
     // Until it serves (no device and no prepared claim at start), this listener waits for its
     // first device, on the thread that publishes the set's changes (ea-hostwatch); 0 otherwise.
     uint64_t first_device_listener ABSL_GUARDED_BY(serve_mu) = 0;
