@@ -27,30 +27,37 @@ namespace {
 // window (docs/kubelet-behaviour.md section 11).
 constexpr absl::Duration kLastCallsLinger = absl::Milliseconds(5);
 
-// Where gRPC listens for the socket at `path`: ".<name>.<pid>.<n>" beside it (n: this process's
-// count of servers started, so that two of one process, as in a handover, never share one), or
-// `path` itself where that name would be too long for a Unix socket.
+// The private sockets of the socket at `path` are ".<name>.<pid>.<n>" beside it: their directory,
+// and the start of their names.
+struct PrivateSocketNames {
+  std::string dir;
+  std::string prefix;  // ".<name>."
+};
+PrivateSocketNames PrivateSocketNamesOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return {".", absl::StrCat(".", path, ".")};
+  return {path.substr(0, slash), absl::StrCat(".", path.substr(slash + 1), ".")};
+}
+
+// Where gRPC listens for the socket at `path`: a private socket (n: this process's count of
+// servers started, so that two of one process, as in a handover, never share one), or `path`
+// itself where that name would be too long for a Unix socket.
 std::string PrivateSocketPath(const std::string& path) {
   static std::atomic<uint64_t> started{0};
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string private_path = absl::StrCat(dir, "/.", name, ".", getpid(), ".", started++);
+  const PrivateSocketNames names = PrivateSocketNamesOf(path);
+  std::string private_path = absl::StrCat(names.dir, "/", names.prefix, getpid(), ".", started++);
   return private_path.size() < sizeof(sockaddr_un::sun_path) ? private_path : path;
 }
 
-// Removes the private sockets (PrivateSocketPath) of `path` that nobody answers on: left by a
-// process that died (or by this pid in an earlier life).
+// Removes the private sockets of `path` that nobody answers on: left by a process that died (or
+// by this pid in an earlier life).
 void RemoveStalePrivateSockets(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return;
-  const std::string dir = path.substr(0, slash);
-  const std::string prefix = absl::StrCat(".", path.substr(slash + 1), ".");
-  DIR* listing = opendir(dir.c_str());
+  const PrivateSocketNames names = PrivateSocketNamesOf(path);
+  DIR* listing = opendir(names.dir.c_str());
   if (listing == nullptr) return;
   while (struct dirent* entry = readdir(listing)) {
-    if (!absl::StartsWith(entry->d_name, prefix)) continue;
-    const std::string stale = absl::StrCat(dir, "/", entry->d_name);
+    if (!absl::StartsWith(entry->d_name, names.prefix)) continue;
+    const std::string stale = absl::StrCat(names.dir, "/", entry->d_name);
     struct stat st;
     if (lstat(stale.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && !UnixSocketAnswers(stale)) {
       unlink(stale.c_str());

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -42,113 +43,103 @@ std::vector<std::string> ReadDirectoryNames(const std::string& dir) {
   return names;
 }
 
-TEST(PluginServerTest, SocketIsOwnerOnlyAndItsDisappearanceIsSeen) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(path, &set, &counters, nullptr);
-  ASSERT_TRUE(server.Start().ok());
+// One socket path in a directory of its own, and what a server on it needs.
+class PluginServerSocketTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<PluginServer> NewServer() {
+    return std::make_unique<PluginServer>(path_, &set_, &counters_, nullptr);
+  }
+
+  TempDir dir_;
+  const std::string path_ = dir_.path() + "/plugin.sock";
+  DeviceSet set_{"coral.ai/edgetpu"};
+  PluginCounters counters_;
+};
+
+TEST_F(PluginServerSocketTest, SocketIsOwnerOnlyAndItsDisappearanceIsSeen) {
+  auto server = NewServer();
+  ASSERT_TRUE(server->Start().ok());
   struct stat st;
-  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600);
-  EXPECT_TRUE(server.SocketPresent());
-  unlink(path.c_str());
-  EXPECT_FALSE(server.SocketPresent());
+  EXPECT_TRUE(server->SocketPresent());
+  unlink(path_.c_str());
+  EXPECT_FALSE(server->SocketPresent());
 }
 
-TEST(PluginServerTest, PathTakenByAFileIsAClearError) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  FILE* f = fopen(path.c_str(), "w");
+TEST_F(PluginServerSocketTest, PathTakenByAFileIsAClearError) {
+  FILE* f = fopen(path_.c_str(), "w");
   fclose(f);
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(path, &set, &counters, nullptr);
-  absl::Status status = server.Start();
+  auto server = NewServer();
+  absl::Status status = server->Start();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("taken by a regular file"));
   struct stat st;
-  EXPECT_EQ(stat(path.c_str(), &st), 0) << "a file we do not own must not be deleted";
+  EXPECT_EQ(stat(path_.c_str(), &st), 0) << "a file we do not own must not be deleted";
 
-  unlink(path.c_str());
-  mkdir(path.c_str(), 0755);
-  EXPECT_THAT(std::string(server.Start().message()), HasSubstr("taken by a directory"));
+  unlink(path_.c_str());
+  mkdir(path_.c_str(), 0755);
+  EXPECT_THAT(std::string(server->Start().message()), HasSubstr("taken by a directory"));
 }
 
-TEST(PluginServerTest, StaleSocketIsReplacedLiveOneIsNot) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
+TEST_F(PluginServerSocketTest, StaleSocketIsReplacedLiveOneIsNot) {
   {
     // A live server holds the path.
-    PluginServer first(path, &set, &counters, nullptr);
-    ASSERT_TRUE(first.Start().ok());
-    PluginServer second(path, &set, &counters, nullptr);
-    EXPECT_EQ(second.Start().code(), absl::StatusCode::kAlreadyExists);
+    auto first = NewServer();
+    ASSERT_TRUE(first->Start().ok());
+    auto second = NewServer();
+    EXPECT_EQ(second->Start().code(), absl::StatusCode::kAlreadyExists);
   }
   // A socket file nobody serves on (a crashed earlier run).
-  ::edgeaccel::testing::MakeStaleSocket(path);
-  PluginServer third(path, &set, &counters, nullptr);
-  EXPECT_TRUE(third.Start().ok());
+  ::edgeaccel::testing::MakeStaleSocket(path_);
+  auto third = NewServer();
+  EXPECT_TRUE(third->Start().ok());
 }
 
 // A rollout with maxSurge: the moment the old daemon's socket stops answering, the new one
 // replaces it as stale and serves there. The old one's shutdown must leave that socket alone:
 // gRPC unlinks the path it listened on when it shuts down, whoever's socket is there by then.
-TEST(PluginServerTest, TheSocketOfTheNextServerOnItsPathOutlivesItsStop) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer old(path, &set, &counters, nullptr);
-  ASSERT_TRUE(old.Start().ok());
-  ASSERT_EQ(unlink(path.c_str()), 0);  // as the next daemon does to a socket that stopped answering
-  PluginServer next(path, &set, &counters, nullptr);
-  ASSERT_TRUE(next.Start().ok());
-  old.Stop();
-  EXPECT_TRUE(next.SocketPresent()) << "the old server's shutdown removed the next one's socket";
-  EXPECT_TRUE(UnixSocketAnswers(path));
-  next.Stop();
-  EXPECT_FALSE(PathExists(path));
+TEST_F(PluginServerSocketTest, TheSocketOfTheNextServerOnItsPathOutlivesItsStop) {
+  auto old = NewServer();
+  ASSERT_TRUE(old->Start().ok());
+  ASSERT_EQ(unlink(path_.c_str()), 0);  // as the next daemon does to a socket that stopped answering
+  auto next = NewServer();
+  ASSERT_TRUE(next->Start().ok());
+  old->Stop();
+  EXPECT_TRUE(next->SocketPresent()) << "the old server's shutdown removed the next one's socket";
+  EXPECT_TRUE(UnixSocketAnswers(path_));
+  next->Stop();
+  EXPECT_FALSE(PathExists(path_));
   // Nothing of either is left beside it.
-  EXPECT_EQ(ReadDirectoryNames(dir.path()), std::vector<std::string>{});
+  EXPECT_EQ(ReadDirectoryNames(dir_.path()), std::vector<std::string>{});
 }
 
 // The socket the kubelet dials is the one gRPC listens on (a hard link to it); gRPC's own name
 // for it starts with a dot, which the kubelet's plugin watcher and edgeaccel's neighbour look skip.
-TEST(PluginServerTest, ItsSocketIsALinkToAPrivateDotNameAndBothGoWithIt) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(path, &set, &counters, nullptr);
-  ASSERT_TRUE(server.Start().ok());
-  std::vector<std::string> names = ReadDirectoryNames(dir.path());
+TEST_F(PluginServerSocketTest, ItsSocketIsALinkToAPrivateDotNameAndBothGoWithIt) {
+  auto server = NewServer();
+  ASSERT_TRUE(server->Start().ok());
+  std::vector<std::string> names = ReadDirectoryNames(dir_.path());
   ASSERT_EQ(names.size(), 2u) << absl::StrJoin(names, " ");
   EXPECT_EQ(names[1], "plugin.sock");
   EXPECT_TRUE(absl::StartsWith(names[0], ".plugin.sock.")) << names[0];
   struct stat linked, listening;
-  ASSERT_EQ(stat(path.c_str(), &linked), 0);
-  ASSERT_EQ(stat((dir.path() + "/" + names[0]).c_str(), &listening), 0);
+  ASSERT_EQ(stat(path_.c_str(), &linked), 0);
+  ASSERT_EQ(stat((dir_.path() + "/" + names[0]).c_str(), &listening), 0);
   EXPECT_EQ(linked.st_ino, listening.st_ino);
   EXPECT_EQ(listening.st_mode & 0777, 0600);
-  server.Stop();
-  EXPECT_EQ(ReadDirectoryNames(dir.path()), std::vector<std::string>{});
+  server->Stop();
+  EXPECT_EQ(ReadDirectoryNames(dir_.path()), std::vector<std::string>{});
 }
 
 // A private socket left by a process that died is removed at the next start.
-TEST(PluginServerTest, APrivateSocketLeftByADeadProcessIsRemovedAtStart) {
-  TempDir dir;
-  const std::string path = dir.path() + "/plugin.sock";
-  ::edgeaccel::testing::MakeStaleSocket(dir.path() + "/.plugin.sock.99999.0");
-  DeviceSet set("coral.ai/edgetpu");
-  PluginCounters counters;
-  PluginServer server(path, &set, &counters, nullptr);
-  ASSERT_TRUE(server.Start().ok());
-  EXPECT_FALSE(PathExists(dir.path() + "/.plugin.sock.99999.0"));
-  server.Stop();
+TEST_F(PluginServerSocketTest, APrivateSocketLeftByADeadProcessIsRemovedAtStart) {
+  const std::string stale = dir_.path() + "/.plugin.sock.99999.0";
+  ::edgeaccel::testing::MakeStaleSocket(stale);
+  auto server = NewServer();
+  ASSERT_TRUE(server->Start().ok());
+  EXPECT_FALSE(PathExists(stale));
+  server->Stop();
 }
 
 }  // namespace
