@@ -21,17 +21,7 @@ h() { echo "$(curl -s -o /dev/null -w '%{http_code}' 127.0.0.1:$1/healthz) $(cur
 waitfor 30 grep -q "registered" "$OUT/daemon.log"
 waitfor 30 bash -c "curl -s 127.0.0.1:19407/healthz | grep -q ok"
 say "healthz: $(h 19407)"
-{
-  cat <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: edgetpu}
-spec: {spec: {devices: {requests: [{name: tpu, exactly: {deviceClassName: edgetpu.edgeaccel.io}}]}}}
----
-YAML
-  lab_pod claim-pod "ls -l /dev/apex*; sleep 3600" "{claims: [{name: tpu}]}" \
-    "  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]"
-} | kubectl apply -f - >/dev/null
+{ claim_template; echo ---; claim_pod claim-pod; } | kubectl apply -f - >/dev/null
 waitfor 60 running claim-pod
 DEV=$(kubectl get resourceclaims -o jsonpath='{.items[0].status.allocation.devices.results[0].device}')
 N=$([[ $DEV == tpu-0000-03-00-0 ]] && echo 0 || echo 1)

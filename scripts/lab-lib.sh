@@ -25,6 +25,20 @@ ${4:-}
   - {name: bb, image: lab.local/busybox:1.36, imagePullPolicy: Never, command: [sh, -c, "$2"], resources: $3}
 YAML
 }
+# The ResourceClaimTemplate "edgetpu" (one Edge TPU through the shipped DeviceClass), and a pod
+# (name) whose container lists the TPU it got and sleeps, with a claim made from it.
+claim_template() {
+  cat <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: edgetpu}
+spec: {spec: {devices: {requests: [{name: tpu, exactly: {deviceClassName: edgetpu.edgeaccel.io}}]}}}
+YAML
+}
+claim_pod() {
+  lab_pod "$1" "ls -l /dev/apex*; sleep 3600" "{claims: [{name: tpu}]}" \
+    "  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]"
+}
 # The fixture's PCIe Edge TPUs (apex_0 120:0, apex_1 120:1), and with "usb" its USB Accelerator
 # (bus 2, device 3: 189:130).
 make_device_nodes() {

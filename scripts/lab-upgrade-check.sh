@@ -25,8 +25,6 @@ kubectl apply -f manifests/components/dra/deviceclasses.yaml >/dev/null
 start() { "$1" "${FLAGS[@]}" > "$OUT/$2.log" 2>&1 & PID=$!; waitfor 30 bash -c "grep -q 'registered with the kubelet' $OUT/$2.log"; say "$2 ($1) serving: $(grep -o 'prepared claim(s) from[^,]*' "$OUT/$2.log" | head -1)"; }
 stop() { kill -TERM $PID; wait $PID; say "stopped (exit $?)"; }
 N_CLAIM_PODS=1
-claim_pod() { lab_pod "$1" "ls -l /dev/apex*; sleep 3600" "{claims: [{name: tpu}]}" \
-    "  resourceClaims: [{name: tpu, resourceClaimTemplateName: edgetpu}]"; }
 # Replaces the running daemon by `$1` (log `$2`): stop then start, or with SURGE=1 the new one
 # first, beside it.
 replace() {  # $3: surge or not
@@ -49,13 +47,8 @@ waitfor 40 bash -c '[[ $(kubectl get node 127.0.0.1 -o jsonpath="{.status.alloca
 {
   lab_pod dp-pod "ls -l /dev/bus/usb/*/*; sleep 3600" "{limits: {coral.ai/edgetpu: 1}}"
   echo ---
-  cat <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: edgetpu}
-spec: {spec: {devices: {requests: [{name: tpu, exactly: {deviceClassName: edgetpu.edgeaccel.io}}]}}}
----
-YAML
+  claim_template
+  echo ---
   claim_pod claim-pod
 } | kubectl apply -f - >/dev/null
 waitfor 60 running dp-pod; waitfor 60 running claim-pod
