@@ -95,6 +95,17 @@ NeighbourView LookAround(const NeighbourQuery& query) {
     }
   }
 
+  const NeighbourView* const recent = query.reuse_holdings_of;
+  if (recent != nullptr && recent->holdings_read && view.registry_claim.empty() &&
+      !view.out_of_budget && view.live_foreign == recent->live_foreign) {
+    view.holdings = recent->holdings;
+    view.holdings_read = true;
+    view.holdings_note = recent->holdings_note;
+    view.holdings_reused = true;
+    view.took = absl::Now() - start;
+    return view;
+  }
+
   // What the kubelet holds: the pod-resources API, else the checkpoint. The checkpoint is read
   // either way for the resources the kubelet knows (pod-resources lists only healthy ones).
   absl::StatusOr<KubeletCheckpoint> checkpoint = ReadKubeletCheckpoint(

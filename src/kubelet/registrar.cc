@@ -181,7 +181,7 @@ std::string ResourceRegistrar::socket_path() const {
 }
 
 ArbiterDecision ResourceRegistrar::LookNow() {
-  const NeighbourView view = Look();
+  const NeighbourView view = Look(nullptr);
   machine_.NoteLook(view);
   const ArbiterInput input = machine_.InputFor(view);
   NeighbourArbiter arbiter(set_->resource_name(), options_.neighbour_grace);
@@ -285,7 +285,11 @@ NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
   return query;
 }
 
-NeighbourView ResourceRegistrar::Look() { return LookAround(NeighbourQueryNow()); }
+NeighbourView ResourceRegistrar::Look(const NeighbourView* reuse_holdings_of) {
+  NeighbourQuery query = NeighbourQueryNow();
+  query.reuse_holdings_of = reuse_holdings_of;
+  return LookAround(query);
+}
 
 std::vector<std::string> ResourceRegistrar::OwnIds() {
   std::vector<std::string> ids;

@@ -253,7 +253,8 @@ void RegistrationMachine::RecordNotOurs() {
 bool RegistrationMachine::Arbitrate() {
   last_other_look_ = Now();
   const std::string& resource = options_.resource;
-  const NeighbourView view = ports_->Look();
+  const bool reuse = predecessor_look_.has_value() && Now() - predecessor_look_at_ <= kHoldingsReuse;
+  const NeighbourView view = ports_->Look(reuse ? &*predecessor_look_ : nullptr);
   NoteLook(view);
   // Counted once its verdict is acted on, so a test that waits for the count sees the outcome.
   absl::Cleanup counted = [this] { neighbour_looks_.fetch_add(1); };
@@ -286,8 +287,19 @@ bool RegistrationMachine::Arbitrate() {
   const ArbiterInput input = InputFor(view);
   const ArbiterDecision decision = arbiter_.Decide(input, Now());
   VLOG(1) << resource << ": neighbour look took " << absl::FormatDuration(view.took) << " ("
-          << (view.holdings_read ? view.holdings.source : "no holdings") << "): "
+          << (view.holdings_read ? view.holdings.source : "no holdings")
+          << (view.holdings_reused ? ", read by the look before" : "") << "): "
           << VerdictName(decision.verdict) << (decision.why.empty() ? "" : ": ") << decision.why;
+
+  if (decision.to_edgeaccel) {
+    // Its time is the holdings' read: reused ones are never passed on past kHoldingsReuse.
+    if (!view.holdings_reused) {
+      predecessor_look_ = view;
+      predecessor_look_at_ = Now();
+    }
+  } else {
+    predecessor_look_.reset();
+  }
 
   if (decision.verdict == ArbiterDecision::kServe) {
     recheck_other_at_ = absl::InfiniteFuture();

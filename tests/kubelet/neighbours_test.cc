@@ -116,6 +116,36 @@ TEST_F(NeighboursTest, ACheckpointOfAnUnknownShapeIsSaidAndTheRestRead) {
   EXPECT_FALSE(view.holdings_read);
 }
 
+// The look that finds an earlier edgeaccel gone may stand on the holdings of the one made while it
+// served (the kubelet is busiest then): only while no other socket came, since another plugin can
+// take the resource only through one of its own.
+TEST_F(NeighboursTest, ALookBeforeStandsForTheKubeletsHoldingsWhileNoOtherSocketCame) {
+  kubelet_.Start();
+  auto plugin = StartNeighbour(NeighbourKind::kNvidiaLike);
+  const NeighbourView before = LookAround(Query());
+  ASSERT_TRUE(before.holdings_read);
+  EXPECT_FALSE(before.holdings_reused);
+  ASSERT_TRUE(kubelet_.Admit(kGpu, 1).ok());  // what a fresh read would see
+
+  NeighbourQuery reusing = Query();
+  reusing.reuse_holdings_of = &before;
+  NeighbourView view = LookAround(reusing);
+  EXPECT_TRUE(view.holdings_reused);
+  EXPECT_TRUE(view.holdings_read);
+  EXPECT_TRUE(view.holdings.allocated[kGpu].empty());
+  EXPECT_THAT(view.holdings.healthy[kGpu], ::testing::UnorderedElementsAre("GPU-1", "GPU-2"));
+
+  // Another plugin's socket came: the kubelet is asked again.
+  NeighbourPlugin other(NeighbourKind::kIntelLike, kubelet_.DevicePluginsDir(), "other.sock",
+                        "example.com/other", std::vector<std::string>{"X-1"});
+  ASSERT_TRUE(other.Start().ok());
+  view = LookAround(reusing);
+  EXPECT_FALSE(view.holdings_reused);
+  EXPECT_EQ(view.live_foreign_sockets, 2);
+  EXPECT_EQ(view.holdings.allocated[kGpu].size(), 1u);
+  other.Stop();
+}
+
 TEST_F(NeighboursTest, APluginWatcherSocketSaysWhatItServes) {
   kubelet_.Start();
   DeviceSet set(kGpu);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 namespace edgeaccel {
@@ -43,9 +44,11 @@ class ScriptedNode : public RegistrationPorts {
     Did(absl::StrCat("Register(", at.inode, ")"));
   }
   void CancelRegister() override { Did("CancelRegister"); }
-  NeighbourView Look() override {
-    Did("Look");
-    return view;
+  NeighbourView Look(const NeighbourView* reuse_holdings_of) override {
+    Did(reuse_holdings_of == nullptr ? "Look" : "Look(reusing)");
+    NeighbourView seen = view;
+    seen.holdings_reused = reuse_holdings_of != nullptr;
+    return seen;
   }
   std::vector<std::string> OwnIds() override { return own_ids; }
   bool WatcherRegistered() override { return watcher_registered; }
@@ -72,7 +75,7 @@ class ScriptedNode : public RegistrationPorts {
   std::string Done(bool with_looks = false) {
     std::vector<std::string> shown;
     for (const std::string& action : actions) {
-      if (with_looks || action != "Look") shown.push_back(action);
+      if (with_looks || !absl::StartsWith(action, "Look")) shown.push_back(action);
     }
     actions.clear();
     return absl::StrJoin(shown, "; ");
@@ -463,6 +466,31 @@ TEST_F(RegistrationMachineTest, TheLookThatFindsTheEarlierEdgeaccelGoneIsTheOneI
   node.view.predecessor.clear();  // it exits
   Machine().NeighbourChanged();
   now += RegistrationMachine::kLookInterval;
+  Step();
+  // It stands on the holdings the look before read (NeighbourQuery::reuse_holdings_of).
+  EXPECT_EQ(node.Done(true), "Look(reusing); Serve(kubelet); Record(ours, kubelet); Register(101)");
+}
+
+// The holdings of a look made while the earlier edgeaccel served are reused for kHoldingsReuse
+// from when they were read, never passed on from one reusing look to the next.
+TEST_F(RegistrationMachineTest, AWaitingLooksHoldingsAreReusedOnlyWhileFresh) {
+  node.kubelet = kKubeletA;
+  node.view.predecessor = "/dp/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  EXPECT_EQ(node.Done(true), "Look");
+  for (int i = 0; i < 3; ++i) {  // a busy node: the kubelet's checkpoint written again and again
+    Machine().NeighbourChanged();
+    now += RegistrationMachine::kLookSettle;
+    Step();
+  }
+  EXPECT_EQ(node.Done(true), "Look(reusing); Look(reusing); Look(reusing)");
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kHoldingsReuse;
+  Step();
+  EXPECT_EQ(node.Done(true), "Look");
+  node.view.predecessor.clear();  // it exits
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kHoldingsReuse + absl::Milliseconds(1);
   Step();
   EXPECT_EQ(node.Done(true), "Look; Serve(kubelet); Record(ours, kubelet); Register(101)");
 }

@@ -162,7 +162,7 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   void Silence() override;
   void StartRegister(const KubeletSocketId& kubelet) override;
   void CancelRegister() override;
-  NeighbourView Look() override;
+  NeighbourView Look(const NeighbourView* reuse_holdings_of) override;
   std::vector<std::string> OwnIds() override;
   bool WatcherRegistered() override { return watcher_service_.registered(); }
   void WatcherEndpointLost() override { watcher_service_.EndpointLost(); }

@@ -111,8 +111,8 @@ class RegistrationPorts {
   // Cancels the call in flight (it still ends through RegisterDone, cancelled_by_us).
   virtual void CancelRegister() = 0;
 
-  // Looks at the neighbours (bounded by its budget).
-  virtual NeighbourView Look() = 0;
+  // Looks at the neighbours (bounded by its budget). `reuse_holdings_of`: see NeighbourQuery.
+  virtual NeighbourView Look(const NeighbourView* reuse_holdings_of) = 0;
   // The ids we advertise now, and every id we held since we started.
   virtual std::vector<std::string> OwnIds() = 0;
 
@@ -168,6 +168,11 @@ class RegistrationMachine {
   // first ListAndWatch answer must have reached the kubelet.
   static constexpr absl::Duration kLookSettle = absl::Milliseconds(100);
   static constexpr absl::Duration kInitialBackoff = absl::Milliseconds(100);
+  // How old the last look made while an earlier edgeaccel served may be for the look that finds
+  // it gone to take its holdings instead of asking the kubelet again (NeighbourQuery). On a busy
+  // node every allocation writes the kubelet's checkpoint and so brings a look: the last one is
+  // a few hundred milliseconds old at most.
+  static constexpr absl::Duration kHoldingsReuse = absl::Seconds(2);
 
   RegistrationMachine(Options options, RegistrationPorts* ports, std::function<absl::Time()> clock);
 
@@ -266,6 +271,9 @@ class RegistrationMachine {
   absl::Time probe_deadline_ = absl::InfiniteFuture();
   // We left the resource to an earlier edgeaccel registered through the plugin watcher.
   bool predecessor_was_watcher_ = false;
+  // The last look that found an earlier edgeaccel serving, and when it was made.
+  std::optional<NeighbourView> predecessor_look_;
+  absl::Time predecessor_look_at_ = absl::InfinitePast();
 
   std::atomic<bool> registered_kubelet_{false};
   std::atomic<bool> endpoint_lost_{false};
