@@ -36,6 +36,11 @@ SerialWorker::Retry FileRetry() {
   return {.first = absl::Seconds(1), .max = absl::Seconds(60), .jitter = 0};
 }
 
+// How long a stop waits for the kubelet's plugin watcher to unregister our plugins_registry/
+// sockets: it unregisters on its next reconciler pass (1 s loop), a busy kubelet a little later.
+// A kubelet that is down is not waited for longer than this.
+constexpr absl::Duration kPluginWatcherLetGo = absl::Milliseconds(2500);
+
 // edgeaccel-nvml-helper in the directory this executable is in (the images put both in
 // /usr/bin; a build tree has both in build/).
 std::string DefaultNvmlHelperPath() {
@@ -669,6 +674,18 @@ void Daemon::Stop() {
   watcher_.Stop();
   if (nvml_ != nullptr) nvml_->Stop();  // after the scans that start it
   if (dra_api_ != nullptr) dra_api_->Cancel();  // a prepare reading a claim ends now
+  // A resource the plugin watcher registered keeps serving until the watcher has unregistered
+  // it (its next pass, within a second), each in parallel: pods admitted meanwhile still get a
+  // device, and a successor registering through kubelet.sock is not dropped by that late
+  // deregistration (ResourceRegistrar::LeavePluginWatcher).
+  bool leaving_watcher = false;
+  for (auto& resource : resources_) {
+    if (resource->registrar->LeavePluginWatcher()) leaving_watcher = true;
+  }
+  if (leaving_watcher) {
+    const absl::Time by = absl::Now() + kPluginWatcherLetGo;
+    for (auto& resource : resources_) resource->registrar->WaitForTheWatcherToLetGo(by);
+  }
   for (auto& resource : resources_) resource->registrar->Stop();
   // The DRA plugin deregisters (its registration socket goes first); the slices and prepared
   // claims stay: running pods keep their devices, and the next daemon takes over both.

@@ -154,6 +154,16 @@ absl::Status PluginServer::Start() {
   return absl::OkStatus();
 }
 
+void PluginServer::RemoveSocket() {
+  if (inode_ == 0) return;
+  RemoveSocketIfOurs(socket_path_, inode_);
+  inode_ = 0;
+}
+
+bool PluginServer::WaitForNoStreams(absl::Time by) {
+  return service_ == nullptr || service_->WaitForNoStreams(by);
+}
+
 void PluginServer::Stop(absl::Duration grace) {
   if (server_ == nullptr) return;
   // The stream's end first, and the server keeps answering a moment longer. The kubelet drops

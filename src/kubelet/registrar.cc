@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -125,6 +126,65 @@ bool ResourceRegistrar::SetUp() {
 }
 
 void ResourceRegistrar::Stop() {
+  StopStepping();
+  std::unique_ptr<PluginServer> server;
+  std::unique_ptr<WatcherProbe> probe;
+  {
+    absl::MutexLock lock(&mu_);
+    server = std::move(server_);
+    probe = std::move(probe_);
+    leaving_watcher_ = false;
+  }
+  if (server != nullptr) server->Stop();
+  if (probe != nullptr) probe->Stop();
+  for (int* fd : {&call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+bool ResourceRegistrar::LeavePluginWatcher() {
+  StopStepping();
+  absl::MutexLock lock(&mu_);
+  if (server_ == nullptr || server_mode_ != RegistrationMode::kPluginWatcher) return false;
+  // A server we stepped back from keeps a stream the kubelet replaced: its name is another
+  // plugin's now, and waiting would change nothing.
+  if (!watcher_service_.registered() || !machine_.left_to().empty()) return false;
+  if (server_->OpenStreams() == 0 || !server_->SocketPresent()) return false;
+  server_->RemoveSocket();
+  leaving_watcher_ = true;
+  LOG(INFO) << set_->resource_name() << ": removed " << server_->socket_path()
+            << "; serving until the kubelet's plugin watcher unregisters it (its next pass)";
+  return true;
+}
+
+void ResourceRegistrar::WaitForTheWatcherToLetGo(absl::Time by) {
+  const std::string resource = set_->resource_name();
+  PluginServer* server;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!leaving_watcher_ || server_ == nullptr) return;
+    leaving_watcher_ = false;
+    server = server_.get();  // stays: nothing steps any more, and Stop() comes after this
+  }
+  const absl::Time start = absl::Now();
+  if (!server->WaitForNoStreams(by)) {
+    LOG(WARNING) << resource << ": the kubelet's plugin watcher did not unregister "
+                 << server->socket_path() << " within " << absl::FormatDuration(by - start)
+                 << " (is the kubelet running?); stopping anyway";
+    return;
+  }
+  LOG(INFO) << resource << ": the kubelet's plugin watcher unregistered us after "
+            << absl::FormatDuration(absl::Now() - start);
+  // A successor's WatcherProbe on our former path is waiting for exactly this.
+  auto stub = pluginregistration::Registration::NewStub(DialUnixSocket(server->socket_path()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  pluginregistration::PluginInfo info;
+  (void)stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
+}
+
+void ResourceRegistrar::StopStepping() {
   if (started_) {
     started_ = false;
     loop_->Remove(this);  // no step runs from here on
@@ -143,19 +203,6 @@ void ResourceRegistrar::Stop() {
       absl::MutexLock lock(&mu_);
       call = std::move(call_);
     }
-  }
-  std::unique_ptr<PluginServer> server;
-  std::unique_ptr<WatcherProbe> probe;
-  {
-    absl::MutexLock lock(&mu_);
-    server = std::move(server_);
-    probe = std::move(probe_);
-  }
-  if (server != nullptr) server->Stop();
-  if (probe != nullptr) probe->Stop();
-  for (int* fd : {&call_done_fd_, &stream_event_fd_, &probe_asked_fd_}) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
   }
 }
 

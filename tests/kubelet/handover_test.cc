@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "captured_log.h"
 #include "edgeaccel/discovery/resource_names.h"
@@ -176,6 +177,48 @@ TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
   ASSERT_TRUE(Served("kubelet"));
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
   EXPECT_EQ(next->registrations(), 1u);
+}
+
+// The same rollout as the daemon's stop makes it, with pods arriving all along: the old daemon
+// removes its plugins_registry/ socket and keeps serving until the watcher's deregistration ends
+// its stream, then asks the new one's probe GetInfo. Pods are admitted until that pass, and the
+// new daemon registers through kubelet.sock before the next one. It used to wait for the watcher
+// to ask its probe, a pass later, with every device Unhealthy at the kubelet meanwhile (0.9 and
+// 2.0 s on the real 1.36.2).
+TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePassThatDroppedTheOld) {
+  CapturedLog log;
+  kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
+  kubelet_.Start();
+  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
+  ASSERT_TRUE(Served("plugin-watcher"));
+  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
+  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  JustAfterAWatcherPass();
+  const int drops = kubelet_.Disconnections(kTpu);
+  ASSERT_TRUE(old->LeavePluginWatcher());
+  std::thread stopping([&] {
+    old->WaitForTheWatcherToLetGo(absl::Now() + absl::Milliseconds(2500));
+    old->Stop();
+  });
+  int admitted = 0;
+  while (kubelet_.Disconnections(kTpu) == drops) {
+    absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
+    if (!pod.ok()) {  // only once the watcher has dropped the old endpoint
+      ASSERT_NE(kubelet_.Disconnections(kTpu), drops) << "pod " << admitted + 1 << ": " << pod.status();
+      break;
+    }
+    kubelet_.DeletePod(*pod);
+    ++admitted;
+    absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
+  }
+  const uint64_t pass = kubelet_.ReconcilerPasses();
+  ASSERT_TRUE(Served("kubelet"));
+  EXPECT_EQ(kubelet_.ReconcilerPasses(), pass) << "registered a watcher pass after the old went";
+  stopping.join();
+  EXPECT_GT(admitted, 0) << "the old daemon stopped serving before the watcher let go of it";
+  EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
+  EXPECT_EQ(next->registrations(), 1u);
+  EXPECT_TRUE(log.Contains("the kubelet's plugin watcher unregistered us after"));
 }
 
 TEST_P(HandoverTest, ARolloutWithMaxSurgeFromKubeletSockToThePluginWatcher) {

@@ -43,6 +43,13 @@ class PluginServer {
   // True while our socket file is still at the path (the kubelet deletes it when it restarts).
   bool SocketPresent() const;
 
+  // Removes our socket file (if still ours) and keeps serving: the kubelet's connection, made
+  // through the file, stays. For a server registered through the plugin watcher that goes for
+  // good (ResourceRegistrar::LeavePluginWatcher).
+  void RemoveSocket();
+  // Waits until no ListAndWatch stream is open, or `by`. True when none is.
+  bool WaitForNoStreams(absl::Time by);
+
   // ListAndWatch streams open now (0 when not serving).
   int OpenStreams() const;
   void Readvertise();

@@ -120,6 +120,20 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   // Ends streams, stops serving, removes our socket. Returns within a fraction of a second.
   void Stop();
 
+  // Going for good, before Stop(), where the kubelet's plugin watcher registered us and the
+  // kubelet's stream is open: stops acting on events, removes our plugins_registry/ socket and
+  // keeps serving. The watcher unregisters a removed socket on its next reconciler pass (1 s
+  // loop) by resource name, dropping whichever endpoint holds the name then (up to 1.36): had our
+  // stream ended first, the kubelet would count every device Unhealthy until a successor
+  // registered, and a successor registering through kubelet.sock before that pass would be
+  // dropped by it. True when there is such a deregistration to wait for.
+  bool LeavePluginWatcher();
+  // After LeavePluginWatcher: waits until the kubelet has ended our stream (the deregistration),
+  // or `by`. Then a WatcherProbe a successor put on our former path is asked GetInfo, as the
+  // watcher would ask it on its next pass: the successor registers through kubelet.sock now,
+  // a pass earlier (docs/kubelet-behaviour.md §11).
+  void WaitForTheWatcherToLetGo(absl::Time by);
+
   // Registered with the kubelet and serving (either way).
   bool registered() const;
   // What PluginOptions::advertise_now allows has changed: tell the open ListAndWatch streams.
@@ -187,6 +201,8 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   // Hands the machine what arrived: `ready` in WaitFds' order.
   void Receive(const PollLoop::Events& ready);
   NeighbourQuery NeighbourQueryNow() const;
+  // No step runs after this, and no Register call is in flight.
+  void StopStepping();
   std::string DirectoryFor(RegistrationMode mode) const;
   std::string KubeletSocketPath() const;
 
@@ -228,6 +244,8 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   RegistrationMode server_mode_ ABSL_GUARDED_BY(mu_) = RegistrationMode::kAuto;
   std::unique_ptr<RegisterCall> call_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<WatcherProbe> probe_ ABSL_GUARDED_BY(mu_);
+  // LeavePluginWatcher removed our socket and the deregistration is to be waited for.
+  bool leaving_watcher_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace edgeaccel
