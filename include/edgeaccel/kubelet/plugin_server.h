@@ -87,7 +87,9 @@ class PluginServer {
 // (operationexecutor: goroutinemap keyed by the path), and its reconciler unregisters a path's
 // registered socket when that socket is gone or re-created before it registers the path's new one
 // (reconciler.go). So the first GetInfo here comes after the earlier registration's
-// DeRegisterPlugin has returned (docs/kubelet-behaviour.md §2.1).
+// DeRegisterPlugin has returned (docs/kubelet-behaviour.md §2.1). An edgeaccel that served on the
+// path asks it too, the moment that deregistration has ended its stream, a pass before the
+// watcher would (ResourceRegistrar::WaitForTheWatcherToLetGo).
 class WatcherProbe {
  public:
   // `on_asked` runs on the probe's loop thread at each GetInfo; it must not block.
