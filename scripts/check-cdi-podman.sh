@@ -9,10 +9,16 @@
 #   4. one TPU is unplugged: the daemon rewrites the spec, and podman refuses the stale name;
 #   5. a discrete GPU whose "driver" is a shared object built here (libcuda.so.<version> with the
 #      soname libcuda.so.1, in the fixture's ld.so cache written by the real ldconfig): podman
-#      starts a container from the spec alone (no hook, no NVIDIA runtime), and the container's
-#      program dlopen()s "libcuda.so.1" by name and calls it: mount, soname, read-only and loader
-#      path, judged by a real runtime. The same for a Jetson whose container file lists (CSV)
-#      name its nodes and its libcuda by a `sym` entry.
+#      starts a container from the spec alone (no hook, no NVIDIA runtime) from a Debian-family
+#      root whose LD_LIBRARY_PATH names a directory of its own, and the container's program
+#      dlopen()s "libcuda.so.1" by name and calls it: the image's LD_LIBRARY_PATH is still there,
+#      the driver's libcuda is found in the loader's own /usr/lib/<triplet> (mount, soname,
+#      read-only), and a libcuda.so.1 the image puts in its own directory (CUDA's forward
+#      compatibility) is found first, judged by a real runtime. The same for a Jetson whose
+#      container file lists (CSV) name its nodes and its libcuda by a `sym` entry. A root whose
+#      loader searches /usr/lib64 only (RHEL's glibc) cannot be built from Debian's packages:
+#      Debian's glibc searches its multiarch directories, /lib and /usr/lib
+#      (`ld.so --help`); the spec's /usr/lib64 mounts are checked by the unit tests.
 # The spec's hostPath is the host's own /dev/apex_N, so the nodes are made there for the run
 # (char 120:N, no driver behind them) and removed after. Needs root.
 set -euo pipefail
@@ -63,9 +69,10 @@ name=$(grep -o 'CDI edgeaccel.io/edgetpu=[0-9a-f:.]*' "$work/kubelet.log" | cut 
 echo "check-cdi-podman: Allocate answered $name"
 
 # run DEVICE COMMAND...: a container from the busybox rootfs with one --device.
+run_opts=()  # more podman options for run
 run() {
   local device=$1; shift
-  podman run --rm --network=none --device "$device" --rootfs "$work/rootfs" "$@"
+  podman run --rm --network=none "${run_opts[@]}" --device "$device" --rootfs "$work/rootfs" "$@"
 }
 # The node in the container has the mode and owner of the host's node as the daemon sees it
 # (the spec's fileMode, uid, gid), not the runtime's default (0666 on containerd 2.1).
@@ -103,8 +110,11 @@ cat > "$work/probe/probe.c" <<'C'
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 int main(void) {
+  const char* search = getenv("LD_LIBRARY_PATH");
+  printf("LD_LIBRARY_PATH=%s; ", search == NULL ? "(unset)" : search);
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
   if (cuda == NULL) { printf("dlopen: %s\n", dlerror()); return 1; }
   int (*get_version)(int*) = (int (*)(int*))dlsym(cuda, "cuDriverGetVersion");
@@ -163,7 +173,12 @@ gpu_container() {
   out=$(run "$cdi_name" /bin/probe 2>&1) || fail "$family: the probe failed in a container from $cdi_name: $out"
   kill "$daemon"; wait "$daemon" 2>/dev/null || true; daemon=""
   echo "$out" > "$work/probe.out"
+  gpu_cdi_name=$cdi_name  # the spec stays on disk after the daemon: run again with it
 }
+# The image's own library directory, named by the LD_LIBRARY_PATH it sets.
+mkdir -p "$work/rootfs/opt/own/lib"
+run_opts=(--env LD_LIBRARY_PATH=/opt/own/lib)
+triplet=$(cc -print-multiarch)
 
 # A discrete GPU: driver 515.76 (the fixture's kernel module), its libcuda a real shared object
 # at a host path of this run, found by the daemon through the fixture's ld.so cache.
@@ -177,11 +192,22 @@ ldconfig -r "$gpu_tree"  # the soname link and the cache entry, as on a node
 make_nodes "$gpu_tree" /dev/nvidia0 /dev/nvidiactl /dev/nvidia-modeset /dev/nvidia-uvm /dev/nvidia-uvm-tools
 gpu_container "$gpu_tree" "$work/kubelet-gpu" nvidia
 out=$(cat "$work/probe.out")
-want="libcuda.so.1 at /usr/local/nvidia/lib64/libcuda.so.1: cuDriverGetVersion rc=0 version=13000, open for writing: Read-only file system"
-[ "$out" = "$want" ] || fail "the discrete GPU's container did not load the driver's libcuda.so.1: $out"
-grep -q "mount $work/driver/libcuda.so.$version -> /usr/local/nvidia/lib64/libcuda.so.1 (ro)" "$work/kubelet.log" ||
-  fail "Allocate's Mounts lack the driver's libcuda: $(cat "$work/kubelet.log")"
+want="LD_LIBRARY_PATH=/opt/own/lib; libcuda.so.1 at /usr/lib/$triplet/libcuda.so.1: cuDriverGetVersion rc=0 version=13000, open for writing: Read-only file system"
+[ "$out" = "$want" ] || fail "the discrete GPU's container did not load the driver's libcuda.so.1 with its own LD_LIBRARY_PATH kept: $out"
+for dir in "/usr/lib/$triplet" /usr/lib64; do
+  grep -q "mount $work/driver/libcuda.so.$version -> $dir/libcuda.so.1 (ro)" "$work/kubelet.log" ||
+    fail "Allocate's Mounts lack the driver's libcuda in $dir: $(cat "$work/kubelet.log")"
+done
+grep -q '"LD_LIBRARY_PATH=' /var/run/cdi/edgeaccel.io-gpu.json && fail "the spec sets LD_LIBRARY_PATH"
 echo "check-cdi-podman: discrete GPU: $out"
+# CUDA's forward compatibility: a libcuda.so.1 of the image's own, in the directory its
+# LD_LIBRARY_PATH names, comes first; the driver's is still what the loader finds without it.
+driver 13010 libcuda.so.1 "$work/rootfs/opt/own/lib/libcuda.so.1"
+out=$(run "$gpu_cdi_name" /bin/probe 2>&1) || fail "the probe failed with the image's own libcuda: $out"
+want="LD_LIBRARY_PATH=/opt/own/lib; libcuda.so.1 at /opt/own/lib/libcuda.so.1: cuDriverGetVersion rc=0 version=13010, open for writing: allowed"
+[ "$out" = "$want" ] || fail "the image's own libcuda.so.1 (its LD_LIBRARY_PATH) did not come first: $out"
+echo "check-cdi-podman: discrete GPU, the image's own libcuda first: $out"
+rm -f "$work/rootfs/opt/own/lib/libcuda.so.1"
 
 # A Jetson (AGX Orin, R36) with container file lists: two nodes and libcuda by a `sym` entry.
 jetson_tree=$(build/edgeaccel-fixture jetson-agx-orin)
@@ -197,7 +223,7 @@ printf 'sym, %s/libcuda.so.1\nlib, %s/libnvos.so\n' "$tegra" "$tegra" > "$lists/
 make_nodes "$jetson_tree" /dev/nvmap /dev/nvgpu/igpu0/ctrl
 gpu_container "$jetson_tree" "$work/kubelet-jetson" tegra
 out=$(cat "$work/probe.out")
-want="libcuda.so.1 at $tegra/libcuda.so.1: cuDriverGetVersion rc=0 version=12060, open for writing: Read-only file system"
+want="LD_LIBRARY_PATH=/opt/own/lib; libcuda.so.1 at /usr/lib/$triplet/libcuda.so.1: cuDriverGetVersion rc=0 version=12060, open for writing: Read-only file system"
 [ "$out" = "$want" ] || fail "the Jetson's container did not load the lists' libcuda.so.1: $out"
 nodes=$(grep -o 'Allocate [^;]*' "$work/kubelet.log")
 [[ "$nodes" == *"-> 2 nodes: /dev/nvgpu/igpu0/ctrl /dev/nvmap" ]] ||

@@ -69,7 +69,8 @@ template everything --set cdi.enabled=true --set nfd.enabled=true --set jetson.e
   --set onlyNodesWithAccelerators.enabled=true --set 'extraArgs={--probe-interval=2s}' \
   --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
   --set monitoring.dashboard.enabled=true --set networkPolicy.enabled=true \
-  --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m --set dra.shared=nvidia
+  --set dra.enabled=true --set 'dra.families=coral-pcie\,nvidia' --set dra.resync=1m --set dra.shared=nvidia \
+  --set 'nvidiaDriverLibraries.capabilities=compute\,utility\,video' 
 for flag in --cdi --nfd-features-dir= --families=coral-pcie,coral-usb,tegra --replicas=nvidia.com/gpu=4 \
             --take-over=nvidia.com/gpu --probe-interval=2s --dra=coral-pcie,nvidia --dra-resync=1m \
             --dra-shared=nvidia; do
@@ -194,6 +195,7 @@ refused() {  # refused EXPECTED-MESSAGE helm-args...
 }
 refused "at '/families/1': value must be one of" --set 'families={coral-pcie,tpu}'
 refused "at '/metricsPort': got string, want integer" --set metricsPort=metrics
+refused "at '/nvidiaDriverLibraries/capabilities'" --set nvidiaDriverLibraries.capabilities=display
 refused "at '/cdi/enabled': got string, want boolean" --set-string cdi.enabled=yes
 refused "at '/kubelet/preset': value must be one of" --set kubelet.preset=rke2
 refused "at '/kubelet/rootDir': minLength" --set kubelet.preset=custom

@@ -42,9 +42,13 @@ const HOST_PATHS = new Map([
   ["/proc/sys/kernel/random/boot_id", "ro"],  // DRA: a reboot is told by it (docs/dra.md)
   ["/etc/nv_tegra_release", "ro"],
   ["/proc/driver/nvidia", "ro"],
-  // Where the NVML helper finds and loads the host's libnvidia-ml.so.1 (components/nvidia-discrete).
+  // Where the NVML helper finds and loads the host's libnvidia-ml.so.1, and where the driver's
+  // libraries for containers are found (components/nvidia-discrete): Debian's and Ubuntu's
+  // /usr/lib, RHEL's /usr/lib64, the GPU Operator's driver root under /run/nvidia.
   ["/etc/ld.so.cache", "ro"],
   ["/usr/lib", "ro"],
+  ["/usr/lib64", "ro"],
+  ["/run/nvidia", "ro"],
   // L4T's container file lists: what a Jetson's GPU containers get (docs/driver-libraries.md).
   ["/etc/nvidia-container-runtime/host-files-for-container.d", "ro"],
 ]);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "edgeaccel/daemon/metrics.h"
+#include "edgeaccel/discovery/driver_libraries.h"
 #include "edgeaccel/discovery/resource_names.h"
 
 namespace edgeaccel {
@@ -282,7 +283,13 @@ absl::Status ValidateConfig(const DaemonConfig& config, ConfigCheck check) {
         absl::StrCat("--temperature-hysteresis must be between 0 and 50 °C, got ",
                      config.temperature_hysteresis_celsius));
   }
-  if (config.nvidia_driver_libraries) {
+  if (absl::StatusOr<unsigned> capabilities =
+          ParseDriverCapabilities(config.nvidia_driver_capabilities);
+      !capabilities.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nvidia-driver-capabilities: ", capabilities.status().message()));
+  }
+  if (config.nvidia_driver_libraries && !config.nvidia_driver_libraries_dir.empty()) {
     // The directory is a path in every GPU container: absolute, plain, and none of the
     // directories a runtime sets up itself.
     const std::string& dir = config.nvidia_driver_libraries_dir;

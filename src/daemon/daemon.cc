@@ -64,9 +64,10 @@ Daemon::Daemon(DaemonConfig config)
   }
   coral_policy.temperature_hysteresis_mc =
       static_cast<int64_t>(std::llround(config_.temperature_hysteresis_celsius * 1000));
-  const NvidiaOptions nvidia_options{config_.nvidia_runtime_envs, config_.tegra_display_nodes,
-                                     config_.nvidia_driver_libraries,
-                                     config_.nvidia_driver_libraries_dir};
+  const NvidiaOptions nvidia_options{
+      config_.nvidia_runtime_envs, config_.tegra_display_nodes, config_.nvidia_driver_libraries,
+      ParseDriverCapabilities(config_.nvidia_driver_capabilities).value_or(kDefaultDriverCapabilities),
+      config_.nvidia_driver_libraries_dir};
 
   auto enabled = [this](const std::string& family) { return LooksFor(config_, family); };
   // Families in a fixed order; each feeds the resource it serves.

@@ -112,14 +112,21 @@ ABSL_FLAG(bool, tegra_display_nodes, false,
 ABSL_FLAG(bool, nvidia_driver_libraries, true,
           "Hand out the NVIDIA driver's user-space libraries with nvidia.com/gpu, so that a runtime "
           "without NVIDIA's (containerd or CRI-O, with CDI or without) runs CUDA: discrete GPUs get "
-          "libcuda.so.1, libnvidia-ml.so.1, the JIT compilers and nvidia-smi of the running driver "
-          "(found through the host's /etc/ld.so.cache) as read-only mounts under their soname in "
-          "--nvidia-driver-libraries-dir, with LD_LIBRARY_PATH; a Jetson gets what L4T's container "
-          "file lists (/etc/nvidia-container-runtime/host-files-for-container.d/*.csv) name and "
-          "the host has. Turn off on nodes that keep NVIDIA's runtime, which mounts them itself.");
-ABSL_FLAG(std::string, nvidia_driver_libraries_dir, "/usr/local/nvidia/lib64",
-          "Where a discrete GPU's driver libraries go in the container (with "
-          "--nvidia-driver-libraries); LD_LIBRARY_PATH names it.");
+          "the libraries of --nvidia-driver-capabilities and nvidia-smi of the running driver "
+          "(found through the host's /etc/ld.so.cache, or the GPU Operator's /run/nvidia/driver) "
+          "as read-only mounts under their soname where the container's loader looks by default "
+          "(/usr/lib/<triplet> and /usr/lib64; LD_LIBRARY_PATH is left as the image set it); a "
+          "Jetson gets what L4T's container file lists "
+          "(/etc/nvidia-container-runtime/host-files-for-container.d/*.csv) name and the host "
+          "has. Turn off on nodes that keep NVIDIA's runtime, which mounts them itself.");
+ABSL_FLAG(std::string, nvidia_driver_libraries_dir, "",
+          "One more container directory a discrete GPU's driver libraries are mounted in (with "
+          "--nvidia-driver-libraries), for images that look only there; empty: none.");
+ABSL_FLAG(std::string, nvidia_driver_capabilities, "compute,utility",
+          "Which of the NVIDIA driver's library sets a discrete GPU's containers get, as NVIDIA's "
+          "toolkit names them: compute, utility, video (NVDEC, NVENC), graphics (OpenGL, EGL, "
+          "Vulkan), or all; also the NVIDIA_DRIVER_CAPABILITIES answered with "
+          "--nvidia-runtime-envs.");
 ABSL_FLAG(bool, nvml, true,
           "Where discrete NVIDIA GPUs are found, ask NVML (the host's libnvidia-ml.so.1, found "
           "through its /etc/ld.so.cache and the driver directories, /run/nvidia/driver too) in "
@@ -259,6 +266,7 @@ absl::StatusOr<edgeaccel::DaemonConfig> ConfigFromFlags() {
   config.tegra_display_nodes = absl::GetFlag(FLAGS_tegra_display_nodes);
   config.nvidia_driver_libraries = absl::GetFlag(FLAGS_nvidia_driver_libraries);
   config.nvidia_driver_libraries_dir = absl::GetFlag(FLAGS_nvidia_driver_libraries_dir);
+  config.nvidia_driver_capabilities = absl::GetFlag(FLAGS_nvidia_driver_capabilities);
   config.nvml = absl::GetFlag(FLAGS_nvml);
   config.nvml_helper = absl::GetFlag(FLAGS_nvml_helper);
   config.nvml_timeout = absl::GetFlag(FLAGS_nvml_timeout);

@@ -64,7 +64,7 @@ NvidiaGpuDiscoverer::NvidiaGpuDiscoverer(const Host* host, NvidiaOptions options
       options_(options),
       facts_(facts),
       inputs_(host),
-      libraries_(host, options_.driver_library_dir) {}
+      libraries_(host, DriverLibraryOptions{options_.driver_capabilities, options_.driver_library_dir}) {}
 
 bool NvidiaGpuDiscoverer::InputsUnchanged() {
   return !counting_down_ && inputs_.Unchanged();
@@ -138,10 +138,7 @@ std::vector<Device> NvidiaGpuDiscoverer::Scan() {
   if (options_.driver_libraries && !devices.empty()) {
     // One driver serves every GPU: each gets the same files.
     DriverFiles files = libraries_.Find(driver_version, &inputs_);
-    for (Device& device : devices) {
-      device.mounts = files.mounts;
-      device.envs.insert(files.envs.begin(), files.envs.end());
-    }
+    for (Device& device : devices) device.mounts = files.mounts;
   }
   if (facts_ != nullptr) facts_->Amend(&devices);
   for (const Device& device : devices) {
@@ -226,7 +223,7 @@ std::optional<Device> NvidiaGpuDiscoverer::ScanOne(const std::string& bus,
   }
   if (options_.runtime_envs) {
     device.envs["NVIDIA_VISIBLE_DEVICES"] = uuid;
-    device.envs["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility";
+    device.envs["NVIDIA_DRIVER_CAPABILITIES"] = DriverCapabilitiesText(options_.driver_capabilities);
   }
   SetHealthFromProblems(problems, &device);
   return device;

@@ -455,7 +455,6 @@ std::vector<Device> TegraGpuDiscoverer::Scan() {
   device.nodes = GpuNodes(soc.value_or(""), devfreq, discrete_gpu,
                           host_files.listed ? &host_files.device_paths : nullptr);
   device.mounts = std::move(host_files.mounts);
-  device.envs.insert(host_files.envs.begin(), host_files.envs.end());
   auto has_node = [&](auto&& match) {
     return std::any_of(device.nodes.begin(), device.nodes.end(),
                        [&](const DeviceNode& n) { return match(n.host_path); });

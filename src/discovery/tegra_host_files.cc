@@ -1,5 +1,7 @@
 #include "edgeaccel/discovery/tegra_host_files.h"
 
+#include "edgeaccel/discovery/driver_libraries.h"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -15,6 +17,14 @@
 
 namespace edgeaccel {
 namespace {
+
+// Where a Jetson container's loader looks by default (L4T's images are Ubuntu's): glibc's system
+// search path there is /lib/<triplet>, /usr/lib/<triplet>, /lib, /usr/lib, the triplet the
+// node's (aarch64-linux-gnu on every Jetson; this build's, MultiarchLibraryDir).
+bool IsLoaderDir(absl::string_view dir) {
+  const std::string multiarch = MultiarchLibraryDir();
+  return dir == multiarch || dir == multiarch.substr(4) || dir == "/lib" || dir == "/usr/lib";
+}
 
 // Lists are a few dozen lines; anything much bigger is not one.
 constexpr size_t kMaxListBytes = 1 << 20;
@@ -178,8 +188,8 @@ TegraHostFiles TegraHostFilesReader::Read(ScanInputs* inputs) {
   }
 
   std::vector<std::string> missing;
-  absl::flat_hash_set<std::string> seen_nodes, seen_mounts, seen_library_dirs;
-  std::vector<std::string> library_dirs;
+  absl::flat_hash_set<std::string> seen_nodes, seen_mounts, late_paths;
+  std::vector<Mount> late_mounts;
   for (const HostFileEntry& entry : entries) {
     // A wildcard in the last step stands for every entry of the directory it matches.
     std::vector<std::string> paths;
@@ -231,15 +241,25 @@ TegraHostFiles TegraHostFilesReader::Read(ScanInputs* inputs) {
         continue;
       }
       if (!seen_mounts.insert(path).second) continue;
-      files.mounts.push_back({inputs->ResolveHostPath(path), path});
+      const std::string host_path = inputs->ResolveHostPath(path);
+      files.mounts.push_back({host_path, path});
       const std::string file = path.substr(path.rfind('/') + 1);
-      if (!want_directory && absl::StrContains(file, ".so")) {
-        const std::string library_dir = path.substr(0, std::max<size_t>(1, path.rfind('/')));
-        if (seen_library_dirs.insert(library_dir).second) library_dirs.push_back(library_dir);
+      const std::string library_dir = path.substr(0, std::max<size_t>(1, path.rfind('/')));
+      // A library outside the loader's own directories (L4T's tegra/, tegra-egl/) is found by
+      // its name in /usr/lib/<triplet> as well, where the container's loader looks by
+      // default: NVIDIA's runtime runs ldconfig in the container instead, and an
+      // LD_LIBRARY_PATH edit would replace the image's own.
+      if (!want_directory && absl::StrContains(file, ".so") && !IsLoaderDir(library_dir)) {
+        const std::string in_loader_dir = absl::StrCat(MultiarchLibraryDir(), "/", file);
+        if (late_paths.insert(in_loader_dir).second) late_mounts.push_back({host_path, in_loader_dir});
       }
     }
   }
-  if (!library_dirs.empty()) files.envs["LD_LIBRARY_PATH"] = absl::StrJoin(library_dirs, ":");
+  // After every listed path: a file the lists name in the loader's directory itself wins.
+  for (Mount& mount : late_mounts) {
+    if (seen_mounts.contains(mount.container_path)) continue;
+    files.mounts.push_back(std::move(mount));
+  }
   if (!missing.empty()) {
     std::vector<std::string> named(missing.begin(),
                                    missing.begin() + std::min(missing.size(), kMissingNamed));

@@ -85,8 +85,8 @@ absl::Status BuildContainerAllocation(const Snapshot& snapshot, const std::strin
     }
   }
   for (const auto& [key, values] : env_values) {
-    // A search path (LD_LIBRARY_PATH) joins with ":", a device list with ",".
-    (*response->mutable_envs())[key] = absl::StrJoin(values, absl::EndsWith(key, "PATH") ? ":" : ",");
+    // A device list (NVIDIA_VISIBLE_DEVICES) joins with ",".
+    (*response->mutable_envs())[key] = absl::StrJoin(values, ",");
   }
   if (cdi_status.ok()) {
     for (std::string& name : cdi_names) response->add_cdi_devices()->set_name(std::move(name));

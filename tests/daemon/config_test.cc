@@ -52,6 +52,8 @@ TEST(ConfigTest, RejectsBadValuesNamingTheFlag) {
        "--nvidia-driver-libraries-dir"},
       {[](DaemonConfig& c) { c.nvidia_driver_libraries_dir = "/dev/nvidia"; },
        "outside /dev, /proc and /sys"},
+      {[](DaemonConfig& c) { c.nvidia_driver_capabilities = "compute,display"; },
+       "--nvidia-driver-capabilities: \"display\" is not a driver capability"},
   };
   for (const Case& test : cases) {
     DaemonConfig config;

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "captured_log.h"
 #include "daemon_process.h"
@@ -18,6 +20,8 @@ using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::RunCommand;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
@@ -26,36 +30,139 @@ constexpr char kLib[] = "/usr/lib/x86_64-linux-gnu";
 
 Mount M(const std::string& host, const std::string& container) { return {host, container}; }
 
-TEST(DriverLibrariesTest, TheComputeLibrariesBySonameFromTheirHostFilesWithTheLoaderPath) {
+// `host` mounted under `soname` in each directory the container's loader searches by default
+// (and libcuda.so beside libcuda.so.1).
+std::vector<Mount> InLoaderDirs(const std::string& host, const std::string& soname) {
+  std::vector<Mount> mounts;
+  for (const std::string& dir : DriverLibraryContainerDirs()) {
+    mounts.push_back({host, absl::StrCat(dir, "/", soname)});
+    if (soname == "libcuda.so.1") mounts.push_back({host, absl::StrCat(dir, "/libcuda.so")});
+  }
+  return mounts;
+}
+
+std::vector<Mount> Concat(std::vector<std::vector<Mount>> parts) {
+  std::vector<Mount> all;
+  for (std::vector<Mount>& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+// The host file the container path `container` is mounted from, or "none".
+std::string HostPathOf(const DriverFiles& files, const std::string& container) {
+  for (const Mount& mount : files.mounts) {
+    if (mount.container_path == container) return mount.host_path;
+  }
+  return "none";
+}
+
+// Where a Debian-family loader looks (/usr/lib/<triplet>) and a RHEL-family one (/usr/lib64):
+// glibc's system search path, after LD_LIBRARY_PATH and the ld.so cache, so nothing an image
+// sets is replaced (`ld.so --help` on Debian 12: /lib/x86_64-linux-gnu, /usr/lib/x86_64-linux-gnu,
+// /lib, /usr/lib).
+TEST(DriverLibrariesTest, TheLoadersOwnDirectoriesOfBothImageFamilies) {
+#if defined(__aarch64__)
+  EXPECT_THAT(DriverLibraryContainerDirs(), ElementsAre("/usr/lib/aarch64-linux-gnu", "/usr/lib64"));
+#else
+  EXPECT_THAT(DriverLibraryContainerDirs(), ElementsAre("/usr/lib/x86_64-linux-gnu", "/usr/lib64"));
+#endif
+}
+
+TEST(DriverLibrariesTest, TheComputeLibrariesBySonameFromTheirHostFilesInTheLoadersDirectories) {
   FixtureHost fixture;
   fixture.AddNvidiaDriverFiles({});
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   DriverFiles files = finder.Find("515.76");
   // The host's own paths (never under the fixture root), each symlink resolved to the
   // versioned file the runtime bind-mounts, under the soname the loader asks for.
   EXPECT_THAT(files.mounts,
-              ElementsAre(M(absl::StrCat(kLib, "/libcuda.so.515.76"), "/usr/local/nvidia/lib64/libcuda.so.1"),
-                          M(absl::StrCat(kLib, "/libnvidia-ml.so.515.76"),
-                            "/usr/local/nvidia/lib64/libnvidia-ml.so.1"),
-                          M(absl::StrCat(kLib, "/libnvidia-ptxjitcompiler.so.515.76"),
-                            "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1"),
-                          M(absl::StrCat(kLib, "/libnvidia-nvvm.so.515.76"),
-                            "/usr/local/nvidia/lib64/libnvidia-nvvm.so.4"),
-                          M("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")));
-  EXPECT_THAT(files.envs, ElementsAre(Pair("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")));
+              ElementsAreArray(Concat(
+                  {InLoaderDirs(absl::StrCat(kLib, "/libcuda.so.515.76"), "libcuda.so.1"),
+                   InLoaderDirs(absl::StrCat(kLib, "/libnvidia-ml.so.515.76"), "libnvidia-ml.so.1"),
+                   InLoaderDirs(absl::StrCat(kLib, "/libnvidia-ptxjitcompiler.so.515.76"),
+                                "libnvidia-ptxjitcompiler.so.1"),
+                   InLoaderDirs(absl::StrCat(kLib, "/libnvidia-nvvm.so.515.76"), "libnvidia-nvvm.so.4"),
+                   {M("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")}})));
 }
 
-TEST(DriverLibrariesTest, TheSharedCompilerIsFoundByItsVersionedSoname) {
+TEST(DriverLibrariesTest, AnExtraDirectoryGetsThemTooAndTheSharedCompilerIsFoundByItsVersionedSoname) {
   FixtureHost fixture;
   fixture.AddNvidiaDriverFiles({.sonames = {"libcuda.so.1", "libnvidia-gpucomp.so.515.76"}});
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/opt/driver");
+  DriverLibraryFinder finder(&host, {.extra_directory = "/usr/local/nvidia/lib64"});
   DriverFiles files = finder.Find("515.76");
-  EXPECT_THAT(files.mounts,
-              ::testing::Contains(M(absl::StrCat(kLib, "/libnvidia-gpucomp.so.515.76"),
-                                    "/opt/driver/libnvidia-gpucomp.so.515.76")));
-  EXPECT_THAT(files.envs, ElementsAre(Pair("LD_LIBRARY_PATH", "/opt/driver")));
+  for (const std::string dir : {"/usr/lib64", "/usr/local/nvidia/lib64"}) {
+    EXPECT_EQ(HostPathOf(files, absl::StrCat(dir, "/libnvidia-gpucomp.so.515.76")),
+              absl::StrCat(kLib, "/libnvidia-gpucomp.so.515.76"));
+    EXPECT_EQ(HostPathOf(files, absl::StrCat(dir, "/libcuda.so")),
+              absl::StrCat(kLib, "/libcuda.so.515.76"));
+  }
+}
+
+// NVIDIA's capability sets (libnvidia-container's nvc_info.c): compute and utility by default;
+// video and graphics only when asked; utility alone gives no libcuda.
+TEST(DriverLibrariesTest, EachCapabilityBringsItsOwnSet) {
+  EXPECT_THAT(DriverLibrarySonames("580.1"),
+              ElementsAre("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1",
+                          "libnvidia-nvvm.so.4", "libnvidia-gpucomp.so.580.1", "libcudadebugger.so.1",
+                          "libnvidia-opencl.so.1", "libnvidia-cfg.so.1"));
+  EXPECT_THAT(DriverLibrarySonames("580.1", kDriverUtility),
+              ElementsAre("libnvidia-ml.so.1", "libnvidia-cfg.so.1"));
+  EXPECT_THAT(DriverLibrarySonames("580.1", kDriverVideo),
+              ElementsAre("libnvcuvid.so.1", "libnvidia-encode.so.1", "libnvidia-opticalflow.so.1",
+                          "libvdpau_nvidia.so.1"));
+  EXPECT_THAT(DriverLibrarySonames("580.1", kDriverGraphics),
+              ::testing::IsSupersetOf({"libGLX_nvidia.so.0", "libEGL_nvidia.so.0",
+                                       "libnvidia-glcore.so.580.1", "libnvidia-eglcore.so.580.1",
+                                       "libnvidia-glvkspirv.so.580.1", "libnvidia-gpucomp.so.580.1"}));
+  EXPECT_THAT(*ParseDriverCapabilities("compute, utility"), kDriverCompute | kDriverUtility);
+  EXPECT_EQ(DriverCapabilitiesText(*ParseDriverCapabilities("all")), "compute,utility,video,graphics");
+  EXPECT_EQ(DriverCapabilitiesText(*ParseDriverCapabilities("video,compute")), "compute,video");
+  EXPECT_THAT(ParseDriverCapabilities("compute,display").status().message(),
+              HasSubstr("\"display\" is not a driver capability"));
+  EXPECT_FALSE(ParseDriverCapabilities("").ok());
+
+  FixtureHost fixture;
+  fixture.AddNvidiaDriverFiles({.sonames = {"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1"}});
+  Host host(fixture.root());
+  DriverLibraryFinder video(&host, {.capabilities = kDriverCompute | kDriverVideo});
+  DriverFiles files = video.Find("515.76");
+  EXPECT_EQ(HostPathOf(files, "/usr/lib64/libnvcuvid.so.1"), absl::StrCat(kLib, "/libnvcuvid.so.515.76"));
+  EXPECT_EQ(HostPathOf(files, "/usr/local/nvidia/bin/nvidia-smi"), "none");  // a utility
+  DriverLibraryFinder utility(&host, {.capabilities = kDriverUtility});
+  files = utility.Find("515.76");
+  EXPECT_EQ(HostPathOf(files, "/usr/lib64/libcuda.so.1"), "none");
+  EXPECT_EQ(HostPathOf(files, "/usr/lib64/libnvidia-ml.so.1"), absl::StrCat(kLib, "/libnvidia-ml.so.515.76"));
+}
+
+// The GPU Operator installs the driver in its container, whose root the host sees at
+// /run/nvidia/driver: the host's own cache lists no libcuda, that root's does, with paths inside
+// it.
+TEST(DriverLibrariesTest, WithoutTheDriverOnTheHostTheGpuOperatorsRootIsRead) {
+  FixtureHost fixture;
+  fixture.AddNvidiaDriverFiles({.root = "/run/nvidia/driver"});
+  fixture.AddNvidiaDriverFiles({.sonames = {}});  // the host's own cache, without the driver
+  Host host(fixture.root());
+  DriverLibraryFinder finder(&host);
+  DriverFiles files = finder.Find("515.76");
+  EXPECT_EQ(HostPathOf(files, "/usr/lib64/libcuda.so.1"),
+            absl::StrCat("/run/nvidia/driver", kLib, "/libcuda.so.515.76"));
+  EXPECT_EQ(HostPathOf(files, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+            absl::StrCat("/run/nvidia/driver", kLib, "/libnvidia-ml.so.515.76"));
+}
+
+// Debian's and Ubuntu's ldconfig name /lib/<triplet>/... (the first directory of ld.so.conf that
+// holds the file; /lib is a link to usr/lib), and the DaemonSet mounts only the host's /usr
+// directories: the file is found under /usr, as on the host.
+TEST(DriverLibrariesTest, AMergedUsrHostsLibPathsAreFoundUnderUsr) {
+  FixtureHost fixture;
+  fixture.AddNvidiaDriverFiles({.directory = "/lib/x86_64-linux-gnu"});
+  std::filesystem::create_directories(fixture.Path("/usr"));
+  std::filesystem::rename(fixture.Path("/lib"), fixture.Path("/usr/lib"));  // no /lib in the pod
+  Host host(fixture.root());
+  DriverLibraryFinder finder(&host);
+  EXPECT_EQ(HostPathOf(finder.Find("515.76"), "/usr/lib64/libcuda.so.1"),
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.515.76");
 }
 
 TEST(DriverLibrariesTest, AMissingLibraryIsLeftOutWithOneLogLineNamingIt) {
@@ -64,16 +171,17 @@ TEST(DriverLibrariesTest, AMissingLibraryIsLeftOutWithOneLogLineNamingIt) {
                                             "libnvidia-ptxjitcompiler.so.1"},
                                 .nvidia_smi = false});
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   CapturedLog log;
   DriverFiles files = finder.Find("515.76");
   files = finder.Find("515.76");  // a rescan says nothing new
-  EXPECT_EQ(files.mounts.size(), 3u);
-  EXPECT_EQ(log.Count("WARNING: libnvidia-nvvm.so.4 is not in the host's /etc/ld.so.cache: left out"), 1)
+  // Three libraries in the loader's two directories, and libcuda.so beside libcuda.so.1.
+  EXPECT_EQ(files.mounts.size(), 3u * DriverLibraryContainerDirs().size() + DriverLibraryContainerDirs().size());
+  EXPECT_EQ(log.Count("WARNING: libnvidia-nvvm.so.4 is not in /etc/ld.so.cache: left out"), 1)
       << log.Text();
   // What CUDA can run without (the debugger's library; the shared compiler older drivers lack)
   // is information, not a warning.
-  EXPECT_EQ(log.Count("INFO: libcudadebugger.so.1 is not in the host's /etc/ld.so.cache"), 1)
+  EXPECT_EQ(log.Count("INFO: libcudadebugger.so.1 is not in /etc/ld.so.cache"), 1)
       << log.Text();
   EXPECT_EQ(log.Count("INFO: libnvidia-gpucomp.so.515.76 is not in"), 1) << log.Text();
   EXPECT_EQ(log.Count("nvidia-smi is not visible to the daemon"), 1) << log.Text();
@@ -84,11 +192,10 @@ TEST(DriverLibrariesTest, ALibraryOfAnotherDriverVersionIsNeverMounted) {
   // A driver upgrade half done: the cache still names the old libcuda, the kernel module is new.
   fixture.AddNvidiaDriverFiles({.version = "510.47.03"});
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   CapturedLog log;
   DriverFiles files = finder.Find("515.76");
   EXPECT_THAT(files.mounts, ElementsAre(M("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")));
-  EXPECT_THAT(files.envs, IsEmpty());
   EXPECT_TRUE(log.Contains(absl::StrCat("libcuda.so.1 left out of what containers get of the NVIDIA "
                                         "driver 515.76: ", kLib, "/libcuda.so.1 (it is ", kLib,
                                         "/libcuda.so.510.47.03, not of the running driver 515.76)")))
@@ -98,7 +205,7 @@ TEST(DriverLibrariesTest, ALibraryOfAnotherDriverVersionIsNeverMounted) {
   fixture.WriteFile(absl::StrCat(kLib, "/libcuda.so.1"), "a copy without its version");
   EXPECT_THAT(finder.Find("510.47.03").mounts,
               ::testing::Not(::testing::Contains(::testing::Field(&Mount::container_path,
-                                                                  "/usr/local/nvidia/lib64/libcuda.so.1"))));
+                                                                  "/usr/lib64/libcuda.so.1"))));
 }
 
 TEST(DriverLibrariesTest, AnUnreadableCacheOrUnknownVersionGivesNoLibraryAndSaysWhy) {
@@ -106,7 +213,7 @@ TEST(DriverLibrariesTest, AnUnreadableCacheOrUnknownVersionGivesNoLibraryAndSays
   fixture.AddNvidiaDriverFiles({.nvidia_smi = false});
   fixture.WriteFile("/etc/ld.so.cache", "this is no cache");
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   CapturedLog log;
   EXPECT_THAT(finder.Find("515.76").mounts, IsEmpty());
   EXPECT_TRUE(log.Contains("cannot read the host's library cache (/etc/ld.so.cache: not an ld.so "
@@ -126,10 +233,10 @@ TEST(DriverLibrariesTest, TheRealLdconfigsCacheAndAbsoluteLinksResolveInsideTheR
   CommandResult result = RunCommand("/sbin/ldconfig", {"-r", fixture.root()});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   EXPECT_THAT(finder.Find("580.159.04").mounts,
-              ElementsAre(M("/usr/local/nvidia/lib64/libnvidia-ml.so.580.159.04",
-                            "/usr/local/nvidia/lib64/libnvidia-ml.so.1")));
+              ElementsAreArray(InLoaderDirs("/usr/local/nvidia/lib64/libnvidia-ml.so.580.159.04",
+                                            "libnvidia-ml.so.1")));
 }
 
 // The ld.so cache is parsed again only when its file is another or changed as stat(2) tells
@@ -145,10 +252,10 @@ TEST(DriverLibrariesTest, TheLdCacheIsReadAgainWhenItsFileChangesEvenAtTheSameSi
   ASSERT_EQ(cache_a.size(), cache_b.size());
   ASSERT_NE(cache_a, cache_b);
   Host host(fixture.root());
-  DriverLibraryFinder finder(&host, "/usr/local/nvidia/lib64");
+  DriverLibraryFinder finder(&host);
   auto cuda = [&] {
     for (const Mount& mount : finder.Find("515.76").mounts) {
-      if (mount.container_path == "/usr/local/nvidia/lib64/libcuda.so.1") return mount.host_path;
+      if (mount.container_path == "/usr/lib64/libcuda.so.1") return mount.host_path;
     }
     return std::string("none");
   };

@@ -148,26 +148,36 @@ TEST_F(NvidiaTest, AStaleDriverMountIsCalledStale) {
   EXPECT_THAT(discoverer_.StaleHostView(), HasSubstr("stale mount"));
 }
 
-// Every GPU gets the running driver's libraries under their sonames with the loader's path, so
-// a runtime without NVIDIA's hook runs CUDA; off, the answer is the device nodes alone.
+// Every GPU gets the running driver's libraries under their sonames where the container's loader
+// looks by default, so a runtime without NVIDIA's hook runs CUDA, and no LD_LIBRARY_PATH replaces
+// the image's; off, the answer is the device nodes alone.
 TEST_F(NvidiaTest, EachGpuGetsTheRunningDriversLibraries) {
   fixture_.AddNvidiaDriverFiles({});
   for (const Device& d : Scan()) {
     std::vector<std::string> containers;
     for (const Mount& m : d.mounts) containers.push_back(m.container_path);
-    EXPECT_THAT(containers, ::testing::ElementsAre("/usr/local/nvidia/lib64/libcuda.so.1",
-                                                   "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
-                                                   "/usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1",
-                                                   "/usr/local/nvidia/lib64/libnvidia-nvvm.so.4",
-                                                   "/usr/local/nvidia/bin/nvidia-smi"));
+    EXPECT_THAT(containers, ::testing::IsSupersetOf({"/usr/lib64/libcuda.so.1",
+                                                    "/usr/lib64/libcuda.so",
+                                                    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                                                    "/usr/lib64/libnvidia-ptxjitcompiler.so.1",
+                                                    "/usr/lib64/libnvidia-nvvm.so.4",
+                                                    "/usr/local/nvidia/bin/nvidia-smi"}));
     EXPECT_EQ(d.mounts[0].host_path, "/usr/lib/x86_64-linux-gnu/libcuda.so.515.76");
-    EXPECT_EQ(d.envs.at("LD_LIBRARY_PATH"), "/usr/local/nvidia/lib64");
+    EXPECT_EQ(d.envs.count("LD_LIBRARY_PATH"), 0u);
     EXPECT_EQ(d.envs.at("NVIDIA_VISIBLE_DEVICES"), d.id);  // NVIDIA's runtime's envs stay
+    EXPECT_EQ(d.envs.at("NVIDIA_DRIVER_CAPABILITIES"), "compute,utility");
   }
   NvidiaOptions elsewhere;
   elsewhere.driver_library_dir = "/opt/nvidia/lib";
+  elsewhere.driver_capabilities = kDriverCompute | kDriverUtility | kDriverVideo;
   NvidiaGpuDiscoverer moved(&host_, elsewhere);
-  EXPECT_EQ(moved.Scan()[0].envs.at("LD_LIBRARY_PATH"), "/opt/nvidia/lib");
+  const Device also = moved.Scan()[0];
+  EXPECT_EQ(also.mounts[0].host_path, "/usr/lib/x86_64-linux-gnu/libcuda.so.515.76");
+  EXPECT_TRUE(std::any_of(also.mounts.begin(), also.mounts.end(), [](const Mount& m) {
+    return m.container_path == "/opt/nvidia/lib/libcuda.so.1";
+  }));
+  EXPECT_EQ(also.envs.count("LD_LIBRARY_PATH"), 0u);
+  EXPECT_EQ(also.envs.at("NVIDIA_DRIVER_CAPABILITIES"), "compute,utility,video");
   NvidiaOptions off;
   off.driver_libraries = false;
   NvidiaGpuDiscoverer without(&host_, off);

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "edgeaccel/discovery/driver_libraries.h"
+
 #include "absl/strings/str_cat.h"
 #include "captured_log.h"
 #include "fixture_host.h"
@@ -102,12 +104,15 @@ TEST_F(TegraHostFilesTest, WhatTheListsNameAndTheHostHasNothingElse) {
   EXPECT_TRUE(files.listed);
   EXPECT_THAT(files.device_paths,
               ElementsAre("/dev/nvmap", "/dev/nvgpu/igpu0/ctrl", "/dev/dri/renderD128"));
-  // A sym mounts the file it resolves to, at its own path; each from its host path.
+  // A sym mounts the file it resolves to, at its own path; each from its host path. A library
+  // outside the loader's own directories is also where the loader looks by default
+  // (/usr/lib/aarch64-linux-gnu), under its name: no LD_LIBRARY_PATH to replace the image's.
   EXPECT_THAT(files.mounts,
               ElementsAre(M(absl::StrCat(kTegra, "/libnvrm_gpu.so"), absl::StrCat(kTegra, "/libnvrm_gpu.so")),
                           M(absl::StrCat(kTegra, "/libcuda.so.1.1"), absl::StrCat(kTegra, "/libcuda.so.1")),
-                          M("/usr/share/nvidia/tegra", "/usr/share/nvidia/tegra")));
-  EXPECT_THAT(files.envs, ElementsAre(Pair("LD_LIBRARY_PATH", kTegra)));
+                          M("/usr/share/nvidia/tegra", "/usr/share/nvidia/tegra"),
+                          M(absl::StrCat(kTegra, "/libnvrm_gpu.so"), MultiarchLibraryDir() + "/libnvrm_gpu.so"),
+                          M(absl::StrCat(kTegra, "/libcuda.so.1.1"), MultiarchLibraryDir() + "/libcuda.so.1")));
   EXPECT_TRUE(log.Contains(absl::StrCat("2 entries of the container file lists are not on this host "
                                         "and are left out (lists name more than one board has): "
                                         "/dev/nvhost-vic, ", kTegra, "/libnvos.so")))
@@ -165,20 +170,23 @@ TEST_F(TegraHostFilesTest, AListIsReadAgainWhenItsFileChangesEvenAtTheSameSize) 
   fixture_.WriteFile(list, nvrm);
   const Mount nvrm_mount = M(absl::StrCat(kTegra, "/libnvrm_gpu.so"), absl::StrCat(kTegra, "/libnvrm_gpu.so"));
   const Mount cuda_mount = M(absl::StrCat(kTegra, "/libcuda.so.1.1"), absl::StrCat(kTegra, "/libcuda.so.1.1"));
-  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+  // Each also where the container's loader looks by default.
+  const Mount nvrm_loader = M(absl::StrCat(kTegra, "/libnvrm_gpu.so"), MultiarchLibraryDir() + "/libnvrm_gpu.so");
+  const Mount cuda_loader = M(absl::StrCat(kTegra, "/libcuda.so.1.1"), MultiarchLibraryDir() + "/libcuda.so.1.1");
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount, nvrm_loader));
 
   // The same file as stat(2) sees it (the content changed behind a restored time): not parsed
   // again.
   const struct timespec modified = fixture_.Modified(list);
   fixture_.OverwriteInPlace(list, cuda, modified);
-  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount, nvrm_loader));
 
   // A new modification time, the same size and inode: read again.
   fixture_.OverwriteInPlace(list, cuda, {modified.tv_sec + 1, modified.tv_nsec});
-  EXPECT_THAT(Read().mounts, ElementsAre(cuda_mount));
+  EXPECT_THAT(Read().mounts, ElementsAre(cuda_mount, cuda_loader));
   // Replaced (a new inode), and a list gone: each seen.
   fixture_.WriteFile(list, nvrm);
-  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount));
+  EXPECT_THAT(Read().mounts, ElementsAre(nvrm_mount, nvrm_loader));
   fixture_.Remove(list);
   EXPECT_FALSE(Read().listed);
 }

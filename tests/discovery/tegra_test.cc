@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "edgeaccel/discovery/driver_libraries.h"
+
 #include "absl/strings/match.h"
 #include "captured_log.h"
 #include "fixture_host.h"
@@ -239,10 +241,13 @@ TEST(TegraTest, ContainerFileListsDecideTheNodesAndAddTheLibraries) {
   EXPECT_EQ(HostPaths(d), (std::vector<std::string>{"/dev/nvgpu/igpu0/ctrl", "/dev/nvhost-ctrl-isp",
                                                      "/dev/nvmap"}));
   EXPECT_THAT(HostPaths(ScanOne(fixture, {.display_nodes = true})), Contains("/dev/fb0"));
-  ASSERT_EQ(d.mounts.size(), 1u);
+  ASSERT_EQ(d.mounts.size(), 2u);
   EXPECT_EQ(d.mounts[0].host_path, "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1");
   EXPECT_EQ(d.mounts[0].container_path, "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1");
-  EXPECT_EQ(d.envs["LD_LIBRARY_PATH"], "/usr/lib/aarch64-linux-gnu/tegra");
+  // And where the loader looks by default: the image's LD_LIBRARY_PATH is left alone.
+  EXPECT_EQ(d.mounts[1].host_path, "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1");
+  EXPECT_EQ(d.mounts[1].container_path, MultiarchLibraryDir() + "/libcuda.so.1");
+  EXPECT_EQ(d.envs.count("LD_LIBRARY_PATH"), 0u);
   // Turned off (NVIDIA's runtime mounts them): no libraries, the nodes this daemon knows.
   Device off = ScanOne(fixture, {.driver_libraries = false});
   EXPECT_TRUE(off.mounts.empty());

@@ -548,7 +548,14 @@ TEST_F(DraE2eTest, AStaleDriverMountUnderADraFamilyFailsHealthz) {
   ASSERT_TRUE(dra_kubelet_->WaitForRegistration("gpu.edgeaccel.io").ok()) << daemon->Log();
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 2, 2)) << daemon->Log();
   httplib::Client client("127.0.0.1", ::edgeaccel::testing::MetricsPort(*daemon));
-  ASSERT_EQ(client.Get("/healthz")->status, 200);
+  // Healthy once the driver's slice is published too (after its registration, on its own
+  // worker): waited for, not raced.
+  std::string last_health;
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] {
+    auto health = client.Get("/healthz");
+    last_health = health ? health->body : "no answer";
+    return health && health->status == 200;
+  })) << last_health << daemon->Log();
   ::edgeaccel::testing::StaleMount stale(host_.Path("/proc/driver/nvidia"));
   if (!stale.mounted()) GTEST_SKIP() << stale.why();
   ASSERT_TRUE(daemon->WaitForLog("restart the pod for a fresh one")) << daemon->Log();

@@ -806,7 +806,8 @@ TEST(CliTest, HelpListsEveryFlagWithDefaults) {
        {"--host_root", "--kubelet_root", "--device_plugin_dir", "--registration", "--probe_interval",
         "--metrics_address", "--nfd_features_dir", "--seed_labels",
         "--temperature_threshold", "--temperature_hysteresis", "--register_timeout", "--discover",
-        "--verbosity", "--nvidia_driver_libraries", "--nvidia_driver_libraries_dir"}) {
+        "--verbosity", "--nvidia_driver_libraries", "--nvidia_driver_libraries_dir",
+        "--nvidia_driver_capabilities"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   EXPECT_THAT(help, HasSubstr("default: \"/var/lib/kubelet\""));

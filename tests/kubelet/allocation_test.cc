@@ -46,14 +46,13 @@ TEST(AllocationTest, ReplicasShareNodesAndEnvsOnce) {
 }
 
 // The kubelet hands Mounts to any runtime, CDI or not: the driver's libraries go there too,
-// read-only, each once however many GPUs share them; a search path joins with ":".
+// read-only, each once however many GPUs share them.
 TEST(AllocationTest, DriverLibrariesAreReadOnlyMountsEachOnce) {
   Device gpu;
   gpu.id = "GPU-a";
   gpu.nodes = {{"/dev/nvidia0", "/dev/nvidia0", "rw"}};
-  gpu.mounts = {{"/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", "/usr/local/nvidia/lib64/libcuda.so.1"},
+  gpu.mounts = {{"/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", "/usr/lib64/libcuda.so.1"},
                 {"/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi"}};
-  gpu.envs = {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"}};
   Device other = gpu;
   other.id = "GPU-b";
   other.nodes[0] = {"/dev/nvidia1", "/dev/nvidia1", "rw"};
@@ -61,7 +60,6 @@ TEST(AllocationTest, DriverLibrariesAreReadOnlyMountsEachOnce) {
   jetson.id = "tegra234-igpu0";
   jetson.mounts = {{"/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1",
                     "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1"}};
-  jetson.envs = {{"LD_LIBRARY_PATH", "/usr/lib/aarch64-linux-gnu/tegra"}};
   DeviceSet set("nvidia.com/gpu");
   set.Update({gpu, other, jetson});
   v1beta1::ContainerAllocateRequest request;
@@ -70,12 +68,11 @@ TEST(AllocationTest, DriverLibrariesAreReadOnlyMountsEachOnce) {
   ASSERT_TRUE(BuildContainerAllocation(*set.Current(), "nvidia.com/gpu", request, nullptr, &response).ok());
   ASSERT_EQ(response.mounts_size(), 3);
   EXPECT_EQ(response.mounts(0).host_path(), "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04");
-  EXPECT_EQ(response.mounts(0).container_path(), "/usr/local/nvidia/lib64/libcuda.so.1");
+  EXPECT_EQ(response.mounts(0).container_path(), "/usr/lib64/libcuda.so.1");
   EXPECT_EQ(response.mounts(1).container_path(), "/usr/local/nvidia/bin/nvidia-smi");
   EXPECT_EQ(response.mounts(2).container_path(), "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1");
   for (const v1beta1::Mount& mount : response.mounts()) EXPECT_TRUE(mount.read_only());
-  EXPECT_EQ(response.envs().at("LD_LIBRARY_PATH"),
-            "/usr/local/nvidia/lib64:/usr/lib/aarch64-linux-gnu/tegra");
+  EXPECT_EQ(response.envs().count("LD_LIBRARY_PATH"), 0u);
 }
 
 TEST(AllocationTest, PreferredReplicasSpreadOverDevices) {

@@ -742,14 +742,15 @@ void FixtureHost::AddNvidiaDriverFiles(const NvidiaDriverFiles& files) const {
   for (const std::string& soname : files.sonames) {
     // libcuda.so.1 -> libcuda.so.515.76; a soname that carries the version is the file itself.
     const std::string file = absl::StrCat(soname.substr(0, soname.find(".so.")), ".so.", files.version);
-    WriteFile(absl::StrCat(files.directory, "/", file), files.content);
-    if (file != soname) Symlink(file, absl::StrCat(files.directory, "/", soname));
+    WriteFile(absl::StrCat(files.root, files.directory, "/", file), files.content);
+    if (file != soname) Symlink(file, absl::StrCat(files.root, files.directory, "/", soname));
     cache.Add(kNativeFlags, soname, absl::StrCat(files.directory, "/", soname));
   }
-  WriteFile("/etc/ld.so.cache", cache.New());
+  WriteFile(absl::StrCat(files.root, "/etc/ld.so.cache"), cache.New());
   if (files.nvidia_smi) {
-    WriteFile("/usr/bin/nvidia-smi", files.content);
-    chmod(Path("/usr/bin/nvidia-smi").c_str(), 0755);
+    const std::string smi = absl::StrCat(files.root, "/usr/bin/nvidia-smi");
+    WriteFile(smi, files.content);
+    chmod(Path(smi).c_str(), 0755);
   }
 }
 

@@ -292,6 +292,9 @@ class FixtureHost {
                                         "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4"};
     std::string content = "\x7f" "ELF (a driver library)";
     bool nvidia_smi = true;
+    // A driver root the files, their ld.so cache and nvidia-smi are under ("" the host's own;
+    // the GPU Operator's is /run/nvidia/driver): the cache names paths inside it.
+    std::string root;
   };
   void AddNvidiaDriverFiles(const NvidiaDriverFiles& files) const;
 

@@ -52,7 +52,10 @@ struct DaemonConfig {
   // Hand out the NVIDIA driver's libraries with nvidia.com/gpu (NvidiaOptions::driver_libraries),
   // a discrete GPU's in this container directory.
   bool nvidia_driver_libraries = true;
-  std::string nvidia_driver_libraries_dir = "/usr/local/nvidia/lib64";
+  // One more container directory for them ("" none: the loader's own directories always).
+  std::string nvidia_driver_libraries_dir;
+  // Which sets of them (ParseDriverCapabilities), and NVIDIA_DRIVER_CAPABILITIES.
+  std::string nvidia_driver_capabilities = "compute,utility";
   // Ask NVML (through edgeaccel-nvml-helper) about discrete GPUs: facts, Xid health, telemetry.
   bool nvml = true;
   std::string nvml_helper;  // empty: edgeaccel-nvml-helper beside this executable

@@ -30,13 +30,17 @@ struct NvidiaOptions {
   // Hand out a Jetson's display nodes with its iGPU (/dev/dri/card*, /dev/fb*, /dev/tegra_dc_*,
   // Orin's /dev/nvidia*): for containers that drive a display. Off: compute and media only.
   bool display_nodes = false;
-  // Hand out the driver's user-space libraries with the GPU (read-only mounts and
-  // LD_LIBRARY_PATH: discrete GPUs from the host's ld.so cache, Jetson from L4T's container file
-  // lists), so that a runtime without NVIDIA's hook runs CUDA. Off for nodes whose NVIDIA
-  // runtime mounts them itself; then a Jetson is served with the nodes this daemon knows.
+  // Hand out the driver's user-space libraries with the GPU (read-only mounts where the
+  // container's loader looks by default: discrete GPUs from the host's ld.so cache, Jetson from
+  // L4T's container file lists), so that a runtime without NVIDIA's hook runs CUDA. Off for
+  // nodes whose NVIDIA runtime mounts them itself; then a Jetson is served with the nodes this
+  // daemon knows.
   bool driver_libraries = true;
-  // Where a discrete GPU's libraries go in the container (DriverLibraryFinder).
-  std::string driver_library_dir = "/usr/local/nvidia/lib64";
+  // Which of a discrete GPU's driver library sets (DriverLibrarySonames), and the
+  // NVIDIA_DRIVER_CAPABILITIES answered for NVIDIA's runtime.
+  unsigned driver_capabilities = kDefaultDriverCapabilities;
+  // One more container directory a discrete GPU's libraries go in ("" none).
+  std::string driver_library_dir;
 };
 
 // "key: \t value" lines of /proc/driver/nvidia/gpus/<bus>/information.

@@ -5,9 +5,11 @@
 //   lib  a library                -> bind-mounted read-only at the same path
 //   sym  a symlink (libcuda.so.1) -> what it resolves to, bind-mounted at the link's own path
 //   dir  a directory              -> bind-mounted read-only at the same path
-// Only what exists on the host is handed out, and nothing the lists do not name. The library
-// directories become LD_LIBRARY_PATH, so the container's loader finds libcuda.so.1 without the
-// ldconfig hook NVIDIA's runtime runs.
+// Only what exists on the host is handed out, and nothing the lists do not name. A library in a
+// directory the container's loader does not search by default (L4T's tegra/) is also mounted
+// under its name in /usr/lib/aarch64-linux-gnu (the node's triplet), which it does, so libcuda.so.1 is found without
+// the ldconfig hook NVIDIA's runtime runs and without an LD_LIBRARY_PATH edit that would replace
+// the image's own.
 #ifndef EDGEACCEL_DISCOVERY_TEGRA_HOST_FILES_H_
 #define EDGEACCEL_DISCOVERY_TEGRA_HOST_FILES_H_
 
@@ -53,7 +55,6 @@ struct TegraHostFiles {
   // a discrete GPU).
   std::vector<std::string> device_paths;
   std::vector<Mount> mounts;
-  std::map<std::string, std::string> envs;  // LD_LIBRARY_PATH: the libraries' directories
 };
 
 class TegraHostFilesReader {
