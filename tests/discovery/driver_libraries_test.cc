@@ -165,6 +165,23 @@ TEST(DriverLibrariesTest, AMergedUsrHostsLibPathsAreFoundUnderUsr) {
             "/usr/lib/x86_64-linux-gnu/libcuda.so.515.76");
 }
 
+// A RHEL-family host (Rocky, Amazon Linux): the driver's package installs into /usr/lib64, its
+// cache names the files there; each of the four compute libraries is mounted from there.
+TEST(DriverLibrariesTest, ARhelFamilyHostsLibrariesComeFromUsrLib64) {
+  FixtureHost fixture;
+  fixture.AddNvidiaDriverFiles({.directory = "/usr/lib64"});
+  Host host(fixture.root());
+  DriverLibraryFinder finder(&host);
+  const DriverFiles files = finder.Find("515.76");
+  for (const std::string soname : {"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1",
+                                   "libnvidia-nvvm.so.4"}) {
+    const std::string file = absl::StrCat("/usr/lib64/", soname.substr(0, soname.find(".so.")), ".so.515.76");
+    for (const std::string& dir : DriverLibraryContainerDirs()) {
+      EXPECT_EQ(HostPathOf(files, absl::StrCat(dir, "/", soname)), file) << dir << "/" << soname;
+    }
+  }
+}
+
 TEST(DriverLibrariesTest, AMissingLibraryIsLeftOutWithOneLogLineNamingIt) {
   FixtureHost fixture;
   fixture.AddNvidiaDriverFiles({.sonames = {"libcuda.so.1", "libnvidia-ml.so.1",
