@@ -780,18 +780,4 @@ absl::Status SlicePublisher::Reconcile(View& view) {
   return absl::AbortedError(status_.last_error);
 }
 
-absl::Status SlicePublisher::RemoveAll() {
-  View view;  // holds only slices with a name: a DELETE without one would address the collection
-  if (absl::Status listed = List(view); !listed.ok()) return listed;
-  for (const auto& [name, item] : view.slices) {
-    absl::StatusOr<HttpResponse> response = client_->Request("DELETE", absl::StrCat(kSlicesPath, "/", name));
-    if (!response.ok()) return response.status();
-    if (response->status != 200 && response->status != 202 && response->status != 404) {
-      return HttpError(absl::StrCat("deleting ResourceSlice ", name), *response);
-    }
-    LOG(INFO) << options_.driver << ": deleted ResourceSlice " << name;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace edgeaccel

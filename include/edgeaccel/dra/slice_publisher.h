@@ -30,7 +30,8 @@
 // request cancelled (ApiClient::Cancel: the daemon is stopping) is neither said nor retried.
 // Where the watch is refused (403: a role without `watch` on resourceslices; 405) it says so
 // once and lists every `resync` instead. It never deletes the slice when it stops: a restarting
-// daemon must not make the devices vanish from the scheduler; RemoveAll() is for uninstalling.
+// daemon must not make the devices vanish from the scheduler (on uninstall the kubelet deletes a
+// driver's slices 30 s after it lost the plugin).
 //
 // Unhealthy devices stay in the slice with device taints (resource_slice.h); a NoExecute taint
 // only once its condition has held for Options::no_execute_after (NoSchedule until then). The API server sets
@@ -126,8 +127,6 @@ class SlicePublisher : private PollLoop::Member {
   // List and reconcile now (also while the set did not change): the slices may have changed
   // without a watch event (the kubelet registered us, and a kubelet that starts deletes them).
   void Resync();
-  // Deletes every slice of this driver on this node (uninstall); once, on the caller's thread.
-  absl::Status RemoveAll();
 
   Status status() const;
   // One reconcile from a fresh LIST on the caller's thread (tests, --discover's check), before
@@ -198,7 +197,7 @@ class SlicePublisher : private PollLoop::Member {
   absl::Time reopen_at_ = absl::InfiniteFuture();  // after one ended at once, the next one
   bool short_watch_said_ = false;
 
-  // The worker's alone (ReconcileOnce and RemoveAll have views of their own).
+  // The worker's alone (ReconcileOnce has a view of its own).
   View view_;
   bool reconcile_ = true;
   absl::Time next_chore_ = absl::InfiniteFuture();
