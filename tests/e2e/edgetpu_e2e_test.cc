@@ -147,6 +147,29 @@ TEST_F(E2eTest, OverheatTurnsUnhealthyAndRecovers) {
   EXPECT_TRUE(daemon->WaitForLog("0000:03:00.0 is Healthy again"));
 }
 
+// What 1.36 shows in the pod's status (ResourceHealthStatus): the TPU a running pod holds turns
+// Unhealthy in its allocatedResourcesStatus when it overheats and Healthy after, from the
+// health the daemon streams (the double follows UpdateAllocatedResourcesStatus). The other TPU's
+// pod stays Healthy throughout.
+TEST_F(E2eTest, ARunningPodsStatusFollowsItsTpusHealth) {
+  kubelet_.Start();
+  auto daemon = StartDaemon({"--temperature-threshold=85"});
+  ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
+  absl::StatusOr<std::string> hot = kubelet_.AdmitPod(kTpu, {"0000:03:00.0"});
+  absl::StatusOr<std::string> cool = kubelet_.AdmitPod(kTpu, {"0000:04:00.0"});
+  ASSERT_TRUE(hot.ok() && cool.ok()) << hot.status() << cool.status();
+  EXPECT_THAT(kubelet_.AllocatedResourcesStatus(*hot), ::testing::ElementsAre("0000:03:00.0=Healthy"));
+  host_.SetApexAttribute(0, "temp", "85050\n");
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.AllocatedResourcesStatus(*hot) == std::vector<std::string>{"0000:03:00.0=Unhealthy"};
+  })) << daemon->Log();
+  EXPECT_THAT(kubelet_.AllocatedResourcesStatus(*cool), ::testing::ElementsAre("0000:04:00.0=Healthy"));
+  host_.SetApexAttribute(0, "temp", "60050\n");
+  ASSERT_TRUE(kubelet_.WaitFor([&] {
+    return kubelet_.AllocatedResourcesStatus(*hot) == std::vector<std::string>{"0000:03:00.0=Healthy"};
+  })) << daemon->Log();
+}
+
 TEST_F(E2eTest, HostileAllocateIdsAreRefused) {
   kubelet_.Start();
   auto daemon = StartDaemon();

@@ -428,6 +428,10 @@ void TestKubelet::ReadStream(Endpoint* endpoint) {
     ResourceState& state = resources_[endpoint->resource];
     // genericDeviceUpdateCallback is keyed by resource name: whichever stream spoke last.
     state.devices.assign(response.devices().begin(), response.devices().end());
+    state.listed_health.clear();
+    for (const v1beta1::Device& device : response.devices()) {
+      state.listed_health[device.id()] = device.health();
+    }
     state.updates++;
     WriteCheckpointLocked();
     Changed();
@@ -863,6 +867,20 @@ absl::StatusOr<std::string> TestKubelet::AdmitPod(const std::string& resource,
   }
   WriteCheckpointLocked();
   return pod_uid;
+}
+
+std::vector<std::string> TestKubelet::AllocatedResourcesStatus(const std::string& pod_uid) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> status;
+  auto pod = containers_.find(pod_uid);
+  if (pod == containers_.end()) return status;
+  const std::map<std::string, std::string>& listed = resources_[pod->second.resource].listed_health;
+  for (const std::string& id : pod->second.ids) {
+    auto health = listed.find(id);
+    const bool healthy = health == listed.end() || health->second == "Healthy";
+    status.push_back(absl::StrCat(id, "=", healthy ? "Healthy" : "Unhealthy"));
+  }
+  return status;
 }
 
 void TestKubelet::DeletePod(const std::string& pod_uid) {

@@ -133,6 +133,15 @@ class TestKubelet {
   absl::StatusOr<std::string> AdmitPod(const std::string& resource,
                                        const std::vector<std::string>& ids);
   void DeletePod(const std::string& pod_uid);
+  // The pod's container status allocatedResourcesStatus (ResourceHealthStatus, beta and on in
+  // 1.36) for its device-plugin devices, "<id>=<Healthy|Unhealthy>" in the order allocated, as
+  // kubelet 1.36.2's device manager computes it (pkg/kubelet/cm/devicemanager/manager.go
+  // UpdateAllocatedResourcesStatus): each allocated id takes the health its plugin last listed
+  // for it (allDevices, rebuilt from every ListAndWatch message, and not touched when the plugin
+  // disconnects: markResourceUnhealthy changes only the healthy/unhealthy sets admission uses);
+  // an id the plugin no longer lists is Healthy; anything but "Healthy" is Unhealthy. Empty for
+  // an unknown pod.
+  std::vector<std::string> AllocatedResourcesStatus(const std::string& pod_uid);
   // (Re)starts the pod's container as the kubelet does: with the cached answer, PreStartContainer
   // when the plugin's options ask for it, and the runtime's check of every device node (under
   // the host root, see SetHostRoot). The error is what the pod's events would show.
@@ -194,6 +203,8 @@ class TestKubelet {
     std::string via;
     absl::Time last_register_received;
     uint64_t generation = 0;  // of the endpoint that owns the state now
+    // The device manager's allDevices: id -> health as the last ListAndWatch message listed it.
+    std::map<std::string, std::string> listed_health;
   };
 
   class PodResourcesService;
