@@ -38,13 +38,7 @@ constexpr CapabilityName kCapabilityNames[] = {{kDriverCompute, "compute"},
 
 }  // namespace
 
-std::string MultiarchLibraryDir() {
-#if defined(__aarch64__)
-  return "/usr/lib/aarch64-linux-gnu";
-#else
-  return "/usr/lib/x86_64-linux-gnu";
-#endif
-}
+std::string MultiarchLibraryDir() { return absl::StrCat("/usr/lib/", NativeMultiarchTriplet()); }
 
 std::vector<std::string> DriverLibraryContainerDirs() { return {MultiarchLibraryDir(), "/usr/lib64"}; }
 

@@ -1,7 +1,5 @@
 #include "edgeaccel/discovery/tegra_host_files.h"
 
-#include "edgeaccel/discovery/driver_libraries.h"
-
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -14,16 +12,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "edgeaccel/discovery/driver_libraries.h"
 
 namespace edgeaccel {
 namespace {
 
 // Where a Jetson container's loader looks by default (L4T's images are Ubuntu's): glibc's system
 // search path there is /lib/<triplet>, /usr/lib/<triplet>, /lib, /usr/lib, the triplet the
-// node's (aarch64-linux-gnu on every Jetson; this build's, MultiarchLibraryDir).
+// node's (aarch64-linux-gnu on every Jetson; this build's, NativeMultiarchTriplet).
 bool IsLoaderDir(absl::string_view dir) {
-  const std::string multiarch = MultiarchLibraryDir();
-  return dir == multiarch || dir == multiarch.substr(4) || dir == "/lib" || dir == "/usr/lib";
+  return dir == MultiarchLibraryDir() || dir == absl::StrCat("/lib/", NativeMultiarchTriplet()) ||
+         dir == "/lib" || dir == "/usr/lib";
 }
 
 // Lists are a few dozen lines; anything much bigger is not one.

@@ -45,6 +45,14 @@ absl::StatusOr<std::string> StringAt(absl::string_view strings, uint32_t offset)
 
 int32_t NativeLdCacheFlags() { return kFlagElfLibc6 | kFlagNativeLib64; }
 
+std::string NativeMultiarchTriplet() {
+#if defined(__aarch64__)
+  return "aarch64-linux-gnu";
+#else
+  return "x86_64-linux-gnu";
+#endif
+}
+
 bool IsNativeLdCacheEntry(const LdCacheEntry& entry) {
   return (entry.flags & kFlagTypeMask) == kFlagElfLibc6 &&
          (entry.flags & kFlagArchMask) == (NativeLdCacheFlags() & kFlagArchMask);

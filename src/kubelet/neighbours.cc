@@ -42,8 +42,13 @@ std::vector<std::string> SocketsIn(const std::string& directory) {
   return sockets;
 }
 
-// The resource a plugin-watcher socket says it serves, or "" if it does not answer GetInfo as a
-// device plugin within `timeout`. GetInfo is unary and takes nothing from the plugin.
+std::string Basename(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
 std::string WatcherResource(const std::string& socket, absl::Duration timeout) {
   auto stub = pluginregistration::Registration::NewStub(DialUnixSocket(socket));
   grpc::ClientContext context;
@@ -52,13 +57,6 @@ std::string WatcherResource(const std::string& socket, absl::Duration timeout) {
   if (!stub->GetInfo(&context, pluginregistration::InfoRequest(), &info).ok()) return "";
   return info.type() == kPluginTypeDevicePlugin ? info.name() : "";
 }
-
-std::string Basename(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
 
 NeighbourView LookAround(const NeighbourQuery& query) {
   const absl::Time start = absl::Now();

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -176,12 +175,9 @@ void ResourceRegistrar::WaitForTheWatcherToLetGo(absl::Time by) {
   }
   LOG(INFO) << resource << ": the kubelet's plugin watcher unregistered us after "
             << absl::FormatDuration(absl::Now() - start);
-  // A successor's WatcherProbe on our former path is waiting for exactly this.
-  auto stub = pluginregistration::Registration::NewStub(DialUnixSocket(server->socket_path()));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
-  pluginregistration::PluginInfo info;
-  (void)stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
+  // A successor's WatcherProbe on our former path is waiting for exactly this (its answer, a
+  // refusal, says nothing we need).
+  (void)WatcherResource(server->socket_path(), absl::Milliseconds(250));
 }
 
 void ResourceRegistrar::StopStepping() {

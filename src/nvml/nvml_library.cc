@@ -9,11 +9,7 @@ namespace {
 
 // The driver's directories, for each machine, as distributions and the GPU Operator lay them out.
 std::vector<std::string> DriverDirectories() {
-#if defined(__aarch64__)
-  const std::string triplet = "aarch64-linux-gnu";
-#else
-  const std::string triplet = "x86_64-linux-gnu";
-#endif
+  const std::string triplet = NativeMultiarchTriplet();
   std::vector<std::string> directories;
   const std::vector<std::string> under = {"/usr/lib/" + triplet, "/usr/lib64", "/usr/lib",
                                           "/lib/" + triplet,     "/lib64",     "/lib"};

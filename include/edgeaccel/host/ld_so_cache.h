@@ -39,6 +39,11 @@ int32_t NativeLdCacheFlags();
 // True for an entry this machine's programs can load: not the 32-bit one, not another machine's.
 bool IsNativeLdCacheEntry(const LdCacheEntry& entry);
 
+// This machine's Debian multiarch triplet ("x86_64-linux-gnu", "aarch64-linux-gnu"): the
+// directories /lib/<triplet> and /usr/lib/<triplet> where Debian-family systems keep its
+// libraries.
+std::string NativeMultiarchTriplet();
+
 // The host's /etc/ld.so.cache, read under the host's root and parsed. An error says what is
 // wrong with it ("/etc/ld.so.cache: not an ld.so cache ...").
 absl::StatusOr<std::vector<LdCacheEntry>> ReadLdSoCache(const Host& host);

@@ -72,6 +72,10 @@ struct NeighbourView {
 
 NeighbourView LookAround(const NeighbourQuery& query);
 
+// The resource a plugin-watcher socket says it serves, or "" if it does not answer GetInfo as a
+// device plugin within `timeout`. GetInfo is unary and takes nothing from the plugin.
+std::string WatcherResource(const std::string& socket, absl::Duration timeout);
+
 }  // namespace edgeaccel
 
 #endif  // EDGEACCEL_KUBELET_NEIGHBOURS_H_
