@@ -222,6 +222,10 @@ absl::Status Daemon::StartDra() {
   }
   dra_api_ = std::make_unique<ApiClient>(*api);
   dra_grpc_ = std::make_unique<DraGrpcServer>(&event_loop_);
+  node_slices_ = std::make_unique<NodeSlices>(NodeSlices::Options{.node_name = config_.node_name,
+                                                                  .resync = config_.dra_resync,
+                                                                  .loop = &event_loop_},
+                                              dra_api_.get());
   // A claim prepared in another boot has its spec written again before the kubelet can ask.
   absl::StatusOr<std::string> boot_id = host_.ReadAttribute(kDraBootIdPath);
   if (!boot_id.ok()) {
@@ -258,6 +262,7 @@ absl::Status Daemon::StartDra() {
     publish.chore = [preparer = driver->preparer.get()] { preparer->Cleanup(); };
     publish.chore_interval = config_.dra_resync;
     publish.loop = &event_loop_;
+    publish.slices = node_slices_.get();
     driver->publisher = std::make_unique<SlicePublisher>(publish, dra_api_.get(), driver->set.get());
     driver->service = std::make_unique<DraPluginService>(driver->preparer.get(), driver->set.get(),
                                                          config_.node_name, &driver->counters);
@@ -719,6 +724,7 @@ void Daemon::Stop() {
     // Nothing of ours writes the checkpoint now: a daemon waiting to take over may.
     if (driver->lock != nullptr) driver->lock->Release();
   }
+  if (node_slices_ != nullptr) node_slices_->Stop();
   // The file sinks never wait for the disk: a write in flight on a hung disk is abandoned (the
   // destructor waits for it). The CDI specs stay on disk (see CdiSpecFile): containers that
   // restart while we are away resolve their cached CDI names from them.

@@ -5,14 +5,10 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/dra/resource_slice.h"
-#include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/json_fields.h"
 #include "glog/logging.h"
 
@@ -23,21 +19,6 @@ using nlohmann::json;
 
 constexpr char kSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
 constexpr int kConflictRetries = 5;
-
-std::string UrlEncode(absl::string_view text) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
 
 // The message of a metav1.Status answer, or the start of the body.
 std::string ApiMessage(const HttpResponse& response) {
@@ -111,46 +92,29 @@ bool TaintsRefused(const json& sent_devices, const HttpResponse& response) {
 
 }  // namespace
 
-// What every watch event says at its head: its type, its object and the object's metadata (each
-// nullptr where absent) and resourceVersion ("" where absent).
-struct WatchEventHead {
-  std::string type;
-  const json* object = nullptr;
-  const json* metadata = nullptr;
-  std::string version;
-};
-
-WatchEventHead HeadOf(const json& event) {
-  WatchEventHead head;
-  head.type = JsonString(event, "type").value_or("");
-  head.object = JsonMember(event, "object");
-  head.metadata = head.object == nullptr ? nullptr : JsonMember(*head.object, "metadata");
-  if (head.metadata != nullptr) head.version = JsonString(*head.metadata, "resourceVersion").value_or("");
-  return head;
-}
-
-// True unless `version` is known to be no newer than `known`. Versions are compared as the
-// integers kube-apiserver makes them (etcd revisions; KEP-5504 makes them comparable), and any
-// version that is not one counts as newer.
-bool NewerVersion(const std::string& version, const std::string& known) {
-  uint64_t a = 0, b = 0;
-  if (!absl::SimpleAtoi(version, &a) || !absl::SimpleAtoi(known, &b)) return version != known;
-  return a > b;
-}
-
-std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name) {
-  return UrlEncode(absl::StrCat("spec.driver=", driver, ",spec.nodeName=", node_name));
-}
-
 SlicePublisher::SlicePublisher(Options options, const ApiClient* client, DeviceSet* set)
     : options_(std::move(options)),
       client_(client),
       set_(set),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      short_watches_(options_.initial_backoff, options_.max_backoff, 0.2) {}
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  slices_ = options_.slices;
+  if (slices_ == nullptr) {
+    if (options_.loop == nullptr) own_loop_ = std::make_unique<PollLoop>("ea-dra-loop");
+    own_slices_ = std::make_unique<NodeSlices>(
+        NodeSlices::Options{.node_name = options_.node_name,
+                            .resync = options_.resync,
+                            .initial_backoff = options_.initial_backoff,
+                            .max_backoff = options_.max_backoff,
+                            .loop = options_.loop != nullptr ? options_.loop : own_loop_.get()},
+        client_);
+    slices_ = own_slices_.get();
+  }
+}
 
 SlicePublisher::~SlicePublisher() {
   Stop();
+  own_slices_.reset();  // before the loop it is a member of
+  own_loop_.reset();
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
@@ -182,12 +146,10 @@ void SlicePublisher::Start() {
         PostSync();
       },
       DeviceSet::Changes::kAdvertisedOrFacts);
+  subscription_ = slices_->Subscribe(options_.driver,
+                                     [this](NodeSlices::Change change) { OnSlicesChange(change); });
   next_chore_ = options_.chore ? absl::Now() : absl::InfiniteFuture();
-  loop_ = options_.loop;
-  if (loop_ == nullptr) {
-    own_loop_ = std::make_unique<PollLoop>("ea-dra-watch");
-    loop_ = own_loop_.get();
-  }
+  loop_ = options_.loop != nullptr ? options_.loop : own_loop_.get();
   loop_->Add(this);
   PostSync();
 }
@@ -196,6 +158,10 @@ void SlicePublisher::Stop() {
   if (listener_ != 0) {
     set_->Unsubscribe(listener_);
     listener_ = 0;
+  }
+  if (subscription_ != 0) {
+    slices_->Unsubscribe(subscription_);
+    subscription_ = 0;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -206,29 +172,44 @@ void SlicePublisher::Stop() {
     loop_ = nullptr;
   }
   worker_.Stop();  // waits for a sync under way: its request ends at the client's Cancel
-  own_loop_.reset();
-  watch_ = {};
-  absl::MutexLock lock(&mu_);
-  opened_ = {};
+  if (own_slices_ != nullptr) own_slices_->Stop();
 }
 
 void SlicePublisher::Resync() {
+  slices_->MarkStale();
   {
     absl::MutexLock lock(&mu_);
     dirty_ = true;
-    relist_ = true;
   }
   PostSync();
 }
 
-SlicePublisher::Status SlicePublisher::status() const {
-  absl::MutexLock lock(&mu_);
-  return status_;
+void SlicePublisher::OnSlicesChange(NodeSlices::Change change) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (change == NodeSlices::Change::kSlices) {
+      dirty_ = true;
+    } else if (taints_dropped_) {
+      // An API server that dropped taints may keep them now (its gate turned on): try again.
+      taints_dropped_ = false;
+      dirty_ = true;
+    }
+  }
+  PostSync();  // a renewal alone runs the chore when it is due
 }
 
-PollLoop::Fds SlicePublisher::WaitFds() {
-  return {wake_fd_, watch_.stream != nullptr ? watch_.stream->fd() : -1, -1, -1};
+SlicePublisher::Status SlicePublisher::status() const {
+  const NodeSlices::Status view = slices_->status();
+  absl::MutexLock lock(&mu_);
+  Status status = status_;
+  status.lists = view.lists;
+  status.watches = view.watches;
+  status.watch_refused = view.watch_refused;
+  status.resource_version = view.resource_version;
+  return status;
 }
+
+PollLoop::Fds SlicePublisher::WaitFds() { return {wake_fd_, -1, -1, -1}; }
 
 absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
   if (ready[0] != 0) {
@@ -237,181 +218,42 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
       // EAGAIN: nothing to take; the state below says what changed.
     }
   }
-  // ready[1] is the socket of the watch_ polled: read it before a newer one replaces it.
-  if (watch_.stream != nullptr && ready[1] != 0) ReadWatch();
   bool sync = false;
   absl::Time next = absl::InfiniteFuture();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::InfiniteFuture();
-    if (opened_.stream != nullptr) {
-      watch_ = std::exchange(opened_, {});
-    } else if (watch_.stream != nullptr && watch_.id != stream_id_) {
-      watch_ = {};  // the worker dropped it (a new list)
-    }
-    if (watch_.stream != nullptr && absl::Now() >= watch_.deadline) {
-      // The server did not end it when asked: as if it had, another one from where we are.
-      watch_ = {};
-      stream_open_ = false;
-      HttpResponse renewed;
-      renewed.status = 200;
-      stream_end_ = renewed;
-      sync = true;
-    }
-    if (absl::Now() >= reopen_at_) {
-      reopen_at_ = absl::InfiniteFuture();  // after a watch ended at once: the next one now
-      sync = true;
-    }
-    if (absl::Now() >= next_list_) {
-      next_list_ = absl::InfiniteFuture();  // without a watch: list again every resync
-      relist_ = true;
-      sync = true;
-    }
     if (absl::Now() >= no_execute_due_) {
       no_execute_due_ = absl::InfiniteFuture();  // a held NoExecute taint's debounce is over
       dirty_ = true;
       sync = true;
     }
-    if (watch_.stream != nullptr) next = watch_.deadline;
-    next = std::min({next, next_list_, reopen_at_, no_execute_due_});
+    next = no_execute_due_;
   }
   if (sync) PostSync();
   return next;
 }
 
-void SlicePublisher::ReadWatch() {
-  std::vector<std::string> lines;
-  absl::StatusOr<std::optional<HttpResponse>> read =
-      watch_.stream->ReadAvailable([&](absl::string_view line) {
-        lines.emplace_back(line);
-        return absl::OkStatus();
-      });
-  const bool ended = !read.ok() || read->has_value();
-  watch_.lines += lines.size();
-  const bool proved = watch_.lines > 0 || absl::Now() - watch_.asked >= absl::Seconds(1);
-  // Ended within a second of asking, with nothing in it: the next one after a backoff, which only
-  // a watch that proved itself resets.
-  const bool at_once = ended && read.ok() && (*read)->status == 200 && !proved;
-  if (proved) short_watches_.Reset();
-  if (at_once) {
-    if (!short_watch_said_) {
-      LOG(WARNING) << options_.driver << ": the API server ended the ResourceSlice watch at once "
-                   << "(within a second, with nothing in it; a proxy that cuts long requests?): "
-                   << "asking again after a backoff";
-      short_watch_said_ = true;
-    }
-    reopen_at_ = absl::Now() + short_watches_.Next();
-  }
-  bool sync = ended && !at_once;
-  {
-    absl::MutexLock lock(&mu_);
-    if (watch_.id == stream_id_) {  // not dropped meanwhile
-      for (std::string& line : lines) {
-        if (events_.empty()) {
-          // Nothing waits for the worker: a bookmark only moves where the next watch starts.
-          const json event = json::parse(line, nullptr, false);
-          const WatchEventHead head = HeadOf(event);
-          if (head.type == "BOOKMARK" && !head.version.empty()) {
-            bookmark_version_ = head.version;
-            status_.resource_version = head.version;
-            continue;
-          }
-        }
-        events_.push_back(std::move(line));
-        sync = true;
-      }
-      if (ended) {
-        stream_open_ = false;
-        stream_end_ = read.ok() ? absl::StatusOr<HttpResponse>(**read) : read.status();
-      }
-    }
-  }
-  if (ended) watch_ = {};
-  if (sync) PostSync();
-}
-
-void SlicePublisher::DropWatch() {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stream_id_;
-    stream_open_ = false;
-    opened_ = {};
-    events_.clear();
-    bookmark_version_.clear();
-    stream_end_.reset();
-  }
-  Wake();
-}
-
 SerialWorker::Outcome SlicePublisher::Sync() {
-  std::vector<std::string> events;
-  std::optional<absl::StatusOr<HttpResponse>> end;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return SerialWorker::Outcome::kDone;
     ++status_.syncs;
-    // A bookmark came before every event waiting here.
-    if (!bookmark_version_.empty()) view_.resource_version = std::move(bookmark_version_);
-    bookmark_version_.clear();
-    events.swap(events_);
-    end.swap(stream_end_);
     reconcile_ = reconcile_ || dirty_;
     dirty_ = false;
-    if (relist_) view_.synced = false;
-    relist_ = false;
   }
-  absl::Status watch_error;
-  for (const std::string& line : events) {
-    absl::StatusOr<bool> changed = ApplyEvent(line);
-    if (!changed.ok()) {
-      // 410 Gone: the watch's version is compacted away; list again. Anything else: a failed watch.
-      if (absl::IsOutOfRange(changed.status())) {
-        view_.synced = false;
-      } else {
-        watch_error = changed.status();
-      }
-      DropWatch();
-      end.reset();
-      break;
-    }
-    reconcile_ = reconcile_ || *changed;  // someone else changed our slices: compare now
-  }
-  if (end.has_value()) watch_error = WatchEnded(*end);
-
-  const bool refused = status().watch_refused;
-  if (reconcile_ || !view_.synced) {
-    const uint64_t lists = status().lists;
-    absl::Status result = Reconcile(view_);
+  if (reconcile_) {
+    absl::Status result = Reconcile();
     if (absl::IsCancelled(result)) return SerialWorker::Outcome::kDone;  // stopping
-    // A list is a new view: the watch starts again from it, not from before it.
-    if (status().lists != lists) DropWatch();
     if (!result.ok()) {
       reconcile_ = true;
       return Failed(result, "cannot publish the ResourceSlice");
     }
     reconcile_ = false;
-    if (refused) {
-      {
-        absl::MutexLock lock(&mu_);
-        next_list_ = absl::Now() + options_.resync;
-      }
-      Wake();  // the loop's wake time
-    }
   }
-  if (!watch_error.ok()) return Failed(watch_error, "the ResourceSlice watch failed");
   if (absl::Now() >= next_chore_) {
     options_.chore();
     next_chore_ = absl::Now() + options_.chore_interval;
-  }
-  bool open = false;
-  {
-    absl::MutexLock lock(&mu_);
-    open = stream_open_;
-  }
-  if (!refused && !open) {
-    if (absl::Status opened = OpenWatch(); !opened.ok()) {
-      return Failed(opened, "the ResourceSlice watch failed");
-    }
   }
   return SerialWorker::Outcome::kDone;
 }
@@ -423,109 +265,9 @@ SerialWorker::Outcome SlicePublisher::Failed(const absl::Status& error, absl::st
   return SerialWorker::Outcome::kRetry;
 }
 
-absl::Status SlicePublisher::WatchEnded(const absl::StatusOr<HttpResponse>& end) {
-  if (!end.ok()) return end.status();
-  switch (end->status) {
-    case 200: {
-      // The server ended it (timeoutSeconds): renewed in this sync. An API server that dropped
-      // taints may keep them now (its gate turned on): try again.
-      absl::MutexLock lock(&mu_);
-      if (taints_dropped_) {
-        taints_dropped_ = false;
-        reconcile_ = true;
-      }
-      return absl::OkStatus();
-    }
-    case 410:
-      view_.synced = false;
-      return absl::OkStatus();
-    case 403:
-    case 405: {
-      LOG(WARNING) << options_.driver << ": the API server refuses to watch ResourceSlices (the "
-                   << "daemon's role lacks the watch verb?): listing them every "
-                   << absl::FormatDuration(options_.resync) << " instead";
-      {
-        absl::MutexLock lock(&mu_);
-        status_.watch_refused = true;
-        next_list_ = absl::Now() + options_.resync;
-      }
-      Wake();
-      return absl::OkStatus();
-    }
-    default:
-      return HttpError("watching ResourceSlices", *end);
-  }
-}
-
-absl::Status SlicePublisher::OpenWatch() {
-  // As client-go's reflector: the server ends the watch after a random time between resync and
-  // twice that (the fleet's renewals spread out), and we wait a little longer than that.
-  static thread_local std::mt19937 random(std::random_device{}());
-  const int64_t base = std::max<int64_t>(1, absl::ToInt64Seconds(options_.resync));
-  const int64_t timeout_seconds = std::uniform_int_distribution<int64_t>(base, 2 * base)(random);
-  const std::string path =
-      absl::StrCat(kSlicesPath, "?watch=true&allowWatchBookmarks=true&fieldSelector=",
-                   SliceFieldSelector(options_.driver, options_.node_name),
-                   "&resourceVersion=", UrlEncode(view_.resource_version),
-                   "&timeoutSeconds=", timeout_seconds);
-  {
-    absl::MutexLock lock(&mu_);
-    ++status_.watches;
-  }
-  const absl::Time asked = absl::Now();  // before the server can start the watch's time
-  absl::StatusOr<std::unique_ptr<WatchStream>> opened = client_->OpenWatch(path);
-  if (!opened.ok()) return opened.status();
-  {
-    absl::MutexLock lock(&mu_);
-    ++stream_id_;
-    stream_open_ = true;
-    opened_ = {*std::move(opened), stream_id_,
-               absl::Now() + absl::Seconds(timeout_seconds) + absl::Seconds(30), asked};
-  }
-  Wake();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> SlicePublisher::ApplyEvent(absl::string_view line) {
-  const json event = json::parse(line, nullptr, false);
-  const auto [type, object, metadata, version] = HeadOf(event);
-  if (type == "ERROR") {
-    // A metav1.Status: 410 Gone (Expired) says the resourceVersion is compacted away.
-    const int64_t code = object == nullptr ? 0 : JsonInt(*object, "code").value_or(0);
-    if (code == 410) return absl::OutOfRangeError("the watch's resourceVersion is gone");
-    return absl::UnavailableError(absl::StrCat(
-        "the watch ended with an error: ",
-        object == nullptr ? std::string("(none given)")
-                          : JsonString(*object, "message").value_or(object->dump())));
-  }
-  if (metadata == nullptr) {
-    return absl::DataLossError(absl::StrCat("not a watch event: ", line.substr(0, 200)));
-  }
-  if (!version.empty()) {
-    view_.resource_version = version;
-    absl::MutexLock lock(&mu_);
-    status_.resource_version = version;
-  }
-  if (type == "BOOKMARK") return false;
-  const std::string name = JsonString(*metadata, "name").value_or("");
-  if (type == "DELETED") return view_.slices.erase(name) != 0;
-  if (type == "ADDED" || type == "MODIFIED") {
-    auto known = view_.slices.find(name);
-    // Our own write's event, or an older one replayed (the watch starts from the list's
-    // version, before our writes): the view holds that or newer already.
-    if (known != view_.slices.end() &&
-        !NewerVersion(version, JsonString(known->second["metadata"], "resourceVersion").value_or(""))) {
-      return false;
-    }
-    view_.slices[name] = *object;
-    return true;
-  }
-  return absl::DataLossError(absl::StrCat("a watch event of unknown type \"", type, "\""));
-}
-
 absl::Status SlicePublisher::ReconcileOnce() {
-  View view;
-  return Reconcile(view);
+  slices_->MarkStale();
+  return Reconcile();
 }
 
 std::string SlicePublisher::NodeUid() {
@@ -544,37 +286,6 @@ std::string SlicePublisher::NodeUid() {
                               "(it will not be removed with the Node)"));
   }
   return node_uid_;
-}
-
-absl::Status SlicePublisher::List(View& view) {
-  absl::StatusOr<HttpResponse> response = client_->Request(
-      "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector(options_.driver, options_.node_name)));
-  {
-    absl::MutexLock lock(&mu_);
-    ++status_.lists;
-  }
-  if (!response.ok()) return response.status();
-  if (response->status != 200) return HttpError("listing ResourceSlices", *response);
-  json list = json::parse(response->body, nullptr, false);
-  const json* items = JsonMember(list, "items");
-  const json* metadata = JsonMember(list, "metadata");
-  if (items == nullptr || !items->is_array() || metadata == nullptr) {
-    return absl::UnavailableError("listing ResourceSlices: the answer is not a ResourceSliceList");
-  }
-  view.slices.clear();
-  for (const json& item : *items) {
-    // Only a slice we can name can be updated or deleted (a DELETE with an empty name would be
-    // one on the collection's path).
-    const json* item_metadata = JsonMember(item, "metadata");
-    const std::string name =
-        item_metadata == nullptr ? "" : JsonString(*item_metadata, "name").value_or("");
-    if (!name.empty()) view.slices[name] = item;
-  }
-  view.resource_version = JsonString(*metadata, "resourceVersion").value_or("");
-  view.synced = true;
-  absl::MutexLock lock(&mu_);
-  status_.resource_version = view.resource_version;
-  return absl::OkStatus();
 }
 
 void SlicePublisher::HoldNoExecute(json* devices, absl::Time now) {
@@ -603,7 +314,7 @@ void SlicePublisher::HoldNoExecute(json* devices, absl::Time now) {
   }
 }
 
-absl::Status SlicePublisher::Reconcile(View& view) {
+absl::Status SlicePublisher::Reconcile() {
   std::vector<std::string> notes;
   for (int attempt = 0; attempt < kConflictRetries; ++attempt) {
     std::shared_ptr<const Snapshot> snapshot = set_->Current();
@@ -615,20 +326,19 @@ absl::Status SlicePublisher::Reconcile(View& view) {
     json devices = SliceDevices(*snapshot, &notes, unhealthy, options_.sharing);
     HoldNoExecute(&devices, absl::Now());
     for (const std::string& note : notes) errors_.Warn(absl::StrCat(options_.driver, ": ", note));
-    if (!view.synced) {
-      if (absl::Status listed = List(view); !listed.ok()) {
-        absl::MutexLock lock(&mu_);
-        status_.published = false;
-        status_.last_error = std::string(listed.message());
-        return listed;
-      }
+    absl::StatusOr<NodeSlices::View> view = slices_->Slices(options_.driver);
+    if (!view.ok()) {
+      absl::MutexLock lock(&mu_);
+      status_.published = false;
+      status_.last_error = std::string(view.status().message());
+      return view.status();
     }
     // Ours: the first slice of our pool; any other slice of this driver on this node goes. The
     // view holds only slices with a name.
     const json* ours = nullptr;
     std::vector<const json*> extra;
     int64_t highest_generation = 0;
-    for (const auto& [slice_name, item] : view.slices) {
+    for (const auto& [slice_name, item] : view->slices) {
       const json* spec = JsonMember(item, "spec");
       const json* pool = spec == nullptr ? nullptr : JsonMember(*spec, "pool");
       if (pool != nullptr) {
@@ -730,15 +440,15 @@ absl::Status SlicePublisher::Reconcile(View& view) {
         }
       }
     }
-    for (const std::string& deleted : gone) view.slices.erase(deleted);
+    for (const std::string& deleted : gone) slices_->Deleted(deleted);
     // The view takes what a write answered (its resourceVersion is how the watch's event of this
     // write is known as ours); a 409 means the view is stale: list again.
     const json* written_metadata = JsonMember(written, "metadata");
     if (!name.empty() && written_metadata != nullptr &&
         JsonString(*written_metadata, "name") == name) {
-      view.slices[name] = written;
+      slices_->Wrote(written);
     }
-    if (conflict) view.synced = false;
+    if (conflict) slices_->MarkStale();
     absl::MutexLock lock(&mu_);
     status_.writes += writes;
     if (taints_dropped) {

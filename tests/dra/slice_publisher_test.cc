@@ -168,6 +168,8 @@ TEST_F(SlicePublisherTest, DroppedTaintsAreTriedAgainAsTheWatchIsRenewed) {
   api_.EndSliceWatches();  // renewed while the gate is still off: tried, dropped, left out again
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.resource_slice_watches() == 2; }));
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  // The publisher is told of the renewal and writes on its own worker, after the view's.
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.resource_slice_writes() >= writes + 2; }));
   EXPECT_EQ(Ours()[0]["spec"]["devices"].size(), 1u);
   EXPECT_EQ(api_.resource_slice_writes(), writes + 2) << "one try with taints, one without";
   api_.EnableDeviceTaints();
@@ -353,6 +355,7 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
   options.resync = absl::Hours(1);
   SlicePublisher publisher(options, client_.get(), &set_);
   publisher.Start();
+  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
   const int writes = api_.resource_slice_writes();
 
@@ -376,12 +379,14 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
   set_.Update({Tpu("0000:03:00.0")});  // our own write: a new version the watch shows us
   ASSERT_TRUE(api_.WaitForResourceSlices(
       [](const std::vector<json>& slices) { return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 1; }));
+  // Changes the node's watch does not see (another node's slices; the slices of another driver
+  // on this node it does see, and they move the view on).
   api_.AddResourceSlice(json{{"metadata", {{"name", "unrelated"}}},
-                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-1"}}}});
+                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-2"}}}});
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
   api_.CompactSliceHistory();
   api_.AddResourceSlice(json{{"metadata", {{"name", "unrelated-2"}}},
-                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-1"}}}});
+                             {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-2"}}}});
   api_.CompactSliceHistory();  // the view's version is older than the history now
   api_.EndSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return publisher.status().lists == 2; }))

@@ -181,8 +181,10 @@ class Daemon {
   std::unique_ptr<NvmlSupervisor> nvml_;
   Discoverer* nvidia_discoverer_ = nullptr;
   std::vector<std::unique_ptr<Resource>> resources_;
-  std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
   std::unique_ptr<ApiClient> dra_api_;  // with --dra
+  // This node's ResourceSlices as the API server has them: one LIST and WATCH for every driver.
+  std::unique_ptr<NodeSlices> node_slices_;
+  std::vector<std::unique_ptr<DraDriver>> dra_drivers_;
   // Every DRA driver's connections, accepted on event_loop_; started by the first that serves.
   std::unique_ptr<DraGrpcServer> dra_grpc_;
   absl::Mutex mu_;  // guards starting registrars (from the watcher thread) against Stop()

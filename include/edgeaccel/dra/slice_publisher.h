@@ -1,48 +1,32 @@
 // SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's devices
-// (the Unhealthy ones tainted, see below). Its watch is read on a PollLoop (the daemon's ea-loop;
-// alone, a publisher makes a loop of its own), which never waits for the API server: every
-// request (list, writes, opening a watch) is made by the publisher's worker ("ea-dra-slices", a
-// SerialWorker that exits when idle), so an idle publisher holds no thread of its own.
+// (the Unhealthy ones tainted, see below). What the API server holds of the driver's slices it
+// reads from NodeSlices (dra/node_slices.h: one LIST and one WATCH for every driver of the node);
+// every write is made by the publisher's worker ("ea-dra-slices", a SerialWorker that exits when
+// idle), so an idle publisher holds no thread of its own.
 //
-// What it knows of the API server's slices is a view kept by a watch, as the Go helper keeps its
-// slices with an informer: a LIST of the driver's slices of this node (fieldSelector spec.driver
-// and spec.nodeName) once, then a WATCH with the same selector from the list's resourceVersion,
-// renewed from the last resourceVersion it saw (events and bookmarks) when the API server ends it
-// (timeoutSeconds: a random time between `resync` and twice that, as client-go's reflector
-// picks). It lists again only when the watch answers 410 Gone (that resourceVersion is
-// compacted) or a write met a 409 Conflict, and then watches again from the list. While nothing
-// changes it sends nothing but the renewal of its watch. A watch the server ends within a second of
-// asking, with nothing in it, is asked again only after a backoff (as client-go's reflector takes
-// a "very short watch" for an error), so a proxy that cuts every watch is not asked again and
-// again at once. The loop reads the watch as it arrives
-// (ApiClient::OpenWatch) and hands its events to the worker, which keeps the view; the watch stays
-// open across the worker's writes.
-//
-// It reconciles the view with the devices when the device set changes (hot-plug, health, or the
-// devices' facts alone: NVML's, which arrive after the first scan), on Resync() (the kubelet
-// registered us), and when the watch shows a slice changed or deleted by someone else (the
-// kubelet's wipe at its start or 30 s after it lost our connection, an admin's delete): within
-// the event's round trip. One reconcile writes only where the view differs: create the slice if
-// there is none (generateName, ownerReference to the Node); replace its devices if they differ,
-// with the pool's generation one higher and the resourceVersion it was read with (409 Conflict:
-// list again and retry); delete any other slice of ours on this node (preconditions: UID and
-// resourceVersion). Errors are retried with backoff and said once per distinct message; a
-// request cancelled (ApiClient::Cancel: the daemon is stopping) is neither said nor retried.
-// Where the watch is refused (403: a role without `watch` on resourceslices; 405) it says so
-// once and lists every `resync` instead. It never deletes the slice when it stops: a restarting
-// daemon must not make the devices vanish from the scheduler (on uninstall the kubelet deletes a
-// driver's slices 30 s after it lost the plugin).
+// It reconciles when the device set changes (hot-plug, health, or the devices' facts alone:
+// NVML's, which arrive after the first scan), on Resync() (the kubelet registered us: a kubelet
+// that starts deletes its node's slices), and when NodeSlices says someone else changed or deleted
+// the driver's slices (the kubelet's wipe, an admin's delete): within the event's round trip. One
+// reconcile writes only where the view differs: create the slice if there is none (generateName,
+// ownerReference to the Node); replace its devices if they differ, with the pool's generation one
+// higher and the resourceVersion it was read with (409 Conflict: the view is marked stale, listed
+// again and the write retried); delete any other slice of ours on this node (preconditions: UID
+// and resourceVersion). Errors are retried with backoff and said once per distinct message; a
+// request cancelled (ApiClient::Cancel: the daemon is stopping) is neither said nor retried. It
+// never deletes the slice when it stops: a restarting daemon must not make the devices vanish from
+// the scheduler (on uninstall the kubelet deletes a driver's slices 30 s after it lost the plugin).
 //
 // Unhealthy devices stay in the slice with device taints (resource_slice.h); a NoExecute taint
-// only once its condition has held for Options::no_execute_after (NoSchedule until then). The API server sets
-// each taint's timeAdded; the publisher carries it over from the slice it read, so an unchanged
-// taint is no difference and no write, and the time stays when the taint came. An API server with
-// DRADeviceTaints off drops the taints on write without an error (strategy.go
-// dropDisabledDRADeviceTaintsFields, kubernetes/kubernetes pkg/registry/resource/resourceslice):
-// the publisher compares what came back, and when the taints are gone (or a 422 refuses them) it
-// leaves Unhealthy devices out instead and says so once; it tries taints again each time its
-// watch is renewed, so an API server whose gate is turned on gets them without a restart of the
-// daemon.
+// only once its condition has held for Options::no_execute_after (NoSchedule until then; the
+// publisher's PollLoop membership is that timer). The API server sets each taint's timeAdded; the
+// publisher carries it over from the slice it read, so an unchanged taint is no difference and no
+// write, and the time stays when the taint came. An API server with DRADeviceTaints off drops the
+// taints on write without an error (strategy.go dropDisabledDRADeviceTaintsFields,
+// kubernetes/kubernetes pkg/registry/resource/resourceslice): the publisher compares what came
+// back, and when the taints are gone (or a 422 refuses them) it leaves Unhealthy devices out
+// instead and says so once; it tries taints again each time the watch is renewed, so an API
+// server whose gate is turned on gets them without a restart of the daemon.
 //
 // The driver's other periodic work (ClaimPreparer::Cleanup) runs on the worker too, as the
 // `chore`: after the first reconcile, then at the first sync at least `chore_interval` after its
@@ -64,8 +48,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "edgeaccel/dra/node_slices.h"
 #include "edgeaccel/dra/resource_slice.h"
-#include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/host/serial_worker.h"
@@ -79,7 +63,9 @@ class SlicePublisher : private PollLoop::Member {
   struct Options {
     std::string driver;
     std::string node_name;
-    // A watch lasts between this and twice this; without a watch, the LIST period.
+    // The node's slices, shared with the node's other drivers (it outlives the publisher);
+    // nullptr: a view of its own, with `resync`, the backoffs and `loop` as its options.
+    NodeSlices* slices = nullptr;
     absl::Duration resync = absl::Minutes(5);
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration max_backoff = absl::Seconds(30);
@@ -88,7 +74,8 @@ class SlicePublisher : private PollLoop::Member {
     // Run after reconciles (see above); empty: none.
     std::function<void()> chore;
     absl::Duration chore_interval = absl::Minutes(5);
-    // The loop that reads its watch (it outlives the publisher); nullptr: a loop of its own.
+    // The loop of its NoExecute timer (and of its own view's watch; it outlives the publisher);
+    // nullptr: a loop of its own.
     PollLoop* loop = nullptr;
     // A NoExecute taint (device node missing, critical Xid: pods using the device are evicted,
     // which cannot be undone) is published as NoSchedule until its condition has held this long
@@ -105,6 +92,7 @@ class SlicePublisher : private PollLoop::Member {
     std::string last_error;        // empty after a good reconcile
     uint64_t writes = 0;           // creates, updates and deletes sent
     uint64_t conflicts = 0;        // 409s answered
+    // The node's view (NodeSlices::Status, shared by the node's drivers).
     uint64_t lists = 0;            // LISTs sent (the first, then after a 410 or a 409)
     uint64_t watches = 0;          // WATCHes started
     bool watch_refused = false;    // the API server refuses the watch: listing every resync
@@ -118,114 +106,70 @@ class SlicePublisher : private PollLoop::Member {
   SlicePublisher(Options options, const ApiClient* client, DeviceSet* set);
   ~SlicePublisher() override;
 
-  // Joins the loop and asks the worker for the first list and publish.
+  // Subscribes to the node's view, joins the loop and asks the worker for the first publish.
   void Start();
-  // Leaves the loop (the watch ends at once) and stops the worker (a request in flight ends at
-  // the client's timeout, or at once after ApiClient::Cancel); leaves the slice. After it, the
-  // publisher does nothing more.
+  // Leaves the view and the loop and stops the worker (a request in flight ends at the client's
+  // timeout, or at once after ApiClient::Cancel); leaves the slice. After it, the publisher does
+  // nothing more.
   void Stop();
   // List and reconcile now (also while the set did not change): the slices may have changed
   // without a watch event (the kubelet registered us, and a kubelet that starts deletes them).
   void Resync();
 
   Status status() const;
-  // One reconcile from a fresh LIST on the caller's thread (tests, --discover's check), before
-  // Start() or after Stop().
+  // One reconcile from a fresh LIST on the caller's thread (tests), before Start() or after Stop().
   absl::Status ReconcileOnce();
 
  private:
-  // What the publisher knows of our slices on the API server.
-  struct View {
-    bool synced = false;                          // listed, and kept by the watch since
-    std::string resource_version;                 // where the next watch starts
-    std::map<std::string, nlohmann::json> slices;  // by name
-  };
-
-  // PollLoop::Member, on the loop's thread: the wake eventfd and the open watch's socket; the
-  // watch's deadline, and without a watch (refused) the next list, as its wake time.
+  // PollLoop::Member, on the loop's thread: the wake eventfd; a held NoExecute taint's due time as
+  // its wake time.
   PollLoop::Fds WaitFds() override;
   absl::Time Step(const PollLoop::Events& ready) override;
-  // Hands what the watch brought, and its end, to the worker; a bookmark alone is kept here
-  // (the API server sends one a minute), so it starts no worker.
-  void ReadWatch();
 
   void PostSync();
-  // The worker's task: applies the watch's events and end to the view, reconciles, runs the
-  // chore, opens a watch when none is open. kRetry: after the worker's backoff.
+  // The worker's task: reconciles where something changed, runs the chore. kRetry: after the
+  // worker's backoff.
   SerialWorker::Outcome Sync();
   // A sync that failed: said once per distinct message and retried after the backoff (kRetry);
   // cancelled (the daemon stops): neither (kDone).
   SerialWorker::Outcome Failed(const absl::Status& error, absl::string_view what);
-  // One watch event applied to the view: true when someone else changed our slices. 410 Gone in
-  // an ERROR event is OUT_OF_RANGE.
-  absl::StatusOr<bool> ApplyEvent(absl::string_view line);
-  // How the watch ended; an error is a failed watch (retried after the backoff).
-  absl::Status WatchEnded(const absl::StatusOr<HttpResponse>& end);
-  // Ends the open watch: the next one starts from the view.
-  void DropWatch();
-  absl::Status OpenWatch();
-  absl::Status Reconcile(View& view);
+  // What NodeSlices tells (on its threads; never blocks).
+  void OnSlicesChange(NodeSlices::Change change);
+  absl::Status Reconcile();
   // Publishes each NoExecute taint of `devices` as NoSchedule until its condition has held for
   // no_execute_after (tracked by device, key and value), and has the loop ask for a reconcile
   // when the first held one is due.
   void HoldNoExecute(nlohmann::json* devices, absl::Time now);
-  absl::Status List(View& view);
   std::string NodeUid();
   void Wake();
 
   const Options options_;
   const ApiClient* const client_;
   DeviceSet* const set_;
-  const int wake_fd_;  // an eventfd: the worker opened or dropped a watch
+  const int wake_fd_;  // an eventfd: a NoExecute taint's due time moved
   uint64_t listener_ = 0;
   std::unique_ptr<PollLoop> own_loop_;
-  PollLoop* loop_ = nullptr;  // while started
+  std::unique_ptr<NodeSlices> own_slices_;
+  NodeSlices* slices_ = nullptr;
+  uint64_t subscription_ = 0;  // in slices_, while started
+  PollLoop* loop_ = nullptr;   // while started
   SerialWorker worker_{"ea-dra-slices", {.exit_when_idle = true}};
 
-  // A watch the worker opened, as it hands it to the loop, and as the loop keeps it.
-  struct HeldWatch {
-    std::unique_ptr<WatchStream> stream;  // null: none
-    uint64_t id = 0;                      // its stream_id_
-    absl::Time deadline = absl::InfiniteFuture();  // we end a watch the server did not end
-    absl::Time asked;                     // when the worker began to open it
-    size_t lines = 0;                     // what it brought, bookmarks too (the loop counts)
-  };
-
-  // The loop's alone.
-  HeldWatch watch_;
-  Backoff short_watches_;    // for watches ended at once; reset by one that proved itself
-  absl::Time reopen_at_ = absl::InfiniteFuture();  // after one ended at once, the next one
-  bool short_watch_said_ = false;
-
-  // The worker's alone (ReconcileOnce has a view of its own).
-  View view_;
+  // The worker's alone (or ReconcileOnce's caller's).
   bool reconcile_ = true;
   absl::Time next_chore_ = absl::InfiniteFuture();
   // When each NoExecute taint wanted now was first wanted ("<device>\n<key>\n<value>").
   std::map<std::string, absl::Time> no_execute_since_;
+  std::string node_uid_;
 
   mutable absl::Mutex mu_;
-  bool dirty_ ABSL_GUARDED_BY(mu_) = true;   // reconcile
-  bool relist_ ABSL_GUARDED_BY(mu_) = false;  // and list first
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;  // reconcile
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool taints_dropped_ ABSL_GUARDED_BY(mu_) = false;
-  // The watch the worker opened last (0: none yet); the loop's watch_ is stale when its id differs.
-  uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stream_open_ ABSL_GUARDED_BY(mu_) = false;  // it has not ended
-  HeldWatch opened_ ABSL_GUARDED_BY(mu_);  // handed to the loop
-  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);  // of stream_id_, not yet applied
-  // A bookmark's version, read while no event waited (so it comes before every event in events_).
-  std::string bookmark_version_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::StatusOr<HttpResponse>> stream_end_ ABSL_GUARDED_BY(mu_);
-  absl::Time next_list_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // without a watch
   absl::Time no_execute_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // HoldNoExecute
   Status status_ ABSL_GUARDED_BY(mu_);
-  std::string node_uid_;  // the worker's (or ReconcileOnce's caller's)
   OnceLogger errors_;
 };
-
-// "spec.driver=<driver>,spec.nodeName=<node>", URL-encoded, for the list and delete requests.
-std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name);
 
 }  // namespace edgeaccel
 
