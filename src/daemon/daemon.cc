@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -250,6 +251,15 @@ absl::Status Daemon::StartDra() {
       RecordEvent({true, reason, message});
     };
     prepare.counters = &driver->counters;
+    // The kubelet's pod-resources API names the claims its pods use: the cleanup reads only the
+    // others from the API server.
+    prepare.claims_in_use = [socket = absl::StrCat(config_.kubelet_root, "/", kPodResourcesSocket),
+                             name]() -> absl::StatusOr<std::set<std::string>> {
+      absl::StatusOr<KubeletHoldings> holdings = AskPodResources(socket, absl::Seconds(2));
+      if (!holdings.ok()) return holdings.status();
+      auto claims = holdings->claims_in_use.find(name);
+      return claims == holdings->claims_in_use.end() ? std::set<std::string>() : claims->second;
+    };
     driver->preparer = std::make_unique<ClaimPreparer>(std::move(prepare), driver->set.get());
     SlicePublisher::Options publish;
     publish.driver = name;

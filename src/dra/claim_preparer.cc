@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -439,6 +441,33 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
     for (const auto& [uid, claim] : prepared_.claims()) {
       recorded.push_back(claim.claim);
       generations.push_back(GenerationOf(uid));
+    }
+  }
+  // A claim the kubelet lists for one of its pods is in use: only the others are read, so an idle
+  // node with prepared claims sends the API server nothing (a GET per claim every --dra-resync
+  // was the bulk of a node's idle requests). A name recorded twice (a claim deleted and made
+  // again) is read either way: the listing names claims, not UIDs.
+  if (options_.claims_in_use) {
+    absl::StatusOr<std::set<std::string>> in_use = options_.claims_in_use();
+    if (in_use.ok()) {
+      std::map<std::string, int> records_of;
+      for (const ClaimRef& claim : recorded) ++records_of[absl::StrCat(claim.namespace_name, "/", claim.name)];
+      std::vector<ClaimRef> asked;
+      std::vector<uint64_t> asked_generations;
+      for (size_t i = 0; i < recorded.size(); ++i) {
+        const std::string name = absl::StrCat(recorded[i].namespace_name, "/", recorded[i].name);
+        if (in_use->count(name) > 0 && records_of[name] == 1) {
+          ++report.in_use;
+          continue;
+        }
+        asked.push_back(recorded[i]);
+        asked_generations.push_back(generations[i]);
+      }
+      recorded = std::move(asked);
+      generations = std::move(asked_generations);
+    } else {
+      VLOG(1) << options_.driver << ": the kubelet's pod-resources API cannot say which claims are in use ("
+              << in_use.status().message() << "): every prepared claim is read from the API server";
     }
   }
   report.checked = static_cast<int>(recorded.size());

@@ -54,6 +54,12 @@ absl::StatusOr<KubeletHoldings> AskPodResources(const std::string& socket,
             holdings.holders[devices.resource_name()][id] = {pod.namespace_(), pod.name()};
           }
         }
+        for (const v1::DynamicResource& claim : container.dynamic_resources()) {
+          for (const v1::ClaimResource& resource : claim.claim_resources()) {
+            holdings.claims_in_use[resource.driver_name()].insert(
+                absl::StrCat(claim.claim_namespace(), "/", claim.claim_name()));
+          }
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -486,6 +487,55 @@ TEST_F(ClaimPreparerTest, CleanupUnpreparesClaimsGoneMadeAgainOrDeallocatedAndKe
   // And its device goes to the next claim.
   Allocate("next", second, {"tpu-0000-03-00-0"});
   EXPECT_EQ(preparer->Prepare({{"default", "next", second}})[second].error, "");
+}
+
+// The kubelet's pod-resources API names the claims its pods use: Cleanup reads only the others,
+// so an idle node sends the API server nothing for the claims its pods hold. A listing that fails
+// leaves every claim to be read, as before.
+TEST_F(ClaimPreparerTest, CleanupReadsOnlyTheClaimsNoPodOfTheKubeletUses) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("used", kUid, {"tpu-0000-03-00-0"});
+  Allocate("gone", second, {"tpu-0000-04-00-0"});
+  absl::Mutex listed_mu;
+  absl::StatusOr<std::set<std::string>> listed = std::set<std::string>{"default/used", "other/x"};
+  ClaimPreparer::Options options = Options();
+  options.claims_in_use = [&]() -> absl::StatusOr<std::set<std::string>> {
+    absl::MutexLock lock(&listed_mu);
+    return listed;
+  };
+  auto preparer = MakePreparer(options);
+  ASSERT_EQ(preparer->Prepare({{"default", "used", kUid}})[kUid].error, "");
+  ASSERT_EQ(preparer->Prepare({{"default", "gone", second}})[second].error, "");
+  auto fetched = [&] {
+    absl::MutexLock lock(&api_mu_);
+    return fetches_;
+  };
+  int before = fetched();
+  ClaimPreparer::CleanupReport report = preparer->Cleanup();
+  EXPECT_EQ(report.in_use, 1);
+  EXPECT_EQ(report.checked, 1);
+  EXPECT_EQ(fetched(), before + 1) << "only the claim no pod uses is read";
+  {
+    absl::MutexLock lock(&api_mu_);
+    api_.erase("default/gone");  // its pod was force-deleted; the kubelet never unprepares
+  }
+  EXPECT_EQ(preparer->Cleanup().unprepared, 1);
+  ASSERT_EQ(preparer->Prepared().size(), 1u);
+  EXPECT_EQ(preparer->Prepared()[0].claim.uid, kUid);
+
+  before = fetched();
+  report = preparer->Cleanup();
+  EXPECT_EQ(report.checked, 0);
+  EXPECT_EQ(fetched(), before) << "every prepared claim in use: nothing asked";
+  {
+    absl::MutexLock lock(&listed_mu);
+    listed = absl::UnavailableError("nothing answers on pod-resources/kubelet.sock");
+  }
+  report = preparer->Cleanup();
+  EXPECT_EQ(report.in_use, 0);
+  EXPECT_EQ(report.checked, 1);
+  EXPECT_EQ(fetched(), before + 1) << "no listing: read from the API server";
+  EXPECT_EQ(report.unprepared, 0);
 }
 
 // Cleanup reads the records, asks the API server, then removes: a claim the kubelet unprepared

@@ -850,6 +850,28 @@ void TestKubelet::ListLocked(v1::ListPodResourcesResponse* response) {
     devices->set_resource_name(cached.resource);
     for (const std::string& id : cached.ids) devices->add_device_ids(id);
   }
+  for (const DraPod& dra : dra_pods_) {
+    v1::PodResources* pod = response->add_pod_resources();
+    pod->set_name(dra.pod);
+    pod->set_namespace_(dra.namespace_name);
+    v1::ContainerResources* container = pod->add_containers();
+    container->set_name("main");
+    v1::DynamicResource* claim = container->add_dynamic_resources();
+    claim->set_claim_name(dra.claim);
+    claim->set_claim_namespace(dra.namespace_name);
+    v1::ClaimResource* resource = claim->add_claim_resources();
+    resource->set_driver_name(dra.driver);
+    resource->set_pool_name(dra.pool);
+    resource->set_device_name(dra.device);
+  }
+}
+
+void TestKubelet::AddDraPod(const std::string& namespace_name, const std::string& pod,
+                            const std::string& claim, const std::string& driver,
+                            const std::string& pool, const std::string& device) {
+  absl::MutexLock lock(&mu_);
+  dra_pods_.push_back({namespace_name, pod, claim, driver, pool, device});
+  Changed();
 }
 
 absl::StatusOr<std::string> TestKubelet::AdmitPod(const std::string& resource,

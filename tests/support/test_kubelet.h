@@ -133,6 +133,12 @@ class TestKubelet {
   absl::StatusOr<std::string> AdmitPod(const std::string& resource,
                                        const std::vector<std::string>& ids);
   void DeletePod(const std::string& pod_uid);
+  // A pod whose one container uses a ResourceClaim a DRA driver prepared, as 1.36's pod-resources
+  // List shows it (pkg/kubelet/apis/podresources/server_v1.go: each container's DynamicResources,
+  // from the DRA manager's claim cache: claim name and namespace, and per device its driver,
+  // pool and device name).
+  void AddDraPod(const std::string& namespace_name, const std::string& pod, const std::string& claim,
+                 const std::string& driver, const std::string& pool, const std::string& device);
   // The pod's container status allocatedResourcesStatus (ResourceHealthStatus, beta and on in
   // 1.36) for its device-plugin devices, "<id>=<Healthy|Unhealthy>" in the order allocated, as
   // kubelet 1.36.2's device manager computes it (pkg/kubelet/cm/devicemanager/manager.go
@@ -246,6 +252,10 @@ class TestKubelet {
   std::unique_ptr<PodResourcesService> pod_resources_service_;
   std::unique_ptr<grpc::Server> pod_resources_server_;
   bool serve_pod_resources_ = true;
+  struct DraPod {
+    std::string namespace_name, pod, claim, driver, pool, device;
+  };
+  std::vector<DraPod> dra_pods_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
   int watcher_stop_fd_ = -1;
 

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,10 +93,15 @@ class ClaimPreparer {
     std::function<void(const std::string& reason, const std::string& message)> on_event;
     // Where cleanups are counted; may be null.
     DraCounters* counters = nullptr;
+    // The claims ("namespace/name") the kubelet lists for its active pods under this driver (its
+    // pod-resources API), for Cleanup: such a claim is in use, and the API server is not asked
+    // about it. May be empty, or fail: then every recorded claim is asked about.
+    std::function<absl::StatusOr<std::set<std::string>>()> claims_in_use;
   };
 
   // What one Cleanup() did.
   struct CleanupReport {
+    int in_use = 0;      // recorded claims the kubelet lists for a pod: not asked about
     int checked = 0;     // recorded claims asked about
     int unprepared = 0;  // of them, unprepared here
     // The first reason a claim could not be judged or unprepared (API server away, a file that

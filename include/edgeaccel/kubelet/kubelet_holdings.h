@@ -38,6 +38,10 @@ struct KubeletHoldings {
     std::string name;
   };
   std::map<std::string, std::map<std::string, Pod>> holders;
+  // Per DRA driver, the ResourceClaims ("namespace/name") the kubelet lists for its active pods
+  // (List's dynamic_resources: KubeletPodResourcesDynamicResources, on by default from 1.34, GA
+  // in 1.36). Empty from the checkpoint.
+  std::map<std::string, std::set<std::string>> claims_in_use;
   // Resources some plugin has registered on this node (the checkpoint's RegisteredDevices keys,
   // and any resource with devices above). Empty when the checkpoint could not be read.
   std::set<std::string> known;
