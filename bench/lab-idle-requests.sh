@@ -13,9 +13,20 @@
 # first and subtracted (the kubelet and controllers touch nodes and events too). Prints the
 # requests per node-hour by resource and verb. Leaves nothing behind (Nodes, slices, trees).
 #
+# It also prints the time from the first daemon's start until every node's slices are published,
+# the memory (RSS) of all daemons together, and the API server's CPU time in the window.
+#
 # Environment: KUBECONFIG (default /opt/k8s-lab-1.36/kubeconfig/admin.kubeconfig), KUBECTL
 # (default the lab's), DAEMON (default build/edgeaccel-device-plugin), FIXTURE (default
-# build/edgeaccel-fixture), EXTRA_FLAGS (more daemon flags).
+# build/edgeaccel-fixture), HOSTS (the fixture's hosts, default "coral-pcie"; the shipped
+# Jetson-with-Coral: "coral-pcie jetson-agx-orin"), DRA (--dra, default coral-pcie; the chart's:
+# coral-pcie,coral-usb,tegra), SLICES (slices each node publishes, default 1; 2 for the
+# Jetson with a Coral), BASELINE (0: no window without the daemons), EXTRA_FLAGS (more flags),
+# LAB_PIDS (the lab's pid files, for the API server's CPU; default /opt/k8s-lab-1.36/run/pids).
+#
+# The fleet of #45 (100 nodes of the shipped configuration):
+#   HOSTS="coral-pcie jetson-agx-orin" DRA=coral-pcie,coral-usb,tegra SLICES=2 BASELINE=0 \
+#     bench/lab-idle-requests.sh 100 900
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DAEMONS=${1:-3}
@@ -25,6 +36,11 @@ KUBECTL=${KUBECTL:-/opt/k8s-lab-1.36/bin/kubectl}
 DAEMON=${DAEMON:-build/edgeaccel-device-plugin}
 FIXTURE=${FIXTURE:-build/edgeaccel-fixture}
 SETTLE=${SETTLE:-20}
+HOSTS=${HOSTS:-coral-pcie}
+DRA=${DRA:-coral-pcie}
+SLICES=${SLICES:-1}
+BASELINE=${BASELINE:-1}
+LAB_PIDS=${LAB_PIDS:-/opt/k8s-lab-1.36/run/pids}
 work=$(mktemp -d /tmp/edgeaccel-idle-requests.XXXXXX)
 pids=()
 
@@ -58,10 +74,16 @@ rate() {
     awk -v w="$WINDOW" -v nodes="$3" '{ d = $3 - $2; if (d > 0) printf "%s %.1f\n", $1, (nodes > 0 ? d * 3600 / w / nodes : d) }'
 }
 
-echo "baseline: ${WINDOW}s without the daemons"
-counts >"$work/base0"; sleep "$WINDOW"; counts >"$work/base1"
+if [ "$BASELINE" != 0 ]; then
+  echo "baseline: ${WINDOW}s without the daemons"
+  counts >"$work/base0"; sleep "$WINDOW"; counts >"$work/base1"
+else
+  counts >"$work/base0"; cp "$work/base0" "$work/base1"
+fi
 
-host=$("$FIXTURE" coral-pcie)
+# shellcheck disable=SC2086
+host=$("$FIXTURE" $HOSTS | tail -1)
+started=$(date +%s.%N)
 for i in $(seq 1 "$DAEMONS"); do
   node=edgeaccel-idle-$i
   "$KUBECTL" create -f - >/dev/null <<EOF
@@ -71,17 +93,30 @@ EOF
   # shellcheck disable=SC2086
   "$DAEMON" --host-root="$host" --kubelet_root="$work/kubelet-$i" \
     --device_plugin_dir="$work/kubelet-$i/device-plugins" --node_name="$node" \
-    --kubeconfig="$KUBECONFIG" --dra=coral-pcie --label_node --node_events \
+    --kubeconfig="$KUBECONFIG" --dra="$DRA" --label_node --node_events \
     --metrics_address=127.0.0.1:0 --cdi_dir="$work/cdi-$i" ${EXTRA_FLAGS:-} \
     >"$work/daemon-$i.log" 2>&1 &
   pids+=($!)
 done
+want=$((DAEMONS * SLICES))
+until [ "$("$KUBECTL" get resourceslices -o name 2>/dev/null | grep -c edgeaccel-idle-)" -ge "$want" ]; do
+  (( $(date +%s) - ${started%.*} > 600 )) && { echo "not every slice published within 600 s"; break; }
+  sleep 0.2
+done
+echo "every node's slices published ($want): $(echo "$(date +%s.%N) - $started" | bc | cut -c1-6) s after the first daemon started"
 sleep "$SETTLE"
 for i in $(seq 1 "$DAEMONS"); do
   kill -0 "${pids[$((i - 1))]}" 2>/dev/null || { echo "daemon $i ended:"; cat "$work/daemon-$i.log"; exit 1; }
 done
+rss=0
+for pid in "${pids[@]}"; do rss=$((rss + $(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status"))); done
+echo "memory of the $DAEMONS daemons together: RSS $((rss / 1024)) MiB ($((rss / DAEMONS)) KiB each)"
+apiserver_ticks() { awk '{ print $14 + $15 }' "/proc/$(cat "$LAB_PIDS/kube-apiserver.pid")/stat" 2>/dev/null || echo 0; }
 echo "with $DAEMONS daemons: ${WINDOW}s idle, after ${SETTLE}s to settle"
+ticks0=$(apiserver_ticks)
 counts >"$work/run0"; sleep "$WINDOW"; counts >"$work/run1"
+ticks1=$(apiserver_ticks)
+echo "the API server's CPU in the window: $(( (ticks1 - ticks0) * 1000 / $(getconf CLK_TCK) )) ms ($(echo "scale=2; ($ticks1 - $ticks0) * 100 / $(getconf CLK_TCK) / $WINDOW" | bc)% of one core)"
 
 rate "$work/base0" "$work/base1" 0 >"$work/base"
 rate "$work/run0" "$work/run1" 0 >"$work/run"
