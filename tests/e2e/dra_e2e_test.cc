@@ -382,7 +382,8 @@ TEST_F(DraE2eTest, ATpuOverItsTemperatureStaysInTheSliceTaintedAndIsUntaintedWhe
   // --discover says the same of the device.
   ::edgeaccel::testing::CommandResult discover = ::edgeaccel::testing::RunCommand(
       EDGEACCEL_DAEMON_PATH, {"--discover", "--host-root=" + host_.root(), "--dra=coral-pcie,coral-usb",
-                "--node-name=node-1", "--kubelet-root=" + kubelet_.root()});
+                "--node-name=node-1", "--kubelet-root=" + kubelet_.root(),
+                "--device-plugin-dir=" + kubelet_.root() + "/device-plugins"});
   EXPECT_EQ(discover.exit_code, 0) << discover.err;
   EXPECT_THAT(discover.out, ::testing::HasSubstr("DRA device: tpu-0000-04-00-0\n"));
   EXPECT_THAT(discover.out, ::testing::HasSubstr(

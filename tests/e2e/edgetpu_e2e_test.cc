@@ -40,6 +40,8 @@ using ::edgeaccel::testing::FullDisk;
 using ::edgeaccel::testing::KubeletProfileName;
 using ::edgeaccel::testing::KubeletProfileTestName;
 using ::edgeaccel::testing::MetricsPort;
+using ::edgeaccel::testing::DevicePluginDirFlagIn;
+using ::edgeaccel::testing::KubeletRootFlagIn;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
@@ -280,7 +282,9 @@ TEST_F(E2eTest, UnreadableSysfsFileAsNonRootIsReported) {
   chmod(host_.root().c_str(), 0755);
   chmod(host_.Path("/sys/devices/pci0000:00/0000:03:00.0/apex/apex_0/status").c_str(), 0000);
   CommandResult result =
-      RunCommand(daemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30), 65534);
+      RunCommand(daemon, {"--host-root=" + host_.root(), "--discover", KubeletRootFlagIn(host_.root()),
+                          DevicePluginDirFlagIn(host_.root())},
+                 absl::Seconds(30), 65534);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Unhealthy (cannot read driver status: cannot "
                                     "open /sys/class/apex/apex_0/status: Permission denied)"));
@@ -842,7 +846,8 @@ TEST(CliTest, DiscoverPrintsWhatWouldBeAdvertised) {
   FixtureHost host;
   host.AddCoralPcie({.index = 0, .pci_address = "0000:03:00.0", .numa_node = 0});
   host.AddCoralPcie({.index = 1, .pci_address = "0000:04:00.0", .status = "DEAD"});
-  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover", KubeletRootFlagIn(host.root()),
+                                              DevicePluginDirFlagIn(host.root())});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
   EXPECT_THAT(result.out, HasSubstr("0000:03:00.0  Healthy"));
@@ -853,7 +858,8 @@ TEST(CliTest, DiscoverPrintsWhatWouldBeAdvertised) {
   EXPECT_THAT(result.out, HasSubstr("node labels:\n  coral.ai/edgetpu.count=2\n"));
 
   FixtureHost empty;
-  result = RunCommand(kDaemon, {"--host-root=" + empty.root(), "--discover"});
+  result = RunCommand(kDaemon, {"--host-root=" + empty.root(), "--discover", KubeletRootFlagIn(empty.root()),
+                               DevicePluginDirFlagIn(empty.root())});
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_THAT(result.out, HasSubstr("0 device(s)"));
   EXPECT_THAT(result.out, HasSubstr("is the gasket/apex driver loaded?"));

@@ -37,6 +37,8 @@ using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::FullDisk;
+using ::edgeaccel::testing::DevicePluginDirFlagIn;
+using ::edgeaccel::testing::KubeletRootFlagIn;
 using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestApiServer;
@@ -245,7 +247,9 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
 
   // What --discover says: NVML's library and facts, and the labels they give.
   CommandResult discover =
-      RunCommand(kDaemon, {"--host-root=" + host_.root(), "--discover"}, absl::Seconds(30));
+      RunCommand(kDaemon, {"--host-root=" + host_.root(), "--discover", KubeletRootFlagIn(host_.root()),
+                           DevicePluginDirFlagIn(host_.root())},
+                 absl::Seconds(30));
   ASSERT_EQ(discover.exit_code, 0) << discover.err;
   EXPECT_THAT(discover.out, HasSubstr("NVML: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 (found "
                                       "by the driver directories), driver 580.159.04, CUDA 13.0"));
@@ -339,7 +343,8 @@ TEST_F(GpuE2eTest, AHungNvmlNeverBlocksServingAndAGpuInMigModeIsLeftOut) {
 TEST_F(GpuE2eTest, DiscoverStopsOnSigtermWhileNvmlHangsAndLeavesNoHelper) {
   host_.AddNvidiaGpu({.pci_address = "0000:01:00.0", .minor = 0, .uuid = kUuid0});
   host_.AddFakeNvml("init=hang\n" + NvmlScriptFor(kUuid0));
-  DaemonProcess discover(kDaemon, {"--discover", "--host-root=" + host_.root(), "--nvml-timeout=120s"});
+  DaemonProcess discover(kDaemon, {"--discover", "--host-root=" + host_.root(), "--nvml-timeout=120s",
+                                   KubeletRootFlagIn(host_.root()), DevicePluginDirFlagIn(host_.root())});
   std::vector<pid_t> helpers;
   ASSERT_TRUE(Eventually([&] {
     helpers = ChildrenOf(discover.pid());
@@ -719,7 +724,8 @@ TEST(GpuCliTest, DiscoverShowsEveryFamily) {
   host.AddCoralPcie({.index = 0});
   host.AddCoralUsb({.port = "2-1", .bus = 2, .dev = 2, .firmware_loaded = false});
   host.AddJetson(FixtureHost::Jetson::kNanoR32);
-  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover"});
+  CommandResult result = RunCommand(kDaemon, {"--host-root=" + host.root(), "--discover", KubeletRootFlagIn(host.root()),
+                                              DevicePluginDirFlagIn(host.root())});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("coral.ai/edgetpu: 2 device(s), 1 healthy"));
   EXPECT_THAT(result.out, HasSubstr("2-1  Unhealthy (firmware not loaded (1a6e:089a)"));

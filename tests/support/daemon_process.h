@@ -23,6 +23,17 @@ struct CommandResult {
 // Runs `binary args...` to completion (killed after `timeout`) and captures its output. With
 // `uid` set, the child drops to that user (and its group) first, with no supplementary groups
 // and no capabilities: as NFD's worker (65534, capabilities dropped) reads our files.
+// For a one-shot run (--discover): --kubelet-root and --device-plugin-dir at a path inside the
+// fixture host `root` that holds nothing, so what the kubelet holds (its checkpoint, DRA claims
+// prepared under its plugins/) is never read from the machine the tests run on, which may run a
+// kubelet of its own.
+inline std::string KubeletRootFlagIn(const std::string& root) {
+  return "--kubelet-root=" + root + "/var/lib/kubelet";
+}
+inline std::string DevicePluginDirFlagIn(const std::string& root) {
+  return "--device-plugin-dir=" + root + "/var/lib/kubelet/device-plugins";
+}
+
 CommandResult RunCommand(const std::string& binary, const std::vector<std::string>& args,
                          absl::Duration timeout = absl::Seconds(30),
                          std::optional<uid_t> uid = std::nullopt);
