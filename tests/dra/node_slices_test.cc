@@ -52,12 +52,7 @@ json SliceOf(const std::string& name, const std::string& driver, const std::stri
 class NodeSlicesTest : public ::testing::Test {
  protected:
   NodeSlicesTest() {
-    config_.host = "127.0.0.1";
-    config_.port = api_.port();
-    config_.ca_file = api_.ca_file();
-    config_.token_file = api_.token_file();
-    config_.node_name = "node-1";
-    client_ = std::make_unique<ApiClient>(config_);
+    client_ = std::make_unique<ApiClient>(api_.ClientConfig(absl::Seconds(10)));
   }
 
   NodeSlices::Options Options() {
@@ -77,14 +72,14 @@ class NodeSlicesTest : public ::testing::Test {
   };
 
   TestApiServer api_{"node-1"};
-  ApiServerConfig config_;
   std::unique_ptr<ApiClient> client_;
   PollLoop loop_{"ea-loop"};
 };
 
-// The shipped configuration on a Jetson with a Coral: two drivers, one LIST and one WATCH for
-// the node. A delete of every slice of the node (the kubelet's wipe) is put back for both from
-// that one watch. Idle, neither the view nor the publishers hold a thread of their own.
+// The shipped configuration on a Jetson with a Coral: two drivers' publishers on the daemon's
+// loop (ea-loop), one LIST and one WATCH for the node. A delete of every slice of the node (the
+// kubelet's wipe) is put back for both from that one watch, and one driver's change is published
+// while the other waits. Idle, neither the view nor the publishers hold a thread but the loop's.
 TEST_F(NodeSlicesTest, TwoDriversShareOneListAndOneWatch) {
   NodeSlices slices(Options(), client_.get());
   DeviceSet tpus(kTpus), gpus(kGpus);
@@ -114,6 +109,7 @@ TEST_F(NodeSlicesTest, TwoDriversShareOneListAndOneWatch) {
   EXPECT_EQ(api_.resource_slice_watches(), 1);
   EXPECT_TRUE(Eventually([&] { return ThreadsCalled("ea-dra-slices") + ThreadsCalled("ea-dra-watch") == 0; }))
       << "idle: the workers have ended";
+  EXPECT_EQ(ThreadsCalled("ea-loop"), 1);
 
   api_.DeleteAllResourceSlices("node-1");
   EXPECT_TRUE(both(2, 1)) << "both put back from the one watch";
