@@ -2,7 +2,6 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -79,17 +78,6 @@ HttpEndpoint::HttpEndpoint(std::string host, int port, std::map<std::string, Han
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
-absl::Status HttpEndpoint::Start(const std::string& thread_name) {
-  if (listen_fd_ < 0) {
-    if (absl::Status listening = Listen(); !listening.ok()) return listening;
-  }
-  thread_ = std::thread([this, thread_name] {
-    pthread_setname_np(pthread_self(), thread_name.substr(0, 15).c_str());
-    (void)Serve();
-  });
-  return absl::OkStatus();
-}
-
 absl::Status HttpEndpoint::Listen() {
   struct addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
@@ -141,10 +129,13 @@ absl::Status HttpEndpoint::Listen() {
 }
 
 void HttpEndpoint::Stop() {
-  if (thread_.joinable()) {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  if (serving_) {
     uint64_t one = 1;
     (void)!write(stop_fd_, &one, sizeof(one));
-    thread_.join();
+    mu_.Await(absl::Condition(
+        +[](bool* serving) { return !*serving; }, &serving_));
   }
   for (int* fd : {&listen_fd_, &stop_fd_}) {
     if (*fd >= 0) close(*fd);
@@ -153,7 +144,18 @@ void HttpEndpoint::Stop() {
 }
 
 bool HttpEndpoint::Serve(int until_fd) {
-  if (listen_fd_ < 0) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || listen_fd_ < 0) return false;
+    serving_ = true;
+  }
+  const bool served = ServeUntilStopped(until_fd);
+  absl::MutexLock lock(&mu_);
+  serving_ = false;
+  return served;
+}
+
+bool HttpEndpoint::ServeUntilStopped(int until_fd) {
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   const int timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (epoll_fd < 0 || timer_fd < 0) {

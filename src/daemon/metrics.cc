@@ -423,11 +423,6 @@ MetricsServer::MetricsServer(std::string address, Render render, Check check, Ch
 
 MetricsServer::~MetricsServer() { Stop(); }
 
-absl::Status MetricsServer::Start() {
-  if (absl::Status listening = Listen(); !listening.ok()) return listening;
-  return server_->Start("ea-metrics");
-}
-
 absl::Status MetricsServer::Listen() {
   absl::StatusOr<std::pair<std::string, int>> listen = ParseListenAddress(address_);
   if (!listen.ok()) return listen.status();
@@ -459,8 +454,8 @@ absl::Status MetricsServer::Listen() {
 bool MetricsServer::Serve(int until_fd) { return server_ != nullptr && server_->Serve(until_fd); }
 
 void MetricsServer::Stop() {
+  // The endpoint stays (a Serve() on another thread may be about to start: it returns false).
   if (server_ != nullptr) server_->Stop();
-  server_.reset();
 }
 
 }  // namespace edgeaccel

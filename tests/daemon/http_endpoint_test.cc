@@ -21,11 +21,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "fixture_host.h"
+#include "serving_thread.h"
 
 namespace edgeaccel {
 namespace {
 
 using ::testing::HasSubstr;
+using ::edgeaccel::testing::ServingThread;
 
 std::map<std::string, HttpEndpoint::Handler> Handlers() {
   return {{"/healthz", [] { return HttpAnswer{200, "text/plain", "ok\n"}; }},
@@ -57,7 +59,8 @@ std::string Exchange(int port, const std::string& request) {
 
 TEST(HttpEndpointTest, AnswersGetAndHeadAndRefusesTheRest) {
   HttpEndpoint endpoint("127.0.0.1", 0, Handlers());
-  ASSERT_TRUE(endpoint.Start("test-http").ok());
+  ASSERT_TRUE(endpoint.Listen().ok());
+  ServingThread serving(endpoint, "test-http");
   httplib::Client client("127.0.0.1", endpoint.port());
   auto health = client.Get("/healthz");
   ASSERT_TRUE(health);
@@ -79,20 +82,22 @@ TEST(HttpEndpointTest, AnswersGetAndHeadAndRefusesTheRest) {
 
 TEST(HttpEndpointTest, APortInUseIsAClearError) {
   HttpEndpoint first("127.0.0.1", 0, Handlers());
-  ASSERT_TRUE(first.Start("test-http").ok());
+  ASSERT_TRUE(first.Listen().ok());
+  ServingThread serving(first, "test-http");
   HttpEndpoint second("127.0.0.1", first.port(), Handlers());
-  absl::Status status = second.Start("test-http");
+  absl::Status status = second.Listen();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("Address already in use"));
   HttpEndpoint unresolvable("no-such-host.invalid", 0, Handlers());
-  EXPECT_FALSE(unresolvable.Start("test-http").ok());
+  EXPECT_FALSE(unresolvable.Listen().ok());
 }
 
 // The kubelet's liveness probe gives /healthz one second. Twenty clients that connect and say
 // nothing, plus eight threads scraping /metrics as fast as they can, must not make it wait.
 TEST(HttpEndpointTest, HealthzIsAnsweredWhileMetricsIsScrapedHard) {
   HttpEndpoint endpoint("127.0.0.1", 0, Handlers(), absl::Seconds(5));
-  ASSERT_TRUE(endpoint.Start("test-http").ok());
+  ASSERT_TRUE(endpoint.Listen().ok());
+  ServingThread serving(endpoint, "test-http");
   std::vector<int> silent;
   for (int i = 0; i < 20; ++i) silent.push_back(Dial(endpoint.port()));
   std::atomic<bool> stop{false};
@@ -128,7 +133,8 @@ TEST(HttpEndpointTest, HealthzIsAnsweredWhileMetricsIsScrapedHard) {
 
 TEST(HttpEndpointTest, SilentClientsAreDroppedAfterTheTimeout) {
   HttpEndpoint endpoint("127.0.0.1", 0, Handlers(), absl::Milliseconds(200));
-  ASSERT_TRUE(endpoint.Start("test-http").ok());
+  ASSERT_TRUE(endpoint.Listen().ok());
+  ServingThread serving(endpoint, "test-http");
   int fd = Dial(endpoint.port());
   (void)!send(fd, "GET /hea", 8, MSG_NOSIGNAL);  // half a request, then nothing
   const absl::Time start = absl::Now();
@@ -163,7 +169,8 @@ long ThreadTicks(const std::string& name) {
 // the waiting client is answered once there is room again.
 TEST(HttpEndpointTest, OutOfFdsPausesAcceptingInsteadOfSpinning) {
   HttpEndpoint endpoint("127.0.0.1", 0, Handlers());
-  ASSERT_TRUE(endpoint.Start("test-http-fds").ok());
+  ASSERT_TRUE(endpoint.Listen().ok());
+  ServingThread serving(endpoint, "test-http-fds");
   ::edgeaccel::testing::AllFdsTaken fds;
   fds.Give(1);  // for the client's own socket
   int client = Dial(endpoint.port());

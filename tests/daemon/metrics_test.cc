@@ -14,11 +14,13 @@
 
 #include "absl/time/clock.h"
 #include "fixture_host.h"
+#include "serving_thread.h"
 
 namespace edgeaccel {
 namespace {
 
 using ::testing::HasSubstr;
+using ::edgeaccel::testing::ServingThread;
 using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::ThreadsCalled;
 
@@ -78,7 +80,8 @@ TEST(MetricsTest, ServesMetricsAndHealth) {
         if (!healthy) *why = "coral.ai/edgetpu is not registered with the kubelet";
         return healthy;
       });
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(server.Listen().ok());
+  ServingThread serving(server, "ea-metrics");
   httplib::Client client("127.0.0.1", server.port());
   auto response = client.Get("/metrics");
   ASSERT_TRUE(response);
@@ -95,14 +98,14 @@ TEST(MetricsTest, ServesMetricsAndHealth) {
   // The same port again: a clear error, not a crash.
   MetricsServer second("127.0.0.1:" + std::to_string(server.port()), [] { return ""; },
                        [](std::string*) { return true; });
-  absl::Status status = second.Start();
+  absl::Status status = second.Listen();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(status.message()), HasSubstr("cannot listen on 127.0.0.1:"));
   server.Stop();
 }
 
 // The daemon's main thread answers /metrics while it waits for a stop signal: Listen() binds (a
-// taken port is its error, as Start()'s), Serve() answers on the caller's thread and returns once
+// taken port is its error), Serve() answers on the caller's thread and returns once
 // the descriptor it was given is readable, leaving it unread; the port is closed by Stop().
 TEST(MetricsTest, ServesOnTheCallersThreadUntilItsDescriptorIsReadable) {
   MetricsServer server("127.0.0.1:0", [] { return std::string("edgeaccel_up 1\n"); },
@@ -151,7 +154,8 @@ TEST(MetricsTest, HealthzIsAnsweredBesideKeepAliveScrapers) {
   MetricsServer server(
       "127.0.0.1:0", [] { return std::string(20000, '#') + "\n"; },
       [](std::string*) { return true; });
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(server.Listen().ok());
+  ServingThread serving(server, "ea-metrics");
   std::atomic<bool> stop{false};
   std::vector<std::thread> scrapers;
   for (int i = 0; i < 2; ++i) {
@@ -289,7 +293,8 @@ TEST(MetricsTest, LivezHasItsOwnCheck) {
         *why = "DRA driver edgetpu.edgeaccel.io is not registered with the kubelet";
         return live;
       });
-  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(server.Listen().ok());
+  ServingThread serving(server, "ea-metrics");
   httplib::Client client("127.0.0.1", server.port());
   auto healthz = client.Get("/healthz");
   ASSERT_TRUE(healthz);
@@ -306,7 +311,8 @@ TEST(MetricsTest, LivezHasItsOwnCheck) {
     *why = "no";
     return false;
   });
-  ASSERT_TRUE(one_check.Start().ok());
+  ASSERT_TRUE(one_check.Listen().ok());
+  ServingThread serving_one(one_check, "ea-metrics");
   httplib::Client other("127.0.0.1", one_check.port());
   EXPECT_EQ(other.Get("/livez")->status, 503);
   one_check.Stop();

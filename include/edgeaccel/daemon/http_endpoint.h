@@ -1,6 +1,6 @@
 // HttpEndpoint: the tiny HTTP/1.1 server behind /metrics and /healthz.
 //
-// One thread, non-blocking sockets in epoll: no worker pool a slow or kept-alive client could
+// One thread (the caller's: Serve), non-blocking sockets in epoll: no worker pool a slow or kept-alive client could
 // hold, so the kubelet's liveness probe is answered however hard /metrics is scraped. Each
 // connection carries one GET (or HEAD) and is closed after the answer (Connection: close, as
 // Prometheus and the kubelet's prober accept); a client that has not sent a whole request
@@ -12,9 +12,10 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace edgeaccel {
@@ -36,28 +37,32 @@ class HttpEndpoint {
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
 
-  // Binds and listens (unless Listen() did) and starts serving on a thread named `thread_name`.
-  absl::Status Start(const std::string& thread_name);
-  // Or in two steps, serving on a thread the caller already has: Listen() binds and listens (a
-  // taken port is its error), and Serve() answers on the calling thread until Stop() is called
-  // from another thread or `until_fd` (a descriptor of the caller's: a signalfd, an eventfd)
-  // becomes readable; Serve() leaves `until_fd` unread. False when it could not serve (not
-  // listening, or epoll failed: said in the log) and returned for that.
+  // Binds and listens (a taken port is its error).
   absl::Status Listen();
+  // Answers on the calling thread (the daemon's main thread: the endpoint has no thread of its
+  // own) until Stop() is called from another thread or `until_fd` (a descriptor of the caller's:
+  // a signalfd, an eventfd) becomes readable; leaves `until_fd` unread. False when it could not
+  // serve (not listening, stopped, or epoll failed: said in the log) and returned for that.
   bool Serve(int until_fd = -1);
+  // Ends a Serve() running on another thread and waits for it to return, then closes the port.
+  // Idempotent; after it, Serve() returns false at once.
   void Stop();
   int port() const { return port_; }
 
  private:
+  // Serve()'s loop, while serving_ is set.
+  bool ServeUntilStopped(int until_fd);
 
   const std::string host_;
   const int requested_port_;
   const std::map<std::string, Handler> handlers_;
   const absl::Duration request_timeout_;
-  int listen_fd_ = -1;
+  int listen_fd_ = -1;  // set by Listen(), closed by Stop() once no Serve() runs
   int stop_fd_ = -1;
   int port_ = 0;
-  std::thread thread_;
+  absl::Mutex mu_;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace edgeaccel

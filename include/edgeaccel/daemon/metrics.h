@@ -90,14 +90,11 @@ class MetricsServer {
   MetricsServer(std::string address, Render render, Check check, Check live = nullptr);
   ~MetricsServer();
 
-  // Binds and serves in a thread of its own ("ea-metrics"). A taken port is an error that names
-  // it.
-  absl::Status Start();
-  // Or binds only (the same errors), to answer on a thread of the caller's with Serve(), until
-  // Stop() or until `until_fd` is readable (HttpEndpoint::Serve). The daemon's main thread does
-  // that while it waits for a stop signal.
+  // Binds (a taken port is an error that names it), to answer on a thread of the caller's with
+  // Serve() until Stop() or until `until_fd` is readable (HttpEndpoint::Serve): the daemon's main
+  // thread does that while it waits for a stop signal.
   absl::Status Listen();
-  bool Serve(int until_fd);
+  bool Serve(int until_fd = -1);
   void Stop();
   int port() const { return port_; }
 
