@@ -68,13 +68,14 @@ std::string DriverOf(const json& slice) {
   return spec == nullptr ? "" : JsonString(*spec, "driver").value_or("");
 }
 
-// The message of a metav1.Status answer, or the start of the body.
-std::string ApiMessage(const HttpResponse& response) {
-  json body = json::parse(response.body, nullptr, false);
-  return JsonString(body, "message").value_or(response.body.substr(0, 200));
-}
-
 }  // namespace
+
+absl::Status SliceAnswerError(absl::string_view what, const HttpResponse& response) {
+  // The message of a metav1.Status answer, or the start of the body.
+  const json body = json::parse(response.body, nullptr, false);
+  return absl::UnavailableError(absl::StrCat(what, ": the API server answered ", response.status, ": ",
+                                             JsonString(body, "message").value_or(response.body.substr(0, 200))));
+}
 
 std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name) {
   return UrlEncode(driver.empty() ? absl::StrCat("spec.nodeName=", node_name)
@@ -187,17 +188,7 @@ absl::StatusOr<NodeSlices::View> NodeSlices::Slices(const std::string& driver) {
     absl::MutexLock lock(&mu_);
     if (synced_) return view_of();
   }
-  {
-    absl::MutexLock listing(&list_mu_);
-    bool synced = false;
-    {
-      absl::MutexLock lock(&mu_);
-      synced = synced_;  // another publisher listed while this one waited
-    }
-    if (!synced) {
-      if (absl::Status listed = List(); !listed.ok()) return listed;
-    }
-  }
+  if (absl::StatusOr<bool> listed = ListUnlessSynced(); !listed.ok()) return listed.status();
   PostSync();  // the watch starts again from the list
   absl::MutexLock lock(&mu_);
   return view_of();
@@ -389,7 +380,6 @@ void NodeSlices::DropWatch() {
 SerialWorker::Outcome NodeSlices::Sync() {
   std::optional<absl::StatusOr<HttpResponse>> end;
   absl::Status watch_error;
-  bool synced = false;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return SerialWorker::Outcome::kDone;
@@ -399,38 +389,24 @@ SerialWorker::Outcome NodeSlices::Sync() {
     }
     end.swap(stream_end_);
     watch_error = std::exchange(watch_error_, absl::OkStatus());
-    synced = synced_;
   }
   bool renewed = false;
   if (end.has_value()) {
-    absl::Status ended = WatchEnded(*end, &renewed);
+    absl::Status ended = WatchEnded(*end, &renewed);  // a 410 unsyncs the view
     if (watch_error.ok()) watch_error = ended;
   }
-  {
-    absl::MutexLock lock(&mu_);
-    synced = synced_;
-  }
-  bool listed = false;
-  if (!synced) {
-    absl::MutexLock listing(&list_mu_);
-    bool still = true;
+  absl::StatusOr<bool> listed = ListUnlessSynced();
+  if (!listed.ok()) return Failed(listed.status(), "cannot list the node's ResourceSlices");
+  if (*listed) {
     {
       absl::MutexLock lock(&mu_);
-      still = !synced_;
+      if (status_.watch_refused) next_list_ = absl::Now() + options_.resync;
     }
-    if (still) {
-      if (absl::Status result = List(); !result.ok()) return Failed(result, "cannot list the node's ResourceSlices");
-      listed = true;
-    }
+    Wake();  // the loop's wake time (listing every resync)
+    // A fresh list may show what someone else changed.
+    Notify({}, true, Change::kSlices);
   }
-  if (listed) {
-    absl::MutexLock lock(&mu_);
-    if (status_.watch_refused) next_list_ = absl::Now() + options_.resync;
-  }
-  if (listed) Wake();  // the loop's wake time (listing every resync)
-  // A fresh list may show what someone else changed; a renewal lets a publisher try again what
-  // the API server dropped (taints).
-  if (listed) Notify({}, true, Change::kSlices);
+  // A renewal lets a publisher try again what the API server dropped (taints).
   if (renewed) Notify({}, true, Change::kRenewed);
   if (!watch_error.ok()) return Failed(watch_error, "the ResourceSlice watch failed");
   bool open = false;
@@ -488,8 +464,7 @@ absl::Status NodeSlices::WatchEnded(const absl::StatusOr<HttpResponse>& end, boo
       return absl::OkStatus();
     }
     default:
-      return absl::UnavailableError(absl::StrCat("watching ResourceSlices: the API server answered ",
-                                                 end->status, ": ", ApiMessage(*end)));
+      return SliceAnswerError("watching ResourceSlices", *end);
   }
 }
 
@@ -526,6 +501,20 @@ absl::Status NodeSlices::OpenWatch() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> NodeSlices::ListUnlessSynced() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (synced_) return false;  // the common case: no wait behind another caller's LIST
+  }
+  absl::MutexLock listing(&list_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (synced_) return false;
+  }
+  if (absl::Status listed = List(); !listed.ok()) return listed;
+  return true;
+}
+
 absl::Status NodeSlices::List() {
   absl::StatusOr<HttpResponse> response = client_->Request(
       "GET", absl::StrCat(kSlicesPath, "?fieldSelector=", SliceFieldSelector("", options_.node_name)));
@@ -538,8 +527,7 @@ absl::Status NodeSlices::List() {
   if (!response.ok()) {
     error = response.status();
   } else if (response->status != 200) {
-    error = absl::UnavailableError(absl::StrCat("listing ResourceSlices: the API server answered ",
-                                                response->status, ": ", ApiMessage(*response)));
+    error = SliceAnswerError("listing ResourceSlices", *response);
   } else {
     list = json::parse(response->body, nullptr, false);
   }

@@ -20,17 +20,6 @@ using nlohmann::json;
 constexpr char kSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
 constexpr int kConflictRetries = 5;
 
-// The message of a metav1.Status answer, or the start of the body.
-std::string ApiMessage(const HttpResponse& response) {
-  json body = json::parse(response.body, nullptr, false);
-  return JsonString(body, "message").value_or(response.body.substr(0, 200));
-}
-
-absl::Status HttpError(absl::string_view what, const HttpResponse& response) {
-  return absl::UnavailableError(absl::StrCat(what, ": the API server answered ", response.status, ": ",
-                                             ApiMessage(response)));
-}
-
 bool HasTaints(const json& device) {
   const json* taints = JsonMember(device, "taints");
   return taints != nullptr && taints->is_array() && !taints->empty();
@@ -373,7 +362,7 @@ absl::Status SlicePublisher::Reconcile() {
       } else if (response->status == 409) {
         conflict = true;
       } else if (response->status != 200 && response->status != 202 && response->status != 404) {
-        error = HttpError(absl::StrCat("deleting ResourceSlice ", stray_name), *response);
+        error = SliceAnswerError(absl::StrCat("deleting ResourceSlice ", stray_name), *response);
       } else {
         gone.push_back(stray_name);
       }
@@ -394,7 +383,7 @@ absl::Status SlicePublisher::Reconcile() {
         } else if (TaintsRefused(devices, *response)) {
           taints_dropped = true;
         } else if (response->status != 201 && response->status != 200) {
-          error = HttpError("creating the ResourceSlice", *response);
+          error = SliceAnswerError("creating the ResourceSlice", *response);
         } else {
           taints_dropped = TaintsDropped(devices, response->body);
           written = json::parse(response->body, nullptr, false);
@@ -430,7 +419,7 @@ absl::Status SlicePublisher::Reconcile() {
           } else if (TaintsRefused(devices, *response)) {
             taints_dropped = true;
           } else if (response->status != 200) {
-            error = HttpError(absl::StrCat("updating ResourceSlice ", name), *response);
+            error = SliceAnswerError(absl::StrCat("updating ResourceSlice ", name), *response);
           } else {
             taints_dropped = TaintsDropped(devices, response->body);
             written = json::parse(response->body, nullptr, false);

@@ -141,6 +141,9 @@ class NodeSlices : private PollLoop::Member {
   absl::Status OpenWatch();
   // LIST (list_mu_ held): the view anew, the open watch dropped (the next starts from the list).
   absl::Status List() ABSL_EXCLUSIVE_LOCKS_REQUIRED(list_mu_);
+  // Lists unless the view is synced (another caller may have listed while this one waited for
+  // list_mu_): true when this call listed.
+  absl::StatusOr<bool> ListUnlessSynced();
   // Ends the open watch: the next one starts from the view.
   void DropWatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the subscribers of `drivers` (all: every subscriber) of `change`.
@@ -191,6 +194,10 @@ class NodeSlices : private PollLoop::Member {
 // "spec.driver=<driver>,spec.nodeName=<node>" (or only the node's, with an empty driver),
 // URL-encoded, for list, watch and delete requests.
 std::string SliceFieldSelector(absl::string_view driver, absl::string_view node_name);
+
+// A ResourceSlice request's answer that is not the one wanted, as an error: "<what>: the API
+// server answered <status>: <its metav1.Status message, or the start of the body>".
+absl::Status SliceAnswerError(absl::string_view what, const HttpResponse& response);
 
 // True unless `version` is known to be no newer than `known`. Versions are compared as the
 // integers kube-apiserver makes them (etcd revisions; KEP-5504 makes them comparable), and any
