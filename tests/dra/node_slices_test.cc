@@ -164,7 +164,8 @@ TEST_F(NodeSlicesTest, OnlyTheDriverWhoseSlicesChangedIsTold) {
 }
 
 // A 410 (the view's version compacted away) lists once for every driver and tells each; a renewal
-// the server asked for tells each too (a publisher whose taints were dropped tries them again).
+// the server asked for tells each too (a publisher whose taints were dropped tries them again); a
+// bookmark tells no one.
 TEST_F(NodeSlicesTest, A410ListsOnceForEveryDriverAndARenewalTellsEach) {
   NodeSlices slices(Options(), client_.get());
   Told tpu, gpu;
@@ -179,6 +180,16 @@ TEST_F(NodeSlicesTest, A410ListsOnceForEveryDriverAndARenewalTellsEach) {
 
   const int tpu_before = tpu.slices.load();
   const int gpu_before = gpu.slices.load();
+  // A bookmark moves the view on and tells no one: the loop keeps it, no publisher syncs. (The
+  // renewal's news went out before the renewed watch was asked for, so the counts are final.)
+  const std::string before = slices.status().resource_version;
+  api_.BookmarkSliceWatches();
+  ASSERT_TRUE(Eventually([&] { return slices.status().resource_version != before; }));
+  EXPECT_EQ(tpu.slices.load(), tpu_before) << "a bookmark tells no one";
+  EXPECT_EQ(gpu.slices.load(), gpu_before) << "a bookmark tells no one";
+  EXPECT_EQ(tpu.renewed.load(), 1);
+  EXPECT_EQ(gpu.renewed.load(), 1);
+  EXPECT_EQ(api_.resource_slice_lists(), 1) << "nor lists";
   // Changes this node's watch does not see: another node's slices.
   api_.AddResourceSlice(SliceOf("unrelated", "other.example.com", "node-2"));
   api_.CompactSliceHistory();

@@ -356,12 +356,12 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
       [&] { return api_.resource_slice_watches() == 2 && api_.open_slice_watches() == 1; }));
   EXPECT_EQ(publisher.status().lists, 1u);
 
+  // That a bookmark tells no publisher is NodeSlicesTest's to say: here the renewal's own sync may
+  // still be on its way, so a count of syncs read now would not be the bookmark's.
   const std::string before = publisher.status().resource_version;
-  const uint64_t syncs = publisher.status().syncs;
   api_.BookmarkSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
       [&] { return publisher.status().resource_version != before; }));
-  EXPECT_EQ(publisher.status().syncs, syncs) << "a bookmark alone is kept by the loop: no worker";
   api_.CompactSliceHistory();  // the bookmark's version is the oldest kept: still good
   api_.EndSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
