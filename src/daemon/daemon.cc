@@ -222,6 +222,8 @@ absl::Status Daemon::StartDra() {
         api.status().message()));
   }
   dra_api_ = std::make_unique<ApiClient>(*api);
+  // A kept connection the API server closes (its 90 s idle timeout) is closed here at once.
+  dra_api_->WatchIdleConnections(&event_loop_);
   dra_grpc_ = std::make_unique<DraGrpcServer>(&event_loop_);
   node_slices_ = std::make_unique<NodeSlices>(NodeSlices::Options{.node_name = config_.node_name,
                                                                   .resync = config_.dra_resync,

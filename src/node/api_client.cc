@@ -37,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "edgeaccel/host/poll_loop.h"
 
 namespace edgeaccel {
 namespace {
@@ -499,6 +500,8 @@ absl::Status HttpResponseReader::ParseHead(absl::string_view head) {
     return absl::DataLossError(absl::StrCat("not an HTTP answer: \"",
                                             absl::CEscape(lines[0].substr(0, 64)), "\""));
   }
+  // HTTP/1.1 keeps the connection unless told otherwise; 1.0 closes it (we ask in 1.1).
+  keep_alive_ = status_line[0] == '1';
   bool chunked = false;
   bool has_length = false;
   uint64_t length = 0;
@@ -514,6 +517,10 @@ absl::Status HttpResponseReader::ParseHead(absl::string_view head) {
       chunked = absl::StrContains(absl::AsciiStrToLower(value), "chunked");
     } else if (name == "content-type") {
       response_.content_type = std::string(value);
+    } else if (name == "connection") {
+      for (absl::string_view option : absl::StrSplit(value, ',')) {
+        if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(option), "close")) keep_alive_ = false;
+      }
     }
   }
   if (chunked) {
@@ -528,6 +535,7 @@ absl::Status HttpResponseReader::ParseHead(absl::string_view head) {
     phase_ = Phase::kDone;  // never a body (RFC 9112, section 6.3)
   } else {
     phase_ = Phase::kToEnd;
+    read_to_end_ = true;
   }
   return absl::OkStatus();
 }
@@ -635,12 +643,27 @@ absl::StatusOr<bool> HttpResponseReader::Step() {
         pos += 2;
         phase_ = Phase::kChunkSize;
         break;
-      case Phase::kTrailers:
-        // The last chunk; done at the next line end (trailers, if any, are not used).
-        if (pending_.find("\r\n", pos + scanned_) == std::string::npos) return wait(1);
+      case Phase::kTrailers: {
+        // After the last chunk: trailer lines (not used), if any, and the empty line that ends
+        // the answer, all consumed, so that a kept connection's next answer starts clean.
+        if (pending_.size() - pos >= 2 && pending_.compare(pos, 2, "\r\n") == 0) {
+          pos += 2;
+          phase_ = Phase::kDone;
+          break;
+        }
+        constexpr size_t kMaxTrailers = 64 * 1024;
+        const size_t end = pending_.find("\r\n\r\n", pos + scanned_);
+        if (end == std::string::npos ? pending_.size() - pos > kMaxTrailers + 3
+                                     : end - pos > kMaxTrailers) {
+          return absl::DataLossError("the answer's trailers exceed 64 KiB");
+        }
+        if (end == std::string::npos) return wait(3);
+        pos = end + 4;
         phase_ = Phase::kDone;
         break;
+      }
       case Phase::kDone:
+        trailing_ = trailing_ || pos < pending_.size();
         pending_.clear();
         scanned_ = 0;
         return true;
@@ -650,12 +673,19 @@ absl::StatusOr<bool> HttpResponseReader::Step() {
 
 absl::StatusOr<bool> HttpResponseReader::Feed(absl::string_view data) {
   if (!error_.ok()) return error_;
-  if (phase_ == Phase::kDone) return true;
+  if (phase_ == Phase::kDone) {
+    trailing_ = trailing_ || !data.empty();
+    return true;
+  }
   received_ = received_ || !data.empty();
   pending_.append(data.data(), data.size());
   absl::StatusOr<bool> done = Step();
   if (!done.ok()) error_ = done.status();
   return done;
+}
+
+bool HttpResponseReader::ConnectionReusable() const {
+  return error_.ok() && phase_ == Phase::kDone && !read_to_end_ && !trailing_ && keep_alive_;
 }
 
 absl::Status HttpResponseReader::Finish() {
@@ -718,22 +748,6 @@ absl::StatusOr<int> ConnectToAny(const std::vector<std::string>& addresses, int 
   return fd.Release();
 }
 
-ApiClient::ApiClient(ApiServerConfig config)
-    : config_(std::move(config)), cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-
-ApiClient::~ApiClient() {
-  if (cancel_fd_ >= 0) close(cancel_fd_);
-}
-
-void ApiClient::Cancel() const {
-  const uint64_t one = 1;
-  if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
-    // Only a counter at its maximum fails, and then it is signalled already.
-  }
-}
-
-bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
-
 absl::Status LineSplitter::Feed(absl::string_view data) {
   while (!data.empty()) {
     const size_t eol = data.find('\n');
@@ -760,25 +774,131 @@ absl::Status LineSplitter::Feed(absl::string_view data) {
   return absl::OkStatus();
 }
 
-// One TLS connection with its request sent. The session's I/O context is `socket_fd`, so the
-// connection stays where it was made (it is only ever held by pointer).
+// One TLS connection. The session's I/O context is `socket_fd`, so the connection stays where it
+// was made (it is only ever held by pointer).
 struct ApiConnection {
   Tls tls;
   Fd fd;
   int socket_fd = -1;
+  absl::Time idle_since;  // while kept for the next request
 };
 
-absl::StatusOr<std::unique_ptr<ApiConnection>> ApiClient::Send(absl::string_view method,
-                                                               absl::string_view path,
-                                                               absl::string_view content_type,
-                                                               absl::string_view body,
-                                                               absl::Time setup_deadline) const {
-  const std::string what = absl::StrCat(method, " ", path);
-  if (cancelled()) return Cancelled(what);
+namespace {
+
+// A kept connection the server has closed, or sent something unasked (nothing is due on it):
+// either way it cannot carry another request.
+bool ClosedOrTalking(const ApiConnection& connection) {
+  if (mbedtls_ssl_get_bytes_avail(&connection.tls.ssl) > 0) return true;
+  pollfd p{connection.socket_fd, POLLIN | POLLRDHUP, 0};
+  return poll(&p, 1, 0) != 0;
+}
+
+// What net/http asks again on a new connection when a kept one turned out closed: a request that
+// cannot change anything (Request.isReplayable: GET, HEAD, OPTIONS, TRACE). A POST or a PATCH may
+// have been carried out before the connection went; its caller decides.
+bool Replayable(absl::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE";
+}
+
+}  // namespace
+
+// On the loop of WatchIdleConnections: waits on the kept connections' sockets (readable once the
+// server closes one) and on their idle deadline, and closes what neither side will use again.
+class ApiClient::IdleWatch : public PollLoop::Member {
+ public:
+  IdleWatch(const ApiClient* client, PollLoop* loop)
+      : client_(client), loop_(loop), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    loop_->Add(this);
+  }
+  ~IdleWatch() override {
+    loop_->Remove(this);
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+  IdleWatch(const IdleWatch&) = delete;
+  IdleWatch& operator=(const IdleWatch&) = delete;
+
+  // The kept connections changed: wait on the new ones.
+  void Wake() {
+    const uint64_t one = 1;
+    if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof(one)) < 0) {
+      // Only a counter at its maximum fails, and then the loop is woken already.
+    }
+  }
+
+  PollLoop::Fds WaitFds() override {
+    PollLoop::Fds fds = {wake_fd_, -1, -1, -1};
+    absl::MutexLock lock(&client_->idle_mu_);
+    static_assert(kMaxIdleConnections < PollLoop::kMaxFds, "a place for each kept connection");
+    for (size_t i = 0; i < client_->idle_.size() && i + 1 < fds.size(); ++i) {
+      fds[i + 1] = client_->idle_[i]->socket_fd;
+    }
+    return fds;
+  }
+
+  absl::Time Step(const PollLoop::Events& ready) override {
+    if (ready[0] != 0) {
+      uint64_t count;
+      if (read(wake_fd_, &count, sizeof(count)) < 0) {
+        // EAGAIN: nothing to take; the kept connections below say what changed.
+      }
+    }
+    // Looked at afresh under the lock: a connection the loop saw may have been taken since, and
+    // one taken is its request's alone.
+    std::vector<std::unique_ptr<ApiConnection>> closing;
+    absl::Time next = absl::InfiniteFuture();
+    {
+      absl::MutexLock lock(&client_->idle_mu_);
+      const absl::Time now = absl::Now();
+      auto& idle = client_->idle_;
+      for (auto it = idle.begin(); it != idle.end();) {
+        if (now - (*it)->idle_since >= kIdleConnectionTimeout || ClosedOrTalking(**it)) {
+          closing.push_back(std::move(*it));
+          it = idle.erase(it);
+        } else {
+          next = std::min(next, (*it)->idle_since + kIdleConnectionTimeout);
+          ++it;
+        }
+      }
+    }
+    return next;  // `closing` closes them, outside the lock
+  }
+
+ private:
+  const ApiClient* const client_;
+  PollLoop* const loop_;
+  const int wake_fd_;
+};
+
+ApiClient::ApiClient(ApiServerConfig config)
+    : config_(std::move(config)), cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+ApiClient::~ApiClient() {
+  idle_watch_.reset();  // off the loop before the connections it watches go
+  {
+    absl::MutexLock lock(&idle_mu_);
+    idle_.clear();
+  }
+  if (cancel_fd_ >= 0) close(cancel_fd_);
+}
+
+void ApiClient::Cancel() const {
+  const uint64_t one = 1;
+  if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
+    // Only a counter at its maximum fails, and then it is signalled already.
+  }
+  std::vector<std::unique_ptr<ApiConnection>> closing;  // closed outside the lock
+  absl::MutexLock lock(&idle_mu_);
+  closing.swap(idle_);
+  if (idle_watch_ != nullptr) idle_watch_->Wake();
+}
+
+bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
+
+absl::StatusOr<std::unique_ptr<ApiConnection>> ApiClient::Open(absl::Time deadline) const {
   auto connection = std::make_unique<ApiConnection>();
   Tls& tls = connection->tls;
   if (absl::Status configured = Configure(config_, tls); !configured.ok()) return configured;
-  if (absl::Status connected = Connect(config_, setup_deadline, cancel_fd_, connection->fd);
+  if (absl::Status connected = Connect(config_, deadline, cancel_fd_, connection->fd);
       !connected.ok()) {
     return connected;
   }
@@ -795,7 +915,7 @@ absl::StatusOr<std::unique_ptr<ApiConnection>> ApiClient::Send(absl::string_view
   connection->socket_fd = connection->fd.get();
   const int socket_fd = connection->socket_fd;
   mbedtls_ssl_set_bio(&tls.ssl, &connection->socket_fd, SendOnSocket, ReceiveFromSocket, nullptr);
-  absl::StatusOr<int> handshake = Drive(socket_fd, setup_deadline, "TLS handshake", cancel_fd_,
+  absl::StatusOr<int> handshake = Drive(socket_fd, deadline, "TLS handshake", cancel_fd_,
                                         [&] { return mbedtls_ssl_handshake(&tls.ssl); });
   if (!handshake.ok() || *handshake != 0) {
     const uint32_t flags = mbedtls_ssl_get_verify_result(&tls.ssl);
@@ -823,46 +943,65 @@ absl::StatusOr<std::unique_ptr<ApiConnection>> ApiClient::Send(absl::string_view
           config_.host, ")"));
     }
   }
+  return connection;
+}
 
+std::string ApiClient::RequestText(absl::string_view method, absl::string_view path,
+                                   absl::string_view content_type, absl::string_view body,
+                                   bool keep_alive) const {
   std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", Endpoint(config_),
                                      "\r\nUser-Agent: edgeaccel-device-plugin\r\n"
-                                     "Accept: application/json\r\nConnection: close\r\n");
-  const std::string token = BearerToken(config_);
+                                     "Accept: application/json\r\n",
+                                     keep_alive ? "" : "Connection: close\r\n");
+  const std::string token = BearerToken(config_);  // read each time: a projected token rotates
   if (!token.empty()) absl::StrAppend(&request, "Authorization: Bearer ", token, "\r\n");
   if (!content_type.empty()) absl::StrAppend(&request, "Content-Type: ", content_type, "\r\n");
   if (!body.empty() || method == "POST" || method == "PATCH" || method == "PUT") {
     absl::StrAppend(&request, "Content-Length: ", body.size(), "\r\n");
   }
   absl::StrAppend(&request, "\r\n", body);
+  return request;
+}
+
+namespace {
+
+// Writes all of `data` on the connection's TLS session within `deadline`.
+absl::Status WriteAll(ApiConnection& connection, absl::string_view data, absl::Time deadline,
+                      absl::string_view what, int cancel_fd) {
   size_t sent = 0;
-  while (sent < request.size()) {
-    absl::StatusOr<int> n = Drive(socket_fd, setup_deadline, what, cancel_fd_, [&] {
-      return mbedtls_ssl_write(&tls.ssl, reinterpret_cast<const unsigned char*>(request.data()) + sent,
-                               request.size() - sent);
+  while (sent < data.size()) {
+    absl::StatusOr<int> n = Drive(connection.socket_fd, deadline, what, cancel_fd, [&] {
+      return mbedtls_ssl_write(&connection.tls.ssl,
+                               reinterpret_cast<const unsigned char*>(data.data()) + sent,
+                               data.size() - sent);
     });
     if (!n.ok()) return n.status();
     if (*n == 0) return absl::UnavailableError(absl::StrCat(what, ": the server closed the connection"));
     sent += *n;
   }
-  return connection;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
-                                                absl::string_view content_type,
-                                                absl::string_view body) const {
-  const std::string what = absl::StrCat(method, " ", path);
-  const absl::Time deadline = absl::Now() + config_.timeout;
-  absl::StatusOr<std::unique_ptr<ApiConnection>> connection =
-      Send(method, path, content_type, body, deadline);
-  if (!connection.ok()) return connection.status();
-  mbedtls_ssl_context* ssl = &(*connection)->tls.ssl;
+}  // namespace
+
+absl::StatusOr<HttpResponse> ApiClient::Exchange(ApiConnection& connection,
+                                                 const std::string& request, absl::Time deadline,
+                                                 absl::string_view what, bool* received,
+                                                 bool* reusable) const {
+  *received = false;
+  *reusable = false;
+  if (absl::Status written = WriteAll(connection, request, deadline, what, cancel_fd_);
+      !written.ok()) {
+    return written;
+  }
+  mbedtls_ssl_context* ssl = &connection.tls.ssl;
   // Each read is handed to the reader once: the answer is parsed as it arrives, never again
   // from its start (reparsing is quadratic for a big answer in small TLS records).
   HttpResponseReader reader;
-  size_t received = 0;
+  size_t bytes = 0;
   char buf[16 * 1024];
   while (true) {
-    absl::StatusOr<int> n = Drive((*connection)->socket_fd, deadline, what, cancel_fd_, [&] {
+    absl::StatusOr<int> n = Drive(connection.socket_fd, deadline, what, cancel_fd_, [&] {
       return mbedtls_ssl_read(ssl, reinterpret_cast<unsigned char*>(buf), sizeof(buf));
     });
     if (!n.ok()) return n.status();
@@ -872,8 +1011,9 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
       }
       return std::move(reader.response());
     }
-    received += *n;
-    if (received > kMaxApiResponseBytes + 64 * 1024) {
+    *received = true;
+    bytes += *n;
+    if (bytes > kMaxApiResponseBytes + 64 * 1024) {
       return absl::ResourceExhaustedError(absl::StrCat(what, ": the answer is larger than 8 MiB"));
     }
     absl::StatusOr<bool> done = reader.Feed(absl::string_view(buf, *n));
@@ -881,18 +1021,100 @@ absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::
       return absl::Status(done.status().code(), absl::StrCat(what, ": ", done.status().message()));
     }
     if (*done) {
-      mbedtls_ssl_close_notify(ssl);  // best effort
+      *reusable = reader.ConnectionReusable() && mbedtls_ssl_get_bytes_avail(ssl) == 0;
+      if (!*reusable) mbedtls_ssl_close_notify(ssl);  // best effort
       return std::move(reader.response());
     }
   }
 }
 
+std::unique_ptr<ApiConnection> ApiClient::TakeIdle() const {
+  std::vector<std::unique_ptr<ApiConnection>> closing;  // closed outside the lock
+  absl::MutexLock lock(&idle_mu_);
+  const absl::Time now = absl::Now();
+  while (!idle_.empty()) {
+    std::unique_ptr<ApiConnection> connection = std::move(idle_.back());
+    idle_.pop_back();
+    if (now - connection->idle_since < kIdleConnectionTimeout && !ClosedOrTalking(*connection)) {
+      if (idle_watch_ != nullptr) idle_watch_->Wake();
+      return connection;
+    }
+    closing.push_back(std::move(connection));
+  }
+  return nullptr;
+}
+
+void ApiClient::KeepIdle(std::unique_ptr<ApiConnection> connection) const {
+  connection->idle_since = absl::Now();
+  std::unique_ptr<ApiConnection> oldest;  // closed outside the lock
+  {
+    absl::MutexLock lock(&idle_mu_);
+    // Kept only where a loop will close it once the server does or its time is up; and not
+    // once stopping, when nothing more will be asked.
+    if (idle_watch_ == nullptr || cancelled()) return;
+    idle_.push_back(std::move(connection));
+    if (idle_.size() > static_cast<size_t>(kMaxIdleConnections)) {
+      oldest = std::move(idle_.front());
+      idle_.erase(idle_.begin());
+    }
+    idle_watch_->Wake();
+  }
+}
+
+void ApiClient::WatchIdleConnections(PollLoop* loop) {
+  idle_watch_ = std::make_unique<IdleWatch>(this, loop);
+}
+
+int ApiClient::idle_connections() const {
+  absl::MutexLock lock(&idle_mu_);
+  return static_cast<int>(idle_.size());
+}
+
+absl::StatusOr<HttpResponse> ApiClient::Request(absl::string_view method, absl::string_view path,
+                                                absl::string_view content_type,
+                                                absl::string_view body) const {
+  const std::string what = absl::StrCat(method, " ", path);
+  const absl::Time deadline = absl::Now() + config_.timeout;
+  if (cancelled()) return Cancelled(what);
+  const std::string request = RequestText(method, path, content_type, body, /*keep_alive=*/true);
+  while (true) {
+    std::unique_ptr<ApiConnection> connection = TakeIdle();
+    const bool kept = connection != nullptr;
+    if (!kept) {
+      absl::StatusOr<std::unique_ptr<ApiConnection>> opened = Open(deadline);
+      if (!opened.ok()) return opened.status();
+      connection = *std::move(opened);
+    }
+    bool received = false;
+    bool reusable = false;
+    absl::StatusOr<HttpResponse> answer =
+        Exchange(*connection, request, deadline, what, &received, &reusable);
+    if (answer.ok() && reusable) KeepIdle(std::move(connection));
+    // A kept connection that the server closed as the request went out (its idle timeout, met
+    // between our look and our write): a replayable request is asked again, on the next kept
+    // connection or a new one. A new connection's failure is the answer.
+    if (!answer.ok() && kept && !received && Replayable(method) && !absl::IsCancelled(answer.status()) &&
+        !absl::IsDeadlineExceeded(answer.status())) {
+      continue;
+    }
+    return answer;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<WatchStream>> ApiClient::OpenWatch(absl::string_view path) const {
-  absl::StatusOr<std::unique_ptr<ApiConnection>> connection =
-      Send("GET", path, "", "", absl::Now() + config_.timeout);
+  const std::string what = absl::StrCat("GET ", path);
+  if (cancelled()) return Cancelled(what);
+  const absl::Time deadline = absl::Now() + config_.timeout;
+  absl::StatusOr<std::unique_ptr<ApiConnection>> connection = Open(deadline);
   if (!connection.ok()) return connection.status();
+  // Its own connection, closed with the stream: a watch lasts minutes and is never kept.
+  const std::string request = RequestText("GET", path, "", "", /*keep_alive=*/false);
+  if (absl::Status written = WriteAll(**connection, request, deadline, what, cancel_fd_);
+      !written.ok()) {
+    return written;
+  }
   return std::unique_ptr<WatchStream>(
-      new WatchStream(*std::move(connection), absl::StrCat("GET ", path), config_.timeout));
+      new WatchStream(*std::move(connection), what, config_.timeout));
 }
 
 WatchStream::WatchStream(std::unique_ptr<ApiConnection> connection, std::string what,

@@ -7,20 +7,28 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "edgeaccel/host/poll_loop.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_api_server.h"
 
@@ -45,6 +53,13 @@ class ApiClientTest : public ::testing::Test {
     std::ofstream(dir_.path() + "/token") << "secret-token\n";
     server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
                                                    (dir_.path() + "/server.key").c_str());
+    server_->set_tcp_nodelay(true);  // as Go's server: every answer goes out at once
+    // Each connection by its client port: how many the client opened.
+    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+      absl::MutexLock lock(&ports_mu_);
+      ports_.insert(req.remote_port);
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     server_->Get("/plain", [](const httplib::Request& req, httplib::Response& res) {
       res.set_content("{\"auth\":\"" + req.get_header_value("Authorization") + "\"}",
                       "application/json");
@@ -126,11 +141,89 @@ class ApiClientTest : public ::testing::Test {
     return config;
   }
 
+  int connections() {
+    absl::MutexLock lock(&ports_mu_);
+    return static_cast<int>(ports_.size());
+  }
+
   TempDir dir_;
   std::unique_ptr<httplib::SSLServer> server_;
   std::thread thread_;
   int port_ = 0;
+  absl::Mutex ports_mu_;
+  std::set<int> ports_ ABSL_GUARDED_BY(ports_mu_);
 };
+
+// HTTP/1.1 keep-alive: answers that leave the connection open share it, whatever the method,
+// until the server says Connection: close (cpp-httplib does after a connection's 5th request);
+// an answer read to the connection's end is never followed by another request on it.
+TEST_F(ApiClientTest, RequestsShareAConnectionUntilTheServerClosesIt) {
+  PollLoop loop("ea-loop");
+  ApiClient client(Config());
+  client.WatchIdleConnections(&loop);
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<HttpResponse> response = client.Request("GET", i % 2 == 0 ? "/plain" : "/chunked");
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->status, 200);
+  }
+  EXPECT_EQ(connections(), 1) << "four answers, one connection (a chunked one too)";
+  EXPECT_EQ(client.idle_connections(), 1);
+  absl::StatusOr<HttpResponse> patched = client.Request("PATCH", "/echo", "text/plain", "x");
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_EQ(patched->body, "text/plain x");
+  EXPECT_EQ(connections(), 1);
+  EXPECT_EQ(client.idle_connections(), 0) << "the 5th answer said Connection: close";
+  ASSERT_TRUE(client.Request("GET", "/plain").ok());
+  EXPECT_EQ(connections(), 2);
+  EXPECT_EQ(client.idle_connections(), 1);
+  client.Cancel();
+  EXPECT_EQ(client.idle_connections(), 0) << "a cancelled client keeps nothing";
+}
+
+// A client on no loop keeps nothing: each request has its own connection, closed after it.
+TEST_F(ApiClientTest, WithoutALoopEachRequestHasItsOwnConnection) {
+  ApiClient client(Config());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client.Request("GET", "/plain").ok());
+  EXPECT_EQ(client.idle_connections(), 0);
+  EXPECT_EQ(connections(), 3);
+}
+
+// Requests at once each get a connection; what they leave open is kept up to the limit.
+TEST_F(ApiClientTest, ConcurrentRequestsKeepAtMostTheLimit) {
+  PollLoop loop("ea-loop");
+  ApiClient client(Config());
+  client.WatchIdleConnections(&loop);
+  std::vector<std::thread> requests;
+  std::atomic<int> good{0};
+  for (int i = 0; i < 6; ++i) {
+    requests.emplace_back([&] {
+      absl::StatusOr<HttpResponse> response = client.Request("GET", "/many-chunks");
+      if (response.ok() && response->status == 200) good.fetch_add(1);
+    });
+  }
+  for (std::thread& request : requests) request.join();
+  EXPECT_EQ(good.load(), 6);
+  EXPECT_LE(client.idle_connections(), kMaxIdleConnections);
+  EXPECT_GE(client.idle_connections(), 1);
+}
+
+// On a loop, a kept connection the server closes (its idle timeout; cpp-httplib's is set to 1 s
+// here) is closed at once; the next request opens a new one.
+TEST_F(ApiClientTest, TheLoopClosesAConnectionTheServerClosed) {
+  server_->set_keep_alive_timeout(1);
+  PollLoop loop("ea-loop");
+  ApiClient client(Config());
+  client.WatchIdleConnections(&loop);
+  ASSERT_TRUE(client.Request("GET", "/plain").ok());
+  EXPECT_EQ(client.idle_connections(), 1);
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return client.idle_connections() == 0; },
+                                               absl::Seconds(10)))
+      << "the server's close was seen";
+  absl::StatusOr<HttpResponse> response = client.Request("GET", "/plain");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(connections(), 2);
+}
 
 TEST_F(ApiClientTest, GetSendsTheTokenAndReadsTheAnswer) {
   absl::StatusOr<HttpResponse> response = ApiClient(Config()).Request("GET", "/plain");
@@ -379,6 +472,137 @@ TEST(ApiClientSilentServerTest, CancelEndsARequestInFlightAndEveryLaterOne) {
   absl::Status later = client.Request("GET", "/api/v1/nodes/n").status();
   EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
   EXPECT_FALSE(silent.WaitForConnections(2, absl::Milliseconds(200))) << "it connected again";
+}
+
+// A TLS server that answers every request with "{}" and keeps the connection, but reads the
+// second request of each connection and closes the connection unanswered: a server whose idle
+// timeout closes a kept connection just as the client's next request goes out on it. Connections
+// are served one at a time, in the order they come.
+class ClosingSecondRequestServer {
+ public:
+  explicit ClosingSecondRequestServer(const std::string& dir) : ctx_(SSL_CTX_new(TLS_server_method())) {
+    if (SSL_CTX_use_certificate_chain_file(ctx_, (dir + "/server.crt").c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx_, (dir + "/server.key").c_str(), SSL_FILETYPE_PEM) != 1) {
+      abort();
+    }
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(listener_, 8) != 0 ||
+        getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      abort();
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ClosingSecondRequestServer() {
+    shutdown(listener_, SHUT_RDWR);  // accept() returns
+    thread_.join();
+    close(listener_);
+    SSL_CTX_free(ctx_);
+  }
+  int port() const { return port_; }
+  // Each request's method, in the order read, and the connections accepted.
+  std::vector<std::string> methods() {
+    absl::MutexLock lock(&mu_);
+    return methods_;
+  }
+  int connections() {
+    absl::MutexLock lock(&mu_);
+    return connections_;
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      {
+        absl::MutexLock lock(&mu_);
+        ++connections_;
+      }
+      SSL* ssl = SSL_new(ctx_);
+      SSL_set_fd(ssl, fd);
+      if (SSL_accept(ssl) == 1) Serve(ssl);
+      SSL_shutdown(ssl);  // close_notify, then FIN
+      SSL_free(ssl);
+      close(fd);
+    }
+  }
+  void Serve(SSL* ssl) {
+    std::string pending;
+    for (int n = 1;; ++n) {
+      size_t end;
+      while ((end = pending.find("\r\n\r\n")) == std::string::npos) {
+        char buf[4096];
+        const int got = SSL_read(ssl, buf, sizeof(buf));
+        if (got <= 0) return;  // the client went
+        pending.append(buf, got);
+      }
+      size_t length = 0;
+      const size_t at = absl::AsciiStrToLower(pending.substr(0, end)).find("content-length:");
+      if (at != std::string::npos) length = std::stoul(pending.substr(at + 15));
+      while (pending.size() < end + 4 + length) {
+        char buf[4096];
+        const int got = SSL_read(ssl, buf, sizeof(buf));
+        if (got <= 0) return;
+        pending.append(buf, got);
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        methods_.push_back(pending.substr(0, pending.find(' ')));
+      }
+      pending.erase(0, end + 4 + length);
+      if (n == 2) return;  // read, and closed unanswered
+      static constexpr char kAnswer[] =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+      if (SSL_write(ssl, kAnswer, sizeof(kAnswer) - 1) <= 0) return;
+    }
+  }
+
+  SSL_CTX* const ctx_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::vector<std::string> methods_ ABSL_GUARDED_BY(mu_);
+  int connections_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A kept connection that the server closes once the request went out on it, with nothing of an
+// answer: a GET is asked again on a new connection and answered; a POST is not repeated (it may
+// have been carried out) and is an error that says what happened, for its caller to retry.
+TEST(ApiClientKeptConnectionTest, AGetIsAskedAgainOnANewConnectionAPostIsNot) {
+  TempDir dir;
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "server"));
+  ClosingSecondRequestServer server(dir.path());
+  ApiServerConfig config;
+  config.host = "127.0.0.1";
+  config.port = server.port();
+  config.ca_file = dir.path() + "/server.crt";
+  config.timeout = absl::Seconds(5);
+  PollLoop loop("ea-loop");
+  ApiClient client(config);
+  client.WatchIdleConnections(&loop);
+  ASSERT_TRUE(client.Request("GET", "/a").ok());
+  EXPECT_EQ(client.idle_connections(), 1);
+  absl::StatusOr<HttpResponse> again = client.Request("GET", "/b");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->body, "{}");
+  EXPECT_EQ(server.connections(), 2);
+  EXPECT_EQ(server.methods(), (std::vector<std::string>{"GET", "GET", "GET"}));
+
+  absl::StatusOr<HttpResponse> posted = client.Request("POST", "/c", "application/json", "{}");
+  ASSERT_FALSE(posted.ok()) << "a POST is not repeated";
+  EXPECT_THAT(std::string(posted.status().message()), HasSubstr("POST /c"));
+  EXPECT_THAT(std::string(posted.status().message()),
+              HasSubstr("the server closed the connection without an answer"));
+  EXPECT_EQ(server.methods(), (std::vector<std::string>{"GET", "GET", "GET", "POST"}));
+  ASSERT_TRUE(client.Request("POST", "/c", "application/json", "{}").ok()) << "its retry, on a new connection";
+  EXPECT_EQ(server.connections(), 3);
 }
 
 // The API server stand-in that the node and e2e tests point the daemon at answers as the real
@@ -678,6 +902,42 @@ TEST(HttpResponseReaderTest, AnyCutGivesWhatTheWholeGives) {
     for (size_t i = 0; i < all.size(); ++i) bytes.push_back(all.substr(i, 1));
     same(read(bytes), absl::StrCat(all, " byte by byte"));
   }
+}
+
+// Whether a connection can carry the next request after an answer: only an HTTP/1.1 answer that
+// is framed (so its end is known), complete, followed by nothing, and not `Connection: close`.
+// Trailers after the last chunk are read to their end: the next answer starts clean.
+TEST(HttpResponseReaderTest, AConnectionIsKeptOnlyAfterAFramedHttp11AnswerWithoutClose) {
+  const std::vector<std::pair<std::string, bool>> answers = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", true},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", true},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-A: 1\r\nX-B: 2\r\n\r\n", true},
+      {"HTTP/1.1 204 No Content\r\n\r\n", true},
+      {"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", true},
+      {"HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 2\r\n\r\n{}", false},
+      {"HTTP/1.1 200 OK\r\nConnection: upgrade, close\r\nContent-Length: 2\r\n\r\n{}", false},
+      {"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}extra", false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\nHTTP/1.1", false},
+  };
+  for (const auto& [answer, kept] : answers) {
+    for (size_t cut = 0; cut <= answer.size(); ++cut) {
+      HttpResponseReader reader;
+      absl::StatusOr<bool> done = reader.Feed(absl::string_view(answer).substr(0, cut));
+      ASSERT_TRUE(done.ok()) << answer << " cut at " << cut << ": " << done.status();
+      done = reader.Feed(absl::string_view(answer).substr(cut));
+      ASSERT_TRUE(done.ok() && *done) << answer << " cut at " << cut;
+      EXPECT_EQ(reader.ConnectionReusable(), kept) << absl::CEscape(answer) << " cut at " << cut;
+    }
+  }
+  // Read to the connection's end: never kept.
+  HttpResponseReader to_end;
+  ASSERT_TRUE(to_end.Feed("HTTP/1.1 200 OK\r\n\r\n{}").ok());
+  ASSERT_TRUE(to_end.Finish().ok());
+  EXPECT_FALSE(to_end.ConnectionReusable());
+  HttpResponseReader partial;
+  ASSERT_TRUE(partial.Feed("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{}").ok());
+  EXPECT_FALSE(partial.ConnectionReusable()) << "not complete";
 }
 
 TEST(ParseHttpResponseTest, MalformedAnswersAreErrors) {

@@ -179,6 +179,16 @@ TestApiServer::TestApiServer(std::string node_name) : node_name_(std::move(node_
             {{"name", node_name_}, {"labels", json::object()}, {"resourceVersion", "1"}}}};
   server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
                                                  (dir_.path() + "/server.key").c_str());
+  // As kube-apiserver's connections are: Go sets TCP_NODELAY on every TCP connection (net:
+  // newTCPConn -> setNoDelay), and serves each connection on its own goroutine, however many
+  // are open or kept idle between requests (90 s: secure_serving.go's IdleTimeout). cpp-httplib
+  // would hold its answer's second write for the client's delayed ACK on a kept connection
+  // (Nagle), gives each connection one of 8 threads, kept ones included, and closes a connection
+  // after its 5th request. (Its keep-alive timeout stays 5 s: it waits that long at its stop for
+  // a client that keeps a connection open.)
+  server_->set_tcp_nodelay(true);
+  server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  server_->set_keep_alive_max_count(1000);  // Go's server has no such limit
   // Authentication comes before everything (k8s.io/apiserver/pkg/endpoints/filters/
   // authentication.go). A bearer token that is not ours is 401; with none, the request is the
   // anonymous user's, whom nothing here authorizes: 403. kube-apiserver never takes a bad token

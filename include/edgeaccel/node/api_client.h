@@ -6,8 +6,20 @@
 // every algorithm) and about 2 MB to the idle RSS; mbedTLS adds about 0.4 MB (docs/footprint.md).
 // It speaks TLS 1.2, which every API server accepts unless told --tls-min-version=VersionTLS13.
 // What the API server needs is small:
-// one request per connection (`Connection: close`), a bearer token or a client certificate, the
-// answer's status and body (Content-Length, chunked, or read to the end, parsed as it arrives).
+// HTTP/1.1 requests, a bearer token or a client certificate, the answer's status and body
+// (Content-Length, chunked, or read to the end, parsed as it arrives).
+//
+// A connection whose answer left it open (HTTP/1.1 keep-alive: framed, no `Connection: close`) is
+// kept for the next request, at most kMaxIdleConnections of them, each for at most
+// kIdleConnectionTimeout, as Go's transport keeps them (client-go's, the reference DRA driver's):
+// a burst of requests (a pod's claims read one after another) shakes hands once, not once each.
+// A kept connection the server closed (its idle timeout, a proxy) is passed over; where one is
+// found closed only once the request went out on it and nothing came back, a GET is asked again on
+// a new connection (as net/http repeats only what is replayable) and anything else is an error
+// its caller retries. Connections are kept only by a client on a PollLoop (WatchIdleConnections),
+// whose loop closes a kept one the moment the server closes it and once its idle time is up: a
+// client without one (the node labeler's, asking every few hours) opens a connection per request
+// and never holds one the server has given up. Watches get a connection of their own, never kept.
 // Each request resolves the name afresh, connects to its addresses in turn (each with its share
 // of the deadline: one that never answers does not cost the others their turn), verifies the
 // server's chain against the configured CA and its name (DNS name or IP address) against the
@@ -24,8 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "edgeaccel/node/api_server_config.h"
 
@@ -41,7 +55,14 @@ struct HttpResponse {
 inline constexpr size_t kMaxApiResponseBytes = 8 << 20;
 
 struct ApiConnection;
+class PollLoop;
 class WatchStream;
+
+// Kept connections (see above): kube-apiserver closes an idle one after 90 s
+// (k8s.io/apiserver/pkg/server/secure_serving.go: IdleTimeout), so ours are closed first; two is
+// Go's transport's DefaultMaxIdleConnsPerHost.
+inline constexpr int kMaxIdleConnections = 2;
+inline constexpr absl::Duration kIdleConnectionTimeout = absl::Seconds(60);
 
 class ApiClient {
  public:
@@ -56,6 +77,13 @@ class ApiClient {
   // an address.) Safe from any thread; there is no way back.
   void Cancel() const;
   bool cancelled() const;
+
+  // From now on connections are kept for the next request, and `loop` (which outlives this
+  // client) closes each kept one the moment the server closes it, or once it has been idle
+  // kIdleConnectionTimeout. Call once, before requests from other threads.
+  void WatchIdleConnections(PollLoop* loop);
+  // Connections kept for the next request now.
+  int idle_connections() const;
 
   // METHOD path (e.g. "/api/v1/nodes/n") with an optional body of `content_type`. An answer
   // with any HTTP status is a response; an error is a failure to get one (unresolvable name,
@@ -73,14 +101,29 @@ class ApiClient {
   const ApiServerConfig& config() const { return config_; }
 
  private:
-  // A TLS connection to the API server with the request sent on it, within `setup_deadline`.
-  absl::StatusOr<std::unique_ptr<ApiConnection>> Send(absl::string_view method, absl::string_view path,
-                                                      absl::string_view content_type,
-                                                      absl::string_view body,
-                                                      absl::Time setup_deadline) const;
+  class IdleWatch;
+
+  // A new TLS connection to the API server, handshake done, within `deadline`.
+  absl::StatusOr<std::unique_ptr<ApiConnection>> Open(absl::Time deadline) const;
+  // The request's text; `keep_alive` false asks the server to close after its answer.
+  std::string RequestText(absl::string_view method, absl::string_view path,
+                          absl::string_view content_type, absl::string_view body,
+                          bool keep_alive) const;
+  // Sends `request` on `connection` and reads its answer, within `deadline`. `received`: some of
+  // an answer came; `reusable`: the answer left the connection open and nothing else on it.
+  absl::StatusOr<HttpResponse> Exchange(ApiConnection& connection, const std::string& request,
+                                        absl::Time deadline, absl::string_view what,
+                                        bool* received, bool* reusable) const;
+  // The newest kept connection that is still open and not past its idle time; nullptr if none.
+  std::unique_ptr<ApiConnection> TakeIdle() const;
+  void KeepIdle(std::unique_ptr<ApiConnection> connection) const;
 
   const ApiServerConfig config_;
   const int cancel_fd_;  // an eventfd, signalled by Cancel()
+  mutable absl::Mutex idle_mu_;
+  // Oldest first. Only ever touched under idle_mu_: one taken out is its request's alone.
+  mutable std::vector<std::unique_ptr<ApiConnection>> idle_ ABSL_GUARDED_BY(idle_mu_);
+  std::unique_ptr<IdleWatch> idle_watch_;  // on the loop of WatchIdleConnections
 };
 
 // An HTTP/1.1 answer read as it arrives, each byte looked at once: the head (at most 64 KiB),
@@ -102,6 +145,10 @@ class HttpResponseReader {
   absl::Status Finish();
   // The answer, once Feed() said true or Finish() OK.
   HttpResponse& response() { return response_; }
+  // The answer is complete, framed (by Content-Length, chunks, or a status that has no body),
+  // nothing came after it, and the server keeps the connection open for another request
+  // (HTTP/1.1 without `Connection: close`; RFC 9112 section 9.3).
+  bool ConnectionReusable() const;
 
  private:
   enum class Phase { kHead, kLength, kChunkSize, kChunkData, kChunkEnd, kTrailers, kToEnd, kDone };
@@ -113,6 +160,9 @@ class HttpResponseReader {
   size_t scanned_ = 0;   // how much of pending_ is known to hold no line end (no rescans)
   uint64_t left_ = 0;    // of the Content-Length body, or of the current chunk
   bool received_ = false;
+  bool keep_alive_ = false;   // HTTP/1.1 without Connection: close
+  bool read_to_end_ = false;  // no framing: the connection's end ends the answer
+  bool trailing_ = false;     // bytes came after the answer
   bool streaming_ = false;  // the body goes to body_sink_
   absl::Status error_;
   HttpResponse response_;
