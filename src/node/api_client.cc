@@ -16,6 +16,7 @@
 #include <psa/crypto.h>
 #endif
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -802,38 +803,42 @@ bool Replayable(absl::string_view method) {
 
 }  // namespace
 
-// On the loop of WatchIdleConnections: waits on the kept connections' sockets (readable once the
-// server closes one) and on their idle deadline, and closes what neither side will use again.
+// On the loop of WatchIdleConnections: waits (one epoll set, however many are kept) on the kept
+// connections' sockets, readable once the server closes one, and on their idle deadline, and
+// closes what neither side will use again.
 class ApiClient::IdleWatch : public PollLoop::Member {
  public:
   IdleWatch(const ApiClient* client, PollLoop* loop)
-      : client_(client), loop_(loop), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      : client_(client),
+        loop_(loop),
+        wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        epoll_fd_(epoll_create1(EPOLL_CLOEXEC)) {
     loop_->Add(this);
   }
   ~IdleWatch() override {
     loop_->Remove(this);
     if (wake_fd_ >= 0) close(wake_fd_);
+    if (epoll_fd_ >= 0) close(epoll_fd_);
   }
   IdleWatch(const IdleWatch&) = delete;
   IdleWatch& operator=(const IdleWatch&) = delete;
 
-  // The kept connections changed: wait on the new ones.
-  void Wake() {
-    const uint64_t one = 1;
-    if (wake_fd_ >= 0 && write(wake_fd_, &one, sizeof(one)) < 0) {
-      // Only a counter at its maximum fails, and then the loop is woken already.
-    }
+  // Whether it can watch connections (this process had the descriptors for it).
+  bool usable() const { return wake_fd_ >= 0 && epoll_fd_ >= 0; }
+
+  // A connection kept, or taken for a request (then it is not this watch's to look at).
+  void Watch(const ApiConnection& connection) {
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = connection.socket_fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, connection.socket_fd, &event);
+    Wake();  // its idle deadline may be the next one
+  }
+  void Unwatch(const ApiConnection& connection) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, connection.socket_fd, nullptr);
   }
 
-  PollLoop::Fds WaitFds() override {
-    PollLoop::Fds fds = {wake_fd_, -1, -1, -1};
-    absl::MutexLock lock(&client_->idle_mu_);
-    static_assert(kMaxIdleConnections < PollLoop::kMaxFds, "a place for each kept connection");
-    for (size_t i = 0; i < client_->idle_.size() && i + 1 < fds.size(); ++i) {
-      fds[i + 1] = client_->idle_[i]->socket_fd;
-    }
-    return fds;
-  }
+  PollLoop::Fds WaitFds() override { return {wake_fd_, epoll_fd_, -1, -1}; }
 
   absl::Time Step(const PollLoop::Events& ready) override {
     if (ready[0] != 0) {
@@ -842,8 +847,9 @@ class ApiClient::IdleWatch : public PollLoop::Member {
         // EAGAIN: nothing to take; the kept connections below say what changed.
       }
     }
-    // Looked at afresh under the lock: a connection the loop saw may have been taken since, and
-    // one taken is its request's alone.
+    // Each kept connection looked at afresh under the lock: one the loop saw ready may have been
+    // taken since (a taken one is its request's alone). Those closed leave the epoll set, so it
+    // is not ready again for them.
     std::vector<std::unique_ptr<ApiConnection>> closing;
     absl::Time next = absl::InfiniteFuture();
     {
@@ -852,6 +858,7 @@ class ApiClient::IdleWatch : public PollLoop::Member {
       auto& idle = client_->idle_;
       for (auto it = idle.begin(); it != idle.end();) {
         if (now - (*it)->idle_since >= kIdleConnectionTimeout || ClosedOrTalking(**it)) {
+          Unwatch(**it);
           closing.push_back(std::move(*it));
           it = idle.erase(it);
         } else {
@@ -864,9 +871,17 @@ class ApiClient::IdleWatch : public PollLoop::Member {
   }
 
  private:
+  void Wake() {
+    const uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof(one)) < 0) {
+      // Only a counter at its maximum fails, and then the loop is woken already.
+    }
+  }
+
   const ApiClient* const client_;
   PollLoop* const loop_;
   const int wake_fd_;
+  const int epoll_fd_;
 };
 
 ApiClient::ApiClient(ApiServerConfig config)
@@ -888,8 +903,8 @@ void ApiClient::Cancel() const {
   }
   std::vector<std::unique_ptr<ApiConnection>> closing;  // closed outside the lock
   absl::MutexLock lock(&idle_mu_);
+  for (const auto& connection : idle_) idle_watch_->Unwatch(*connection);
   closing.swap(idle_);
-  if (idle_watch_ != nullptr) idle_watch_->Wake();
 }
 
 bool ApiClient::cancelled() const { return IsSignalled(cancel_fd_); }
@@ -1035,8 +1050,8 @@ std::unique_ptr<ApiConnection> ApiClient::TakeIdle() const {
   while (!idle_.empty()) {
     std::unique_ptr<ApiConnection> connection = std::move(idle_.back());
     idle_.pop_back();
+    idle_watch_->Unwatch(*connection);
     if (now - connection->idle_since < kIdleConnectionTimeout && !ClosedOrTalking(*connection)) {
-      if (idle_watch_ != nullptr) idle_watch_->Wake();
       return connection;
     }
     closing.push_back(std::move(connection));
@@ -1052,17 +1067,20 @@ void ApiClient::KeepIdle(std::unique_ptr<ApiConnection> connection) const {
     // Kept only where a loop will close it once the server does or its time is up; and not
     // once stopping, when nothing more will be asked.
     if (idle_watch_ == nullptr || cancelled()) return;
+    idle_watch_->Watch(*connection);
     idle_.push_back(std::move(connection));
     if (idle_.size() > static_cast<size_t>(kMaxIdleConnections)) {
+      idle_watch_->Unwatch(*idle_.front());
       oldest = std::move(idle_.front());
       idle_.erase(idle_.begin());
     }
-    idle_watch_->Wake();
   }
 }
 
 void ApiClient::WatchIdleConnections(PollLoop* loop) {
-  idle_watch_ = std::make_unique<IdleWatch>(this, loop);
+  auto watch = std::make_unique<IdleWatch>(this, loop);
+  // Without its descriptors (the process at its limit) nothing is kept: a connection per request.
+  if (watch->usable()) idle_watch_ = std::move(watch);
 }
 
 int ApiClient::idle_connections() const {

@@ -59,9 +59,12 @@ class PollLoop;
 class WatchStream;
 
 // Kept connections (see above): kube-apiserver closes an idle one after 90 s
-// (k8s.io/apiserver/pkg/server/secure_serving.go: IdleTimeout), so ours are closed first; two is
-// Go's transport's DefaultMaxIdleConnsPerHost.
-inline constexpr int kMaxIdleConnections = 2;
+// (k8s.io/apiserver/pkg/server/secure_serving.go: IdleTimeout), so ours are closed first. A DRA
+// prepare reads its claims at once, each on its own connection (HTTP/1.1 has one request at a
+// time): eight kept cover a pod's claims without a handshake (client-go keeps 25:
+// k8s.io/client-go/transport/cache.go idleConnsPerHost), about 100 KiB of heap each (mbedTLS
+// 2.28: its record buffers and contexts) while kept, freed within 60 s of the last request.
+inline constexpr int kMaxIdleConnections = 8;
 inline constexpr absl::Duration kIdleConnectionTimeout = absl::Seconds(60);
 
 class ApiClient {
