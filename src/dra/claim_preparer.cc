@@ -205,7 +205,11 @@ absl::Status ClaimPreparer::WriteSpec(const std::string& uid,
                                         DraCdiKind(options_.driver), "\",\n  \"devices\": [\n",
                                         absl::StrJoin(devices, ",\n"), "\n  ]\n}\n");
   mkdir(options_.cdi_dir.c_str(), 0755);
-  return WriteFileAtomically(options_.cdi_dir, DraCdiSpecFileName(options_.driver, uid), spec, 0644);
+  // The checkpoint is what must survive a power loss: every spec is written again from it at
+  // the first start of each boot (Restore). Without a boot id to tell a new boot, a spec left
+  // empty by one would stay, so then it is made durable itself.
+  return WriteFileAtomically(options_.cdi_dir, DraCdiSpecFileName(options_.driver, uid), spec, 0644,
+                             options_.boot_id.empty() ? FileSync::kDurable : FileSync::kPageCache);
 }
 
 std::vector<absl::StatusOr<std::string>> ClaimPreparer::ReadClaims(const std::vector<ClaimRef>& claims) {
@@ -262,7 +266,9 @@ std::optional<ClaimOutcome> ClaimPreparer::Recorded(const std::string& uid) cons
 }
 
 ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::StatusOr<std::string>& body,
-                                        const Snapshot& snapshot) {
+                                        const Snapshot& snapshot,
+                                        const std::map<std::string, PreparedClaim>& batch,
+                                        std::optional<PreparedClaim>* record) {
   ClaimOutcome outcome;
   if (!body.ok()) {
     outcome.error = absl::IsCancelled(body.status())
@@ -306,8 +312,14 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
     if (!result.admin_access) {
       // A device goes to two claims only as two shares the scheduler handed out (each result
       // with its own shareID): one claim holding it alone excludes every other.
-      for (const auto& [uid, other] : prepared_.claims()) {
-        if (uid == claim.uid) continue;
+      std::vector<const PreparedClaim*> holders;
+      for (const auto* held_by : {&prepared_.claims(), &batch}) {
+        for (const auto& [uid, other] : *held_by) {
+          if (uid != claim.uid) holders.push_back(&other);
+        }
+      }
+      for (const PreparedClaim* holder : holders) {
+        const PreparedClaim& other = *holder;
         for (const PreparedDevice& held : other.devices) {
           if (held.device != result.device) continue;
           if (result.share_id.empty()) {
@@ -350,26 +362,17 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
     LOG(INFO) << options_.driver << ": ResourceClaim " << Describe(claim) << " holds none of our devices";
     return outcome;
   }
-  PreparedClaim record;
-  record.claim = claim;
-  record.devices = prepared;
-  record.cdi_spec = DraCdiSpecFileName(options_.driver, claim.uid);
-  record.boot_id = options_.boot_id;
   absl::Status written = WriteSpec(claim.uid, prepared, snapshot);
   if (!written.ok()) {
     outcome.error = absl::StrCat("cannot write the CDI spec of ResourceClaim ", Describe(claim), ": ",
                                  written.message());
     return outcome;
   }
-  absl::Status recorded = prepared_.Put(record);
-  if (recorded.ok()) NoteRecord(claim.uid, true);
-  if (!recorded.ok()) {
-    unlink(SpecPath(claim.uid).c_str());  // nothing half-done: the kubelet will ask again
-    outcome.error = absl::StrCat("cannot record ResourceClaim ", Describe(claim), " as prepared: ",
-                                 recorded.message());
-    return outcome;
-  }
-  LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(claim) << ": " << DeviceNames(prepared);
+  PreparedClaim& kept = record->emplace();
+  kept.claim = claim;
+  kept.devices = prepared;
+  kept.cdi_spec = DraCdiSpecFileName(options_.driver, claim.uid);
+  kept.boot_id = options_.boot_id;
   outcome.devices = std::move(prepared);
   return outcome;
 }
@@ -393,15 +396,43 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
   const std::vector<absl::StatusOr<std::string>> bodies = ReadClaims(to_read);
   absl::MutexLock lock(&mu_);
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
+  // The call's claims are recorded with one write of the checkpoint, after their specs: one
+  // fsync for a pod's claims, not one each.
+  std::map<std::string, PreparedClaim> batch;
   for (size_t i = 0; i < to_read.size(); ++i) {
     const ClaimRef& claim = to_read[i];
     std::optional<ClaimOutcome> known = Recorded(claim.uid);  // another call prepared it meanwhile
-    ClaimOutcome outcome = known.has_value() ? *std::move(known) : PrepareRead(claim, bodies[i], *snapshot);
+    if (known.has_value()) {
+      out[claim.uid] = *std::move(known);
+      continue;
+    }
+    std::optional<PreparedClaim> record;
+    ClaimOutcome outcome = PrepareRead(claim, bodies[i], *snapshot, batch, &record);
     if (!outcome.error.empty() && !absl::IsCancelled(bodies[i].status())) {
       LOG(WARNING) << options_.driver << ": cannot prepare ResourceClaim " << Describe(claim) << ": "
                    << outcome.error;
     }
+    if (record.has_value()) batch[claim.uid] = *std::move(record);
     out[claim.uid] = std::move(outcome);
+  }
+  if (batch.empty()) return out;
+  std::vector<PreparedClaim> records;
+  for (const auto& [uid, record] : batch) records.push_back(record);
+  const absl::Status recorded = prepared_.PutAll(std::move(records));
+  for (const auto& [uid, record] : batch) {
+    ClaimOutcome& outcome = out[uid];
+    if (recorded.ok()) {
+      NoteRecord(uid, true);
+      LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(record.claim) << ": "
+                << DeviceNames(record.devices);
+      continue;
+    }
+    unlink(SpecPath(uid).c_str());  // nothing half-done: the kubelet will ask again
+    outcome.devices.clear();
+    outcome.error = absl::StrCat("cannot record ResourceClaim ", Describe(record.claim), " as prepared: ",
+                                 recorded.message());
+    LOG(WARNING) << options_.driver << ": cannot prepare ResourceClaim " << Describe(record.claim) << ": "
+                 << outcome.error;
   }
   return out;
 }
@@ -409,25 +440,34 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
 std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<ClaimRef>& claims) {
   absl::MutexLock lock(&mu_);
   std::map<std::string, std::string> out;
+  std::vector<ClaimRef> unprepared;  // specs removed: forgotten with one write of the checkpoint
   for (const ClaimRef& claim : claims) {
     std::string& error = out[claim.uid];
     if (!IsClaimUid(claim.uid)) {
       error = NotAUid(claim.uid);
       continue;
     }
-    const bool known = prepared_.Find(claim.uid) != nullptr;
     if (unlink(SpecPath(claim.uid).c_str()) != 0 && errno != ENOENT) {
       error = absl::StrCat("cannot remove ", SpecPath(claim.uid), ": ", strerror(errno));
       continue;
     }
-    absl::Status removed = prepared_.Remove(claim.uid);
+    unprepared.push_back(claim);
+  }
+  std::vector<std::string> uids;
+  std::set<std::string> known;
+  for (const ClaimRef& claim : unprepared) {
+    uids.push_back(claim.uid);
+    if (prepared_.Find(claim.uid) != nullptr) known.insert(claim.uid);
+  }
+  const absl::Status removed = prepared_.RemoveAll(uids);
+  for (const ClaimRef& claim : unprepared) {
     if (!removed.ok()) {
-      error = absl::StrCat("cannot record ResourceClaim ", Describe(claim), " as unprepared: ",
-                           removed.message());
+      out[claim.uid] = absl::StrCat("cannot record ResourceClaim ", Describe(claim), " as unprepared: ",
+                                    removed.message());
       continue;
     }
     NoteRecord(claim.uid, false);
-    if (known) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
+    if (known.count(claim.uid) > 0) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
   }
   return out;
 }

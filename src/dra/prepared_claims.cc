@@ -169,17 +169,26 @@ absl::Status PreparedClaims::Save(const std::map<std::string, PreparedClaim>& cl
 }
 
 absl::Status PreparedClaims::Put(PreparedClaim claim) {
+  std::vector<PreparedClaim> claims;
+  claims.push_back(std::move(claim));
+  return PutAll(std::move(claims));
+}
+
+absl::Status PreparedClaims::Remove(absl::string_view uid) { return RemoveAll({std::string(uid)}); }
+
+absl::Status PreparedClaims::PutAll(std::vector<PreparedClaim> claims) {
+  if (claims.empty()) return absl::OkStatus();
   std::map<std::string, PreparedClaim> next = claims_;
-  next[claim.claim.uid] = std::move(claim);
+  for (PreparedClaim& claim : claims) next[claim.claim.uid] = std::move(claim);
   absl::Status status = Save(next);
   if (status.ok()) claims_ = std::move(next);
   return status;
 }
 
-absl::Status PreparedClaims::Remove(absl::string_view uid) {
-  if (Find(uid) == nullptr) return absl::OkStatus();
+absl::Status PreparedClaims::RemoveAll(const std::vector<std::string>& uids) {
   std::map<std::string, PreparedClaim> next = claims_;
-  next.erase(std::string(uid));
+  for (const std::string& uid : uids) next.erase(uid);
+  if (next.size() == claims_.size()) return absl::OkStatus();  // none recorded: nothing to write
   absl::Status status = Save(next);
   if (status.ok()) claims_ = std::move(next);
   return status;

@@ -11,14 +11,11 @@
 
 namespace edgeaccel {
 
-absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                                 absl::string_view content, mode_t mode) {
-  return WriteFileAtomically(directory, name, content, mode, nullptr);
-}
+namespace {
 
-absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                                 absl::string_view content, mode_t mode,
-                                 const std::function<void(const struct stat&)>& before_rename) {
+absl::Status Write(const std::string& directory, const std::string& name, absl::string_view content,
+                   mode_t mode, FileSync sync,
+                   const std::function<void(const struct stat&)>& before_rename) {
   const std::string path = absl::StrCat(directory, "/", name);
   const std::string temp = absl::StrCat(directory, "/.", name, ".tmp");
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -33,7 +30,7 @@ absl::Status WriteFileAtomically(const std::string& directory, const std::string
   }
   const ssize_t written = write(fd, content.data(), content.size());
   const int write_errno = errno;
-  const bool synced = fsync(fd) == 0;
+  const bool synced = sync == FileSync::kPageCache || fsync(fd) == 0;
   struct stat st;
   const bool stated = before_rename == nullptr || fstat(fd, &st) == 0;
   const int stat_errno = errno;
@@ -54,6 +51,24 @@ absl::Status WriteFileAtomically(const std::string& directory, const std::string
     return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path, ": ", strerror(err)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
+                                 absl::string_view content, mode_t mode) {
+  return Write(directory, name, content, mode, FileSync::kDurable, nullptr);
+}
+
+absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
+                                 absl::string_view content, mode_t mode, FileSync sync) {
+  return Write(directory, name, content, mode, sync, nullptr);
+}
+
+absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
+                                 absl::string_view content, mode_t mode,
+                                 const std::function<void(const struct stat&)>& before_rename) {
+  return Write(directory, name, content, mode, FileSync::kDurable, before_rename);
 }
 
 }  // namespace edgeaccel

@@ -2,7 +2,9 @@
 #include "edgeaccel/dra/resource_slice.h"
 
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -329,6 +331,92 @@ TEST_F(ClaimPreparerTest, TheClaimsOfOneCallAreReadFromTheApiServerAtTheSameTime
   auto answer = preparer->Prepare({{"default", "first", kUid}, {"default", "second", second}});
   EXPECT_EQ(most.load(), 2) << "the second claim was read only after the first";
   EXPECT_EQ(answer[kUid].error, "");
+  EXPECT_EQ(answer[second].error, "");
+}
+
+// How many times the checkpoint in `dir` was replaced since the last call (each write renames
+// a new file over it), seen through inotify as it happens. (The creation of each write's
+// temporary file is watched too: inotify merges an event into an identical one still unread, so
+// renames alone, one after another, would read as one.)
+class CheckpointWrites {
+ public:
+  explicit CheckpointWrites(const std::string& dir) : fd_(inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+    inotify_add_watch(fd_, dir.c_str(), IN_CREATE | IN_MOVED_TO);
+  }
+  ~CheckpointWrites() { close(fd_); }
+  int Take() {
+    int writes = 0;
+    alignas(inotify_event) char buf[4096];
+    ssize_t n;
+    while ((n = read(fd_, buf, sizeof(buf))) > 0) {
+      for (char* at = buf; at < buf + n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(at);
+        if ((event->mask & IN_MOVED_TO) != 0 && event->len > 0 &&
+            std::string(event->name) == "checkpoint.json") {
+          ++writes;
+        }
+        at += sizeof(inotify_event) + event->len;
+      }
+    }
+    return writes;
+  }
+
+ private:
+  const int fd_;
+};
+
+// A kubelet call's claims are recorded with one write of the checkpoint (one fsync, where each
+// costs a pod's start tens of ms on an SD card), and unprepared with one; a device that an
+// earlier claim of the same call took is held as a recorded one is.
+TEST_F(ClaimPreparerTest, TheClaimsOfOneCallAreRecordedWithOneWriteAndUnpreparedWithOne) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  const std::string third = "66666666-6666-6666-6666-666666666666";
+  Allocate("first", kUid, {"tpu-0000-03-00-0"});
+  Allocate("second", second, {"tpu-0000-04-00-0"});
+  Allocate("third", third, {"tpu-0000-03-00-0"});  // the first's device, not shared
+  auto preparer = MakePreparer();
+  CheckpointWrites writes(state_.path());
+  auto answer = preparer->Prepare(
+      {{"default", "first", kUid}, {"default", "second", second}, {"default", "third", third}});
+  EXPECT_EQ(answer[kUid].error, "");
+  EXPECT_EQ(answer[second].error, "");
+  EXPECT_NE(answer[third].error.find("is prepared for claim default/first"), std::string::npos)
+      << answer[third].error;
+  EXPECT_EQ(writes.Take(), 1) << "three claims, one write";
+  EXPECT_EQ(preparer->Prepared().size(), 2u);
+  EXPECT_TRUE(PathExists(SpecPath(kUid)));
+  EXPECT_FALSE(PathExists(SpecPath(third)));
+
+  auto unprepared = preparer->Unprepare(
+      {{"default", "first", kUid}, {"default", "second", second}, {"default", "third", third}});
+  EXPECT_EQ(unprepared[kUid], "");
+  EXPECT_EQ(unprepared[second], "");
+  EXPECT_EQ(unprepared[third], "") << "never prepared: done";
+  EXPECT_EQ(writes.Take(), 1) << "two claims forgotten, one write";
+  EXPECT_TRUE(preparer->Prepared().empty());
+  EXPECT_FALSE(PathExists(SpecPath(kUid)));
+  EXPECT_TRUE(preparer->Unprepare({{"default", "first", kUid}})[kUid].empty());
+  EXPECT_EQ(writes.Take(), 0) << "nothing recorded: nothing written";
+}
+
+// Where that one write fails, every claim of the call fails with the reason, and none is left
+// half-prepared: no spec, no record.
+TEST_F(ClaimPreparerTest, ACallWhoseCheckpointCannotBeWrittenPreparesNone) {
+  const std::string second = "55555555-5555-5555-5555-555555555555";
+  Allocate("first", kUid, {"tpu-0000-03-00-0"});
+  Allocate("second", second, {"tpu-0000-04-00-0"});
+  auto preparer = MakePreparer();
+  ASSERT_EQ(mkdir((state_.path() + "/.checkpoint.json.tmp").c_str(), 0755), 0);
+  auto answer = preparer->Prepare({{"default", "first", kUid}, {"default", "second", second}});
+  for (const std::string& uid : {std::string(kUid), second}) {
+    EXPECT_NE(answer[uid].error.find("as prepared: cannot write"), std::string::npos) << answer[uid].error;
+    EXPECT_TRUE(answer[uid].devices.empty());
+    EXPECT_FALSE(PathExists(SpecPath(uid)));
+  }
+  EXPECT_TRUE(preparer->Prepared().empty());
+  ASSERT_EQ(rmdir((state_.path() + "/.checkpoint.json.tmp").c_str()), 0);
+  answer = preparer->Prepare({{"default", "first", kUid}, {"default", "second", second}});
+  EXPECT_EQ(answer[kUid].error, "") << "the kubelet's next try";
   EXPECT_EQ(answer[second].error, "");
 }
 

@@ -142,9 +142,12 @@ class ClaimPreparer {
   std::vector<absl::StatusOr<std::string>> ReadClaims(const std::vector<ClaimRef>& claims);
   // The recorded answer of a claim prepared before whose spec is on disk.
   std::optional<ClaimOutcome> Recorded(const std::string& uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Prepares `claim` from what its read gave.
+  // Prepares `claim` from what its read gave: writes its CDI spec and gives the record to keep
+  // in `*record`, beside `batch`, the records of the same call not yet written (their devices are
+  // held as the recorded ones are). The caller writes them all at once.
   ClaimOutcome PrepareRead(const ClaimRef& claim, const absl::StatusOr<std::string>& body,
-                           const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           const Snapshot& snapshot, const std::map<std::string, PreparedClaim>& batch,
+                           std::optional<PreparedClaim>* record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the spec and record of a claim the API server no longer has for us; false when it
   // is not recorded any more or cannot be removed (then *error says why).
   // Only the record of `generation` (GenerationOf when Cleanup read the records) goes.

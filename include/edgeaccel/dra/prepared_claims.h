@@ -75,6 +75,10 @@ class PreparedClaims {
   // Records or forgets a claim and writes the file; on a write error the record is as before.
   absl::Status Put(PreparedClaim claim);
   absl::Status Remove(absl::string_view uid);
+  // The same for several claims with one write of the file (one fsync for a kubelet call's
+  // claims); on a write error none is recorded or forgotten. Nothing to change writes nothing.
+  absl::Status PutAll(std::vector<PreparedClaim> claims);
+  absl::Status RemoveAll(const std::vector<std::string>& uids);
   std::string path() const;
 
  private:
