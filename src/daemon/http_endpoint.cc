@@ -119,11 +119,16 @@ absl::Status HttpEndpoint::Listen() {
                     ? reinterpret_cast<struct sockaddr_in6*>(&bound)->sin6_port
                     : reinterpret_cast<struct sockaddr_in*>(&bound)->sin_port);
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0) {
+  epoll_fd_ = stop_fd_ < 0 ? -1 : epoll_create1(EPOLL_CLOEXEC);
+  timer_fd_ = epoll_fd_ < 0 ? -1 : timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer_fd_ < 0) {
     const int err = errno;
-    close(listen_fd_);
-    listen_fd_ = -1;
-    return absl::InternalError(absl::StrCat("eventfd: ", strerror(err)));
+    for (int* fd : {&listen_fd_, &stop_fd_, &epoll_fd_}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    return absl::InternalError(absl::StrCat("cannot listen on ", host_, ":", requested_port_,
+                                            ": eventfd, epoll or timerfd: ", strerror(err)));
   }
   return absl::OkStatus();
 }
@@ -137,7 +142,7 @@ void HttpEndpoint::Stop() {
     mu_.Await(absl::Condition(
         +[](bool* serving) { return !*serving; }, &serving_));
   }
-  for (int* fd : {&listen_fd_, &stop_fd_}) {
+  for (int* fd : {&listen_fd_, &stop_fd_, &epoll_fd_, &timer_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -156,14 +161,9 @@ bool HttpEndpoint::Serve(int until_fd) {
 }
 
 bool HttpEndpoint::ServeUntilStopped(int until_fd) {
-  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  const int timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (epoll_fd < 0 || timer_fd < 0) {
-    LOG(ERROR) << "the /metrics server cannot start: " << strerror(errno);
-    if (epoll_fd >= 0) close(epoll_fd);
-    if (timer_fd >= 0) close(timer_fd);
-    return false;
-  }
+  // Made by Listen(): nothing here needs a new descriptor but the clients'.
+  const int epoll_fd = epoll_fd_;
+  const int timer_fd = timer_fd_;
   auto add = [epoll_fd](int fd, uint32_t events) {
     struct epoll_event ev = {};
     ev.events = events;
@@ -322,9 +322,13 @@ bool HttpEndpoint::ServeUntilStopped(int until_fd) {
     if (stop) break;
     rearm();
   }
-  connections.clear();
-  close(timer_fd);
-  close(epoll_fd);
+  connections.clear();  // closing them takes them out of the epoll set
+  // As Listen() left them, for a Serve() that may come later.
+  for (int fd : {listen_fd_, stop_fd_, until_fd, timer_fd}) {
+    if (fd >= 0) epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+  }
+  const struct itimerspec disarmed = {};
+  timerfd_settime(timer_fd, 0, &disarmed, nullptr);
   return served;
 }
 

@@ -37,12 +37,13 @@ class HttpEndpoint {
   HttpEndpoint(const HttpEndpoint&) = delete;
   HttpEndpoint& operator=(const HttpEndpoint&) = delete;
 
-  // Binds and listens (a taken port is its error).
+  // Binds and listens (a taken port is its error), and makes every other descriptor Serve()
+  // needs: a Serve() that comes later, when the process may be out of descriptors, makes none.
   absl::Status Listen();
   // Answers on the calling thread (the daemon's main thread: the endpoint has no thread of its
   // own) until Stop() is called from another thread or `until_fd` (a descriptor of the caller's:
   // a signalfd, an eventfd) becomes readable; leaves `until_fd` unread. False when it could not
-  // serve (not listening, stopped, or epoll failed: said in the log) and returned for that.
+  // serve (not listening, or stopped) and returned for that.
   bool Serve(int until_fd = -1);
   // Ends a Serve() running on another thread and waits for it to return, then closes the port.
   // Idempotent; after it, Serve() returns false at once.
@@ -58,7 +59,9 @@ class HttpEndpoint {
   const std::map<std::string, Handler> handlers_;
   const absl::Duration request_timeout_;
   int listen_fd_ = -1;  // set by Listen(), closed by Stop() once no Serve() runs
-  int stop_fd_ = -1;
+  int stop_fd_ = -1;    // the same for the others
+  int epoll_fd_ = -1;
+  int timer_fd_ = -1;
   int port_ = 0;
   absl::Mutex mu_;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
