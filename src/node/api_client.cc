@@ -786,12 +786,15 @@ struct ApiConnection {
 
 namespace {
 
-// A kept connection the server has closed, or sent something unasked (nothing is due on it):
-// either way it cannot carry another request.
-bool ClosedOrTalking(const ApiConnection& connection) {
-  if (mbedtls_ssl_get_bytes_avail(&connection.tls.ssl) > 0) return true;
+// Whether a kept connection can carry another request at `now`: kept for less than
+// kIdleConnectionTimeout, and the server has neither closed it nor sent anything unasked on it
+// (nothing is due on it). The one judgement of a kept connection, for a request that takes one
+// and for the loop that closes the rest.
+bool CanCarryAnother(const ApiConnection& connection, absl::Time now) {
+  if (now - connection.idle_since >= kIdleConnectionTimeout) return false;
+  if (mbedtls_ssl_get_bytes_avail(&connection.tls.ssl) > 0) return false;
   pollfd p{connection.socket_fd, POLLIN | POLLRDHUP, 0};
-  return poll(&p, 1, 0) != 0;
+  return poll(&p, 1, 0) == 0;
 }
 
 // What net/http asks again on a new connection when a kept one turned out closed: a request that
@@ -857,7 +860,7 @@ class ApiClient::IdleWatch : public PollLoop::Member {
       const absl::Time now = absl::Now();
       auto& idle = client_->idle_;
       for (auto it = idle.begin(); it != idle.end();) {
-        if (now - (*it)->idle_since >= kIdleConnectionTimeout || ClosedOrTalking(**it)) {
+        if (!CanCarryAnother(**it, now)) {
           Unwatch(**it);
           closing.push_back(std::move(*it));
           it = idle.erase(it);
@@ -1051,9 +1054,7 @@ std::unique_ptr<ApiConnection> ApiClient::TakeIdle() const {
     std::unique_ptr<ApiConnection> connection = std::move(idle_.back());
     idle_.pop_back();
     idle_watch_->Unwatch(*connection);
-    if (now - connection->idle_since < kIdleConnectionTimeout && !ClosedOrTalking(*connection)) {
-      return connection;
-    }
+    if (CanCarryAnother(*connection, now)) return connection;
     closing.push_back(std::move(connection));
   }
   return nullptr;
