@@ -56,11 +56,6 @@ absl::Status Write(const std::string& directory, const std::string& name, absl::
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
-                                 absl::string_view content, mode_t mode) {
-  return Write(directory, name, content, mode, FileSync::kDurable, nullptr);
-}
-
-absl::Status WriteFileAtomically(const std::string& directory, const std::string& name,
                                  absl::string_view content, mode_t mode, FileSync sync) {
   return Write(directory, name, content, mode, sync, nullptr);
 }
