@@ -108,11 +108,13 @@ mkdir -p "$KUBELET_ROOT/plugins/$REF"
   --cdi-dir=$CDI --num-devices=2 >"$work/ref.log" 2>&1 &
 ref_pid=$!; pids+=("$ref_pid")
 
-published() { kubectl get resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$1" \
-                -o jsonpath='{range .items[*].spec.devices[*]}{.name}{" "}{end}' | wc -w; }
-waitfor 60 bash -c "[ \$(kubectl get resourceslices --field-selector spec.nodeName=$NODE,spec.driver=$OURS -o jsonpath='{.items[*].spec.devices[*].name}' | wc -w) -ge 2 ]" ||
-  { echo "ours published no slice"; tail -20 "$work/ours.log"; exit 1; }
-waitfor 60 bash -c "[ \$(kubectl get resourceslices --field-selector spec.nodeName=$NODE,spec.driver=$REF -o jsonpath='{.items[*].spec.devices[*].name}' | wc -w) -ge 2 ]" ||
+published() {  # driver: how many devices its slices for the node offer
+  kubectl get resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$1" \
+    -o jsonpath='{range .items[*].spec.devices[*]}{.name}{" "}{end}' | wc -w
+}
+two_published() { [ "$(published "$1")" -ge 2 ]; }
+waitfor 60 two_published $OURS || { echo "ours published no slice"; tail -20 "$work/ours.log"; exit 1; }
+waitfor 60 two_published $REF ||
   { echo "the reference published no slice"; tail -20 "$work/ref.log"; exit 1; }
 waitfor 30 grep -q "registered" "$work/ours.log" || { echo "ours did not register"; tail -20 "$work/ours.log"; exit 1; }
 sleep 2  # both registrations through the kubelet's plugin watcher
@@ -126,6 +128,7 @@ pod() {  # name, template or "": the manifest
   fi
   lab_pod "$1" "sleep 3600" "{$claims}" "$spec"
 }
+no_claims() { [ -z "$(kubectl -n "$NAMESPACE" get resourceclaims -o name)" ]; }
 # Milliseconds from just before `kubectl create` until a watch begun before it (its lines going to
 # a file, looked at every 5 ms) shows the pod Running.
 start_ms() {  # name, template
@@ -145,7 +148,7 @@ start_ms() {  # name, template
   kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null || true
   echo $((t1 - t0))
   kubectl -n "$NAMESPACE" delete pod "$name" --wait=true >/dev/null
-  waitfor 60 bash -c "[ -z \"\$(kubectl -n $NAMESPACE get resourceclaims -o name)\" ]" ||
+  waitfor 60 no_claims ||
     { echo "the claim of $name stayed" >&2; return 1; }
 }
 kubelet_dra() {  # the kubelet's dra_grpc_operations_duration_seconds sums and counts
