@@ -251,7 +251,18 @@ void DraKubelet::Start() {
     if (slash == std::string::npos) break;
   }
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  watcher_ = std::thread([this] { WatchLoop(); });
+  // Watcher.Start: the directory is watched and walked before Start returns, and only then does
+  // the goroutine that handles the events begin (pluginwatcher/plugin_watcher.go). A plugin
+  // started after Start() is seen once, by its create event: a walk still under way could see it
+  // a second time, with a later timestamp, and the reconciler would register it again.
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  std::map<int, std::string> watches;
+  AddWatchTree(fd, PluginsRegistryDir(), &watches);
+  Event(absl::StrCat("watching ", PluginsRegistryDir(), " (kubelet ",
+                     DraKubeletGenerationName(options_.generation), ")"));
+  watcher_ = std::thread([this, fd, watches = std::move(watches)]() mutable {
+    WatchLoop(fd, std::move(watches));
+  });
 }
 
 void DraKubelet::Stop() {
@@ -346,12 +357,7 @@ void DraKubelet::HandleCreate(int fd, const std::string& path,
   Changed();
 }
 
-void DraKubelet::WatchLoop() {
-  int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  std::map<int, std::string> watches;
-  AddWatchTree(fd, PluginsRegistryDir(), &watches);
-  Event(absl::StrCat("watching ", PluginsRegistryDir(), " (kubelet ",
-                     DraKubeletGenerationName(options_.generation), ")"));
+void DraKubelet::WatchLoop(int fd, std::map<int, std::string> watches) {
   absl::Time next_pass = absl::Now();
   while (true) {
     if (absl::Now() >= next_pass) {

@@ -262,7 +262,9 @@ class DraKubelet {
     bool dra = false;  // handled by the DRA handler (else by an "other" handler)
   };
 
-  void WatchLoop();
+  // The watcher's event loop and the reconciler, on inotify `fd` with its `watches` (Start made
+  // both).
+  void WatchLoop(int fd, std::map<int, std::string> watches);
   void AddWatchTree(int fd, const std::string& dir, std::map<int, std::string>* watches);
   void HandleCreate(int fd, const std::string& path, std::map<int, std::string>* watches);
   void Reconcile();

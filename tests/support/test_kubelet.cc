@@ -235,7 +235,23 @@ void TestKubelet::Start() {
     operations_.clear();
   }
   watcher_stop_fd_ = eventfd(0, EFD_CLOEXEC);
-  watcher_ = std::thread([this] { WatchPluginsRegistry(); });
+  // plugin_watcher.go Start: the watch first, then every socket already there is a Create, both
+  // before Start returns; only then does the goroutine that handles events begin. A plugin
+  // started after this is seen once, by its create event (a walk still under way could see it a
+  // second time, as a new incarnation, and the reconciler would register it again).
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  inotify_add_watch(fd, PluginsRegistryDir().c_str(), IN_CREATE | IN_DELETE);
+  if (DIR* dir = opendir(PluginsRegistryDir().c_str())) {
+    absl::MutexLock lock(&mu_);
+    while (struct dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name[0] == '.') continue;
+      const std::string path = PluginsRegistryDir() + "/" + name;
+      if (IsSocket(path)) desired_[path] = next_incarnation_++;
+    }
+    closedir(dir);
+  }
+  watcher_ = std::thread([this, fd] { WatchPluginsRegistry(fd); });
 }
 
 void TestKubelet::ServePodResources(bool serve) { serve_pod_resources_ = serve; }
@@ -634,20 +650,7 @@ void TestKubelet::ReconcileLocked() {
   Changed();
 }
 
-void TestKubelet::WatchPluginsRegistry() {
-  int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  inotify_add_watch(fd, PluginsRegistryDir().c_str(), IN_CREATE | IN_DELETE);
-  // plugin_watcher.go Start: the watch first, then every socket already there is a Create.
-  if (DIR* dir = opendir(PluginsRegistryDir().c_str())) {
-    absl::MutexLock lock(&mu_);
-    while (struct dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name[0] == '.') continue;
-      const std::string path = PluginsRegistryDir() + "/" + name;
-      if (IsSocket(path)) desired_[path] = next_incarnation_++;
-    }
-    closedir(dir);
-  }
+void TestKubelet::WatchPluginsRegistry(int fd) {
   // reconciler.go Run: wait.Until(reconcile, loopSleepDuration): a pass at once, then one every
   // period.
   absl::Time next_pass = absl::Now();

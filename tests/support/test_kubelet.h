@@ -228,7 +228,7 @@ class TestKubelet {
                        const v1beta1::DevicePluginOptions* request_options = nullptr);
   void ReadStream(Endpoint* endpoint);
   // The plugin watcher (inotify into the desired state) and the reconciler, on one thread.
-  void WatchPluginsRegistry();
+  void WatchPluginsRegistry(int fd);  // on the inotify `fd` Start() made and walked
   void ReconcileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `operation` on a thread of its own unless one is pending on `socket` or its backoff
   // has not run out (false then).
