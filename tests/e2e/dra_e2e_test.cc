@@ -28,7 +28,7 @@ namespace {
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::DraKubelet;
 using ::edgeaccel::testing::Eventually;
-using ::edgeaccel::testing::NamedThreads;
+using ::edgeaccel::testing::BudgetedThreads;
 using ::edgeaccel::testing::SettledThreads;
 using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::ThreadsCalled;
@@ -163,7 +163,7 @@ class DraE2eTest : public ::edgeaccel::testing::DaemonTest {
   static bool IdlesAtEightThreadsOrFewer(const DaemonProcess& daemon, std::string* threads) {
     return Eventually([&] {
       *threads = SettledThreads(daemon.pid());
-      return NamedThreads(*threads) <= 7;  // and main
+      return BudgetedThreads(*threads) <= 7;  // and main
     });
   }
 };
@@ -214,7 +214,7 @@ TEST_F(DraE2eTest, TheShippedDraConfigurationWithEverySinkOnIdlesAtEightThreadsO
   ASSERT_TRUE(SliceHolds("tpu-0000-03-00-0 tpu-0000-04-00-0 tpu-usb-2-1 ")) << daemon->Log();
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
-  EXPECT_EQ(NamedThreads(threads), 5) << threads << ": and main";
+  EXPECT_EQ(BudgetedThreads(threads), 5) << threads << ": and main";
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads << ": one loop for both drivers";
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra-slices"), 0) << threads << ": idle, the workers ended";
   EXPECT_EQ(ThreadsCalled(threads, "ea-loop"), 1) << threads << ": both watches on it";
@@ -238,7 +238,7 @@ TEST_F(DraE2eTest, BothDriversBesideADevicePluginResourceIdleAtEightThreadsOrFew
   ASSERT_TRUE(Advertised(std::string(kResourceEdgeTpu), 1, 1)) << daemon->Log();
   std::string threads;
   EXPECT_TRUE(IdlesAtEightThreadsOrFewer(*daemon, &threads)) << threads;
-  EXPECT_EQ(NamedThreads(threads), 6) << threads << ": and main";
+  EXPECT_EQ(BudgetedThreads(threads), 6) << threads << ": and main";
   EXPECT_EQ(ThreadsCalled(threads, "ea-dra"), 1) << threads << ": one loop for both drivers";
   EXPECT_EQ(ThreadsCalled(threads, "ea-grpc"), 1) << threads;
   StopDaemon(daemon.get());

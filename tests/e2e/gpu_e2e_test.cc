@@ -43,7 +43,7 @@ using ::edgeaccel::testing::RunCommand;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestApiServer;
 using ::edgeaccel::testing::TestKubelet;
-using ::edgeaccel::testing::NamedThreads;
+using ::edgeaccel::testing::BudgetedThreads;
 using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::ThreadsCalled;
 using ::testing::ElementsAre;
@@ -286,7 +286,7 @@ TEST_F(GpuE2eTest, NvmlGivesLabelsXidHealthAndMetricsAndItsHelperIsRestarted) {
   // NVML's supervisor runs on the event loop the registration runs on: 6 threads in all (main,
   // which answers /metrics, ea-hostwatch, ea-loop, ea-grpc, ea-grpc-timer, default-executor; the
   // helper is a process of its own).
-  EXPECT_TRUE(Eventually([&] { return NamedThreads(Threads(daemon_->pid())) <= 6; }))
+  EXPECT_TRUE(Eventually([&] { return BudgetedThreads(Threads(daemon_->pid())) <= 6; }))
       << Threads(daemon_->pid());
   EXPECT_THAT(Threads(daemon_->pid()), HasSubstr("ea-loop"));
   EXPECT_THAT(Threads(daemon_->pid()), ::testing::Not(HasSubstr("ea-nvml")));
@@ -759,7 +759,7 @@ TEST_F(GpuE2eTest, AJetsonWithAnEdgeTpuRegistersBothFromOneThread) {
   std::string threads;
   EXPECT_TRUE(Eventually([&] {
     threads = Threads(daemon_->pid());
-    return NamedThreads(threads) <= 7;  // and main
+    return BudgetedThreads(threads) <= 7;  // and main
   })) << threads;
   EXPECT_GE(ThreadsCalled(threads, "edgeaccel-devic"), 1) << threads;
   EXPECT_EQ(ThreadsCalled(threads, "ea-loop"), 1) << threads;
@@ -785,7 +785,7 @@ TEST_F(GpuE2eTest, AnEdgeTpuBesideAGpuWithNvmlIdlesAtEightThreads) {
   ASSERT_TRUE(Advertised(kTpu, 1, 1)) << daemon_->Log();
   ASSERT_TRUE(daemon_->WaitForLog("GPU(s); Xid events")) << daemon_->Log();
   EXPECT_THAT(ChildrenOf(daemon_->pid()), ::testing::SizeIs(1));  // the NVML helper
-  EXPECT_TRUE(Eventually([&] { return NamedThreads(Threads(daemon_->pid())) <= 7; }))
+  EXPECT_TRUE(Eventually([&] { return BudgetedThreads(Threads(daemon_->pid())) <= 7; }))
       << Threads(daemon_->pid());
 }
 

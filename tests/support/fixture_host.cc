@@ -268,6 +268,11 @@ int NamedThreads(const std::string& threads) {
   return ThreadsCalled(threads, "edgeaccel-devic", /*called=*/false);
 }
 
+int BudgetedThreads(const std::string& threads) {
+  const int executors = ThreadsCalled(threads, "default-executo");
+  return NamedThreads(threads) - (executors > 1 ? executors - 1 : 0);
+}
+
 std::map<std::string, int64_t> WakeUpsByThread(pid_t pid) {
   std::map<std::string, int64_t> out;
   const std::string tasks = pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");

@@ -66,6 +66,15 @@ int ThreadsCalled(const std::string& threads, absl::string_view name, bool calle
 // The daemon's threads but main: those named otherwise than the process (main's name is the
 // process's, which a sanitizer's own thread, under TSan, carries too).
 int NamedThreads(const std::string& threads);
+// What the thread budget counts of `threads`: NamedThreads, with gRPC's default executor as one
+// thread however many it has grown to. gRPC 1.51's executor starts with one thread and adds one,
+// kept until exit, when a closure is handed to it while three wait for it (iomgr/executor.cc,
+// MAX_DEPTH: a transport's combiner hands it the rest of its work whenever a completion queue
+// has an event ready) or while its thread runs the TCP write backup poller; up to two per core,
+// with no setting to bound it (grpc/grpc#16557). A loaded 2-core machine grows it in about one
+// run in 30 of a daemon with four gRPC servers. Those threads wait on a condition variable: they
+// never wake idle.
+int BudgetedThreads(const std::string& threads);
 
 // Waits (up to `timeout`) until `condition` holds, looking again each time `version` moves: a
 // double's change counter, guarded by `mu` and raised under it on every change. No polling.
