@@ -254,11 +254,6 @@ SerialWorker::Outcome SlicePublisher::Failed(const absl::Status& error, absl::st
   return SerialWorker::Outcome::kRetry;
 }
 
-absl::Status SlicePublisher::ReconcileOnce() {
-  slices_->MarkStale();
-  return Reconcile();
-}
-
 std::string SlicePublisher::NodeUid() {
   if (!node_uid_.empty()) return node_uid_;
   absl::StatusOr<HttpResponse> response =

@@ -153,16 +153,6 @@ std::shared_ptr<const Snapshot> DeviceSet::Current() const {
   return current_;
 }
 
-std::shared_ptr<const Snapshot> DeviceSet::WaitNewerThan(uint64_t version,
-                                                         absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
-  auto newer = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return current_->version > version;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&newer), timeout);
-  return current_;
-}
-
 uint64_t DeviceSet::Subscribe(Listener listener, Changes changes) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_listener_id_++;

@@ -27,6 +27,9 @@ Device Tpu(const std::string& pci, Health health = Health::kHealthy) {
   return device;
 }
 
+}  // namespace
+
+// Outside the anonymous namespace: SlicePublisher names it a friend, for ReconcileOnce.
 class SlicePublisherTest : public ::testing::Test {
  protected:
   SlicePublisherTest() {
@@ -50,14 +53,22 @@ class SlicePublisherTest : public ::testing::Test {
     return ours;
   }
 
+  // One reconcile from a fresh LIST on this thread (the worker's step), before Start().
+  static absl::Status ReconcileOnce(SlicePublisher& publisher) {
+    publisher.slices_->MarkStale();
+    return publisher.Reconcile();
+  }
+
   TestApiServer api_{"node-1"};
   std::unique_ptr<ApiClient> client_;
   DeviceSet set_{kDriver};
 };
 
+namespace {
+
 TEST_F(SlicePublisherTest, CreatesOneSliceOwnedByTheNodeAndWritesOnlyOnChange) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   std::vector<json> ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
   EXPECT_EQ(ours[0]["spec"]["pool"]["name"], "node-1");
@@ -65,10 +76,10 @@ TEST_F(SlicePublisherTest, CreatesOneSliceOwnedByTheNodeAndWritesOnlyOnChange) {
   EXPECT_EQ(ours[0]["spec"]["devices"].size(), 2u);
   EXPECT_EQ(ours[0]["metadata"]["ownerReferences"][0]["uid"], api_.node_uid());
   const int writes = api_.resource_slice_writes();
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   EXPECT_EQ(api_.resource_slice_writes(), writes) << "nothing changed: nothing written";
   set_.Update({Tpu("0000:03:00.0"), Tpu("0000:04:00.0", Health::kUnhealthy)});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
   ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u) << "an Unhealthy device stays, tainted";
@@ -88,7 +99,7 @@ Device HotTpu(const std::string& pci) {
 TEST_F(SlicePublisherTest, AnUnhealthyDeviceStaysTaintedAndIsUntaintedWhenItRecovers) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
   set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   std::vector<json> ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
   ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u);
@@ -102,11 +113,11 @@ TEST_F(SlicePublisherTest, AnUnhealthyDeviceStaysTaintedAndIsUntaintedWhenItReco
   EXPECT_EQ(publisher.status().tainted, 1u);
   // The stored taint carries timeAdded, ours does not: that is no difference, and no write.
   const int writes = api_.resource_slice_writes();
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   EXPECT_EQ(api_.resource_slice_writes(), writes) << "an unchanged taint is not written again";
   EXPECT_EQ(Ours()[0]["spec"]["devices"][1]["taints"][0]["timeAdded"], hot["taints"][0]["timeAdded"]);
   set_.Update({Tpu("0000:03:00.0"), Tpu("0000:04:00.0")});  // it cooled down
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   ours = Ours();
   ASSERT_EQ(ours[0]["spec"]["devices"].size(), 2u);
   EXPECT_FALSE(ours[0]["spec"]["devices"][1].contains("taints")) << ours[0].dump();
@@ -121,17 +132,17 @@ TEST_F(SlicePublisherTest, WhereTheApiServerDropsTaintsUnhealthyDevicesAreLeftOu
   api_.DisableDeviceTaints();
   SlicePublisher publisher(Options(), client_.get(), &set_);
   set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   std::vector<json> ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
   ASSERT_EQ(ours[0]["spec"]["devices"].size(), 1u) << ours[0].dump();
   EXPECT_EQ(ours[0]["spec"]["devices"][0]["name"], "tpu-0000-03-00-0");
   EXPECT_TRUE(publisher.status().taints_dropped);
   const int writes = api_.resource_slice_writes();
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   EXPECT_EQ(api_.resource_slice_writes(), writes) << "nothing changed: nothing written";
   set_.Update({HotTpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   EXPECT_TRUE(Ours()[0]["spec"]["devices"].empty());
   const std::string text = log.Text();
   size_t said = 0;
@@ -176,17 +187,17 @@ TEST_F(SlicePublisherTest, DroppedTaintsAreTriedAgainAsTheWatchIsRenewed) {
 
 TEST_F(SlicePublisherTest, AConflictIsReadAgainAndRetried) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   api_.ConflictNextSliceUpdates(2);
   set_.Update({Tpu("0000:03:00.0")});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   EXPECT_EQ(publisher.status().conflicts, 2u);
   EXPECT_EQ(Ours()[0]["spec"]["devices"].size(), 1u);
 }
 
 TEST_F(SlicePublisherTest, ASecondSliceOfOursOnThisNodeIsDeleted) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
-  ASSERT_TRUE(publisher.ReconcileOnce().ok());
+  ASSERT_TRUE(ReconcileOnce(publisher).ok());
   json stray = Ours()[0];
   stray["metadata"].erase("name");
   stray["metadata"].erase("uid");
@@ -195,7 +206,7 @@ TEST_F(SlicePublisherTest, ASecondSliceOfOursOnThisNodeIsDeleted) {
   stray["spec"]["pool"]["name"] = "node-1/old";  // a pool a former version published
   api_.AddResourceSlice(stray);
   ASSERT_EQ(Ours().size(), 2u);
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   ASSERT_EQ(Ours().size(), 1u);
   EXPECT_EQ(Ours()[0]["spec"]["pool"]["name"], "node-1");
 }
@@ -205,7 +216,7 @@ TEST_F(SlicePublisherTest, ASecondSliceOfOursOnThisNodeIsDeleted) {
 // (json::value throws on a type mismatch, which would abort the daemon from the publisher's thread).
 TEST_F(SlicePublisherTest, ListedSlicesWithFieldsOfOtherTypesAreAnsweredNotThrown) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   json odd = Ours()[0];
   api_.DeleteAllResourceSlices("node-1", kDriver);
   odd["metadata"].erase("uid");
@@ -219,7 +230,7 @@ TEST_F(SlicePublisherTest, ListedSlicesWithFieldsOfOtherTypesAreAnsweredNotThrow
   stray["spec"]["pool"] = "node-1/old";  // not even an object
   api_.AddResourceSlice(stray);
   ASSERT_EQ(Ours().size(), 2u);
-  EXPECT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  EXPECT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   std::vector<json> ours = Ours();
   ASSERT_EQ(ours.size(), 1u) << "the slice whose pool is not an object is not ours: it goes";
   EXPECT_TRUE(ours[0]["spec"]["pool"]["generation"].is_number_integer()) << "rewritten with a number";
@@ -230,7 +241,7 @@ TEST_F(SlicePublisherTest, ListedSlicesWithFieldsOfOtherTypesAreAnsweredNotThrow
 TEST_F(SlicePublisherTest, ListedTaintsOfOtherTypesAreAnsweredNotThrown) {
   SlicePublisher publisher(Options(), client_.get(), &set_);
   set_.Update({Tpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
-  ASSERT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  ASSERT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   json odd = Ours()[0];
   api_.DeleteAllResourceSlices("node-1", kDriver);
   odd["metadata"].erase("uid");
@@ -238,7 +249,7 @@ TEST_F(SlicePublisherTest, ListedTaintsOfOtherTypesAreAnsweredNotThrown) {
   odd["spec"]["devices"][1]["taints"][0]["key"] = 7;
   odd["spec"]["devices"][1]["taints"][0]["value"] = json::array({"threshold-85C"});
   api_.AddResourceSlice(odd);
-  EXPECT_TRUE(publisher.ReconcileOnce().ok()) << publisher.status().last_error;
+  EXPECT_TRUE(ReconcileOnce(publisher).ok()) << publisher.status().last_error;
   std::vector<json> ours = Ours();
   ASSERT_EQ(ours.size(), 1u);
   EXPECT_EQ(ours[0]["spec"]["devices"][1]["taints"][0]["key"], "edgeaccel.io/temperature")

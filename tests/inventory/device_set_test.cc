@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <thread>
 
 namespace edgeaccel {
 namespace {
@@ -161,16 +160,6 @@ TEST(InventoryTest, ListenerMayCallBackIntoTheSet) {
   set.Subscribe([&](std::shared_ptr<const Snapshot>) { seen = set.Current()->version; });
   set.Update({MakeDevice("a")});
   EXPECT_EQ(seen, 1u);
-}
-
-TEST(InventoryTest, WaitNewerThanWakesOnUpdate) {
-  DeviceSet set("x/y");
-  set.Update({});
-  std::thread writer([&] { set.Update({MakeDevice("a")}); });
-  std::shared_ptr<const Snapshot> s = set.WaitNewerThan(1, absl::Seconds(10));
-  writer.join();
-  EXPECT_EQ(s->version, 2u);
-  EXPECT_EQ(set.WaitNewerThan(2, absl::Milliseconds(1))->version, 2u);
 }
 
 }  // namespace

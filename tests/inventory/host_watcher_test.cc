@@ -24,6 +24,7 @@ namespace {
 using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::ReadFileText;
+using ::edgeaccel::testing::WaitForChange;
 
 constexpr absl::Duration kPatience = absl::Seconds(5);  // generous for loaded CI machines
 
@@ -92,8 +93,8 @@ class HealthTest : public ::testing::Test {
   }
   // Waits for the next version and returns it.
   std::shared_ptr<const Snapshot> NextSnapshot() {
-    uint64_t version = set_.Current()->version;
-    return set_.WaitNewerThan(version, kPatience);
+    const uint64_t version = set_.Current()->version;
+    return WaitUntil([version](const Snapshot& s) { return s.version > version; });
   }
   // Waits until the watcher has done `n` more probes than `probes`.
   bool ProbesAfter(uint64_t probes, uint64_t n = 1) {
@@ -104,19 +105,24 @@ class HealthTest : public ::testing::Test {
     }
     return true;
   }
+  // Waits until `done` holds for the set's snapshot, looking again at each new version (the
+  // set's listener tells), and returns the last one looked at.
   std::shared_ptr<const Snapshot> WaitUntil(const std::function<bool(const Snapshot&)>& done) {
-    const absl::Time deadline = absl::Now() + kPatience;
-    std::shared_ptr<const Snapshot> s = set_.Current();
-    while (!done(*s) && absl::Now() < deadline) {
-      s = set_.WaitNewerThan(s->version, deadline - absl::Now());
-    }
+    std::shared_ptr<const Snapshot> s;
+    WaitForChange(versions_mu_, versions_, [&] { return done(*(s = set_.Current())); }, kPatience);
     return s;
   }
 
   FixtureHost fixture_;
   Host host_{fixture_.root()};
   CoralPcieDiscoverer coral_{&host_, {}};
+  absl::Mutex versions_mu_;
+  uint64_t versions_ ABSL_GUARDED_BY(versions_mu_) = 0;  // new versions the set has announced
   DeviceSet set_{"coral.ai/edgetpu"};
+  const uint64_t versions_listener_ = set_.Subscribe([this](std::shared_ptr<const Snapshot>) {
+    absl::MutexLock lock(&versions_mu_);
+    ++versions_;
+  });
   // Discoverers a test brings: owned here, so they outlive the watcher's thread.
   template <typename T, typename... Args>
   T* Own(Args&&... args) {

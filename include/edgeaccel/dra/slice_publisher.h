@@ -117,10 +117,10 @@ class SlicePublisher : private PollLoop::Member {
   void Resync();
 
   Status status() const;
-  // One reconcile from a fresh LIST on the caller's thread (tests), before Start() or after Stop().
-  absl::Status ReconcileOnce();
 
  private:
+  // Its unit tests drive one reconcile from a fresh LIST on their own thread, before Start().
+  friend class SlicePublisherTest;
   // PollLoop::Member, on the loop's thread: the wake eventfd; a held NoExecute taint's due time as
   // its wake time.
   PollLoop::Fds WaitFds() override;
@@ -155,7 +155,7 @@ class SlicePublisher : private PollLoop::Member {
   PollLoop* loop_ = nullptr;   // while started
   SerialWorker worker_{"ea-dra-slices", {.exit_when_idle = true}};
 
-  // The worker's alone (or ReconcileOnce's caller's).
+  // The worker's alone (or, in the unit tests, the test's thread's before Start()).
   bool reconcile_ = true;
   absl::Time next_chore_ = absl::InfiniteFuture();
   // When each NoExecute taint wanted now was first wanted ("<device>\n<key>\n<value>").

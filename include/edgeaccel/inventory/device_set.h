@@ -75,9 +75,6 @@ class DeviceSet {
 
   std::shared_ptr<const Snapshot> Current() const;
 
-  // Blocks until the version is above `version` or the timeout passes; returns the snapshot.
-  std::shared_ptr<const Snapshot> WaitNewerThan(uint64_t version, absl::Duration timeout) const;
-
   // Listeners run on the thread that called Update, without any DeviceSet lock held, so they
   // may call back into the set. A listener may still be running, or run once, after Unsubscribe
   // returns: what it reaches must stay valid until the owner has closed that way in (a weak_ptr
