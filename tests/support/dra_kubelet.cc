@@ -38,11 +38,10 @@ constexpr char kDraPluginType[] = "DRAPlugin";
 constexpr char kV1Service[] = "v1.DRAPlugin";
 constexpr char kV1beta1Service[] = "v1beta1.DRAPlugin";
 constexpr char kV1alpha4Service[] = "v1alpha3.NodeService";
-// The v1alpha4 API's gRPC methods (proto package v1alpha3, service Node). Its requests are
-// wire-identical to v1beta1's; the double only needs them to fail as the real calls do against
-// a plugin that does not serve them.
-constexpr char kV1alpha4Prepare[] = "/v1alpha3.Node/NodePrepareResources";
-constexpr char kV1alpha4Unprepare[] = "/v1alpha3.Node/NodeUnprepareResources";
+// The v1alpha4 API's gRPC service for its methods (proto package v1alpha3, service Node). Its
+// requests are wire-identical to v1beta1's; the double only needs them to fail as the real calls
+// do against a plugin that does not serve them.
+constexpr char kV1alpha4Node[] = "v1alpha3.Node";
 
 // operation_generator.go
 constexpr absl::Duration kDialTimeout = absl::Seconds(10);
@@ -772,54 +771,68 @@ std::shared_ptr<DraKubelet::Instance> DraKubelet::PluginFor(const std::string& d
 
 // --- calls ---
 
-absl::StatusOr<DraKubelet::PrepareAnswer> DraKubelet::CallNodePrepareResources(
-    const std::string& driver, const std::vector<Claim>& claims) {
+template <typename Answer, typename V1Request, typename V1Response, typename V1beta1Request,
+          typename V1beta1Response>
+absl::StatusOr<Answer> DraKubelet::CallWithClaims(absl::string_view method, absl::string_view what,
+                                                  const std::string& driver,
+                                                  const std::vector<Claim>& claims) {
   if (claims.empty()) return absl::InvalidArgumentError("the kubelet never sends an empty batch");
   std::string error;
   std::shared_ptr<Instance> instance = PluginFor(driver, &error);
-  if (instance == nullptr) {
-    return absl::UnknownError(absl::StrCat("prepare dynamic resources: ", error));
-  }
-  PrepareAnswer answer;
+  if (instance == nullptr) return absl::UnknownError(absl::StrCat(what, ": ", error));
+  Answer answer;
   answer.service = instance->registration.service;
   answer.endpoint = instance->registration.endpoint;
   grpc::ClientContext context;
   context.set_deadline(In(options_.call_timeout));
+  // The generated stubs make this same call by the method's path; by path, the v1alpha4 method
+  // (v1beta1's messages) needs no stub of its own.
+  auto call = [&](const std::string& path, const auto& request, auto* response) {
+    grpc::internal::RpcMethod rpc(path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
+    return grpc::internal::BlockingUnaryCall<std::decay_t<decltype(request)>,
+                                             std::decay_t<decltype(*response)>,
+                                             grpc::protobuf::MessageLite,
+                                             grpc::protobuf::MessageLite>(
+        instance->channel.get(), rpc, &context, request, response);
+  };
   grpc::Status status;
   if (answer.service == kV1Service) {
-    drav1::NodePrepareResourcesRequest request;
+    V1Request request;
     FillClaims(claims, request.mutable_claims());
-    drav1::NodePrepareResourcesResponse response;
-    status = drav1::DRAPlugin::NewStub(instance->channel)
-                 ->NodePrepareResources(&context, request, &response);
+    V1Response response;
+    status = call(absl::StrCat("/", drav1::DRAPlugin::service_full_name(), "/", method), request,
+                  &response);
     if (status.ok()) FromProto(response, &answer);
   } else {
-    drav1beta1::NodePrepareResourcesRequest request;
+    V1beta1Request request;
     FillClaims(claims, request.mutable_claims());
-    drav1beta1::NodePrepareResourcesResponse response;
-    if (answer.service == kV1beta1Service) {
-      status = drav1beta1::DRAPlugin::NewStub(instance->channel)
-                   ->NodePrepareResources(&context, request, &response);
-    } else {
-      grpc::internal::RpcMethod method(kV1alpha4Prepare, grpc::internal::RpcMethod::NORMAL_RPC);
-      status = grpc::internal::BlockingUnaryCall<drav1beta1::NodePrepareResourcesRequest,
-                                                 drav1beta1::NodePrepareResourcesResponse,
-                                                 grpc::protobuf::MessageLite,
-                                                 grpc::protobuf::MessageLite>(
-          instance->channel.get(), method, &context, request, &response);
-    }
+    V1beta1Response response;
+    status = call(absl::StrCat("/",
+                               answer.service == kV1beta1Service
+                                   ? drav1beta1::DRAPlugin::service_full_name()
+                                   : kV1alpha4Node,
+                               "/", method),
+                  request, &response);
     if (status.ok()) FromProto(response, &answer);
   }
   std::vector<std::string> uids;
   for (const Claim& claim : claims) uids.push_back(claim.uid);
-  Event(absl::StrCat("NodePrepareResources ", driver, " ", answer.service, " [",
-                     absl::StrJoin(uids, " "), "]: ", status.ok() ? "ok" : GoError(status)));
+  Event(absl::StrCat(method, " ", driver, " ", answer.service, " [", absl::StrJoin(uids, " "),
+                     "]: ", status.ok() ? "ok" : GoError(status)));
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("prepare dynamic resources: NodePrepareResources: ",
-                                     GoError(status)));
+                        absl::StrCat(what, ": ", method, ": ", GoError(status)));
   }
   return answer;
+}
+
+absl::StatusOr<DraKubelet::PrepareAnswer> DraKubelet::CallNodePrepareResources(
+    const std::string& driver, const std::vector<Claim>& claims) {
+  return CallWithClaims<PrepareAnswer, drav1::NodePrepareResourcesRequest,
+                        drav1::NodePrepareResourcesResponse,
+                        drav1beta1::NodePrepareResourcesRequest,
+                        drav1beta1::NodePrepareResourcesResponse>(
+      "NodePrepareResources", "prepare dynamic resources", driver, claims);
 }
 
 absl::Status DraKubelet::CheckPrepareAnswer(const std::vector<Claim>& claims,
@@ -861,52 +874,11 @@ absl::StatusOr<DraKubelet::PrepareAnswer> DraKubelet::Prepare(const std::string&
 
 absl::StatusOr<DraKubelet::UnprepareAnswer> DraKubelet::CallNodeUnprepareResources(
     const std::string& driver, const std::vector<Claim>& claims) {
-  if (claims.empty()) return absl::InvalidArgumentError("the kubelet never sends an empty batch");
-  std::string error;
-  std::shared_ptr<Instance> instance = PluginFor(driver, &error);
-  if (instance == nullptr) {
-    return absl::UnknownError(absl::StrCat("unprepare dynamic resources: ", error));
-  }
-  UnprepareAnswer answer;
-  answer.service = instance->registration.service;
-  answer.endpoint = instance->registration.endpoint;
-  grpc::ClientContext context;
-  context.set_deadline(In(options_.call_timeout));
-  grpc::Status status;
-  if (answer.service == kV1Service) {
-    drav1::NodeUnprepareResourcesRequest request;
-    FillClaims(claims, request.mutable_claims());
-    drav1::NodeUnprepareResourcesResponse response;
-    status = drav1::DRAPlugin::NewStub(instance->channel)
-                 ->NodeUnprepareResources(&context, request, &response);
-    if (status.ok()) FromProto(response, &answer);
-  } else {
-    drav1beta1::NodeUnprepareResourcesRequest request;
-    FillClaims(claims, request.mutable_claims());
-    drav1beta1::NodeUnprepareResourcesResponse response;
-    if (answer.service == kV1beta1Service) {
-      status = drav1beta1::DRAPlugin::NewStub(instance->channel)
-                   ->NodeUnprepareResources(&context, request, &response);
-    } else {
-      grpc::internal::RpcMethod method(kV1alpha4Unprepare, grpc::internal::RpcMethod::NORMAL_RPC);
-      status = grpc::internal::BlockingUnaryCall<drav1beta1::NodeUnprepareResourcesRequest,
-                                                 drav1beta1::NodeUnprepareResourcesResponse,
-                                                 grpc::protobuf::MessageLite,
-                                                 grpc::protobuf::MessageLite>(
-          instance->channel.get(), method, &context, request, &response);
-    }
-    if (status.ok()) FromProto(response, &answer);
-  }
-  std::vector<std::string> uids;
-  for (const Claim& claim : claims) uids.push_back(claim.uid);
-  Event(absl::StrCat("NodeUnprepareResources ", driver, " ", answer.service, " [",
-                     absl::StrJoin(uids, " "), "]: ", status.ok() ? "ok" : GoError(status)));
-  if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("unprepare dynamic resources: NodeUnprepareResources: ",
-                                     GoError(status)));
-  }
-  return answer;
+  return CallWithClaims<UnprepareAnswer, drav1::NodeUnprepareResourcesRequest,
+                        drav1::NodeUnprepareResourcesResponse,
+                        drav1beta1::NodeUnprepareResourcesRequest,
+                        drav1beta1::NodeUnprepareResourcesResponse>(
+      "NodeUnprepareResources", "unprepare dynamic resources", driver, claims);
 }
 
 absl::Status DraKubelet::CheckUnprepareAnswer(const std::vector<Claim>& claims,

@@ -252,6 +252,13 @@ class DraKubelet {
   bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(10));
 
  private:
+  // One call of `method` (NodePrepareResources or NodeUnprepareResources) with `claims`, on the
+  // service the driver registered: what it answered, or why nothing (`what` starts the error, as
+  // the kubelet's does).
+  template <typename Answer, typename V1Request, typename V1Response, typename V1beta1Request,
+            typename V1beta1Response>
+  absl::StatusOr<Answer> CallWithClaims(absl::string_view method, absl::string_view what,
+                                        const std::string& driver, const std::vector<Claim>& claims);
   struct Instance;     // one registered plugin instance (DRAPlugin + its connection)
   struct Operation;    // goroutinemap entry, per socket
   struct AswEntry {    // actual state of world, per socket
