@@ -21,6 +21,7 @@
 #include "edgeaccel/discovery/tegra.h"
 #include "edgeaccel/host/host.h"
 #include "captured_log.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "test_api_server.h"
 
@@ -322,8 +323,7 @@ TEST_F(ClaimPreparerTest, TheClaimsOfOneCallAreReadFromTheApiServerAtTheSameTime
     int seen = most.load();
     while (seen < now && !most.compare_exchange_weak(seen, now)) {
     }
-    const absl::Time deadline = absl::Now() + absl::Seconds(3);
-    while (most.load() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    ::edgeaccel::testing::Eventually([&] { return most.load() >= 2; }, absl::Seconds(3));
     --in_flight;
     return read(claim);
   };

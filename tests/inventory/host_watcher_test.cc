@@ -22,6 +22,7 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::CapturedLog;
+using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::FixtureHost;
 using ::edgeaccel::testing::ReadFileText;
 using ::edgeaccel::testing::WaitForChange;
@@ -84,12 +85,7 @@ class HealthTest : public ::testing::Test {
   }
   // Waits until the watcher has handled a batch of events after `handled` were.
   bool EventsHandledAfter(uint64_t handled) {
-    const absl::Time deadline = absl::Now() + kPatience;
-    while (watcher_->events_handled() == handled) {
-      if (absl::Now() > deadline) return false;
-      absl::SleepFor(absl::Milliseconds(2));  // the watcher's thread has no event for the test
-    }
-    return true;
+    return Eventually([&] { return watcher_->events_handled() != handled; }, kPatience);
   }
   // Waits for the next version and returns it.
   std::shared_ptr<const Snapshot> NextSnapshot() {
@@ -98,12 +94,7 @@ class HealthTest : public ::testing::Test {
   }
   // Waits until the watcher has done `n` more probes than `probes`.
   bool ProbesAfter(uint64_t probes, uint64_t n = 1) {
-    const absl::Time deadline = absl::Now() + kPatience;
-    while (watcher_->probes() < probes + n) {
-      if (absl::Now() > deadline) return false;
-      absl::SleepFor(absl::Milliseconds(2));  // the watcher's thread has no event for the test
-    }
-    return true;
+    return Eventually([&] { return watcher_->probes() >= probes + n; }, kPatience);
   }
   // Waits until `done` holds for the set's snapshot, looking again at each new version (the
   // set's listener tells), and returns the last one looked at.
@@ -426,8 +417,7 @@ TEST_F(HealthTest, SysfsAndProcfsWatchesAreRefused) {
   EXPECT_EQ(watcher_->scans(), scans);
   // /dev is devtmpfs on a node, and is watched: a rescan now, and the settle look after it.
   fixture_.MakeCharDevice("/dev/thing0", 240, 0);
-  const absl::Time deadline = absl::Now() + kPatience;
-  while (watcher_->scans() < scans + 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  Eventually([&] { return watcher_->scans() >= scans + 2; }, kPatience);
   EXPECT_EQ(watcher_->scans(), scans + 2);
 }
 
@@ -455,9 +445,7 @@ TEST_F(HealthTest, KernelUeventsOfAWatchedSubsystemTriggerARescan) {
   const uint64_t scans = watcher_->scans();
   absl::StatusOr<std::string> loop = testing::AnnounceLoopDevice();
   if (!loop.ok()) GTEST_SKIP() << loop.status();
-  const absl::Time deadline = absl::Now() + kPatience;
-  while (watcher_->scans() == scans && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_GT(watcher_->scans(), scans);
+  EXPECT_TRUE(Eventually([&] { return watcher_->scans() > scans; }, kPatience));
 }
 
 TEST_F(HealthTest, UeventsOfOtherSubsystemsAreIgnored) {
