@@ -72,8 +72,8 @@ int NamedThreads(const std::string& threads);
 // MAX_DEPTH: a transport's combiner hands it the rest of its work whenever a completion queue
 // has an event ready) or while its thread runs the TCP write backup poller; up to two per core,
 // with no setting to bound it (grpc/grpc#16557). A loaded 2-core machine grew it in 6 of 120
-// runs of three thread tests (three copies at once beside a build). Those threads wait on a condition variable: they
-// never wake idle.
+// runs of three thread tests (three copies at once beside a build). Those threads wait on a
+// condition variable: they never wake idle.
 int BudgetedThreads(const std::string& threads);
 
 // Waits (up to `timeout`) until `condition` holds, looking again each time `version` moves: a
