@@ -312,25 +312,23 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
     if (!result.admin_access) {
       // A device goes to two claims only as two shares the scheduler handed out (each result
       // with its own shareID): one claim holding it alone excludes every other.
-      std::vector<const PreparedClaim*> holders;
+      // The holders: the claims recorded, and those of this call not yet written.
       for (const auto* held_by : {&prepared_.claims(), &batch}) {
         for (const auto& [uid, other] : *held_by) {
-          if (uid != claim.uid) holders.push_back(&other);
-        }
-      }
-      for (const PreparedClaim* holder : holders) {
-        const PreparedClaim& other = *holder;
-        for (const PreparedDevice& held : other.devices) {
-          if (held.device != result.device) continue;
-          if (result.share_id.empty()) {
-            problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
-                                            Describe(other.claim), " and is not shared"));
-          } else if (held.share_id.empty()) {
-            problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
-                                            Describe(other.claim), ", which holds it alone"));
-          } else if (held.share_id == result.share_id) {
-            problems.push_back(absl::StrCat("share ", result.share_id, " of device ", result.device,
-                                            " is prepared for claim ", Describe(other.claim)));
+          if (uid == claim.uid) continue;
+          for (const PreparedDevice& held : other.devices) {
+            if (held.device != result.device) continue;
+            if (result.share_id.empty()) {
+              problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
+                                              Describe(other.claim), " and is not shared"));
+            } else if (held.share_id.empty()) {
+              problems.push_back(absl::StrCat("device ", result.device, " is prepared for claim ",
+                                              Describe(other.claim), ", which holds it alone"));
+            } else if (held.share_id == result.share_id) {
+              problems.push_back(absl::StrCat("share ", result.share_id, " of device ",
+                                              result.device, " is prepared for claim ",
+                                              Describe(other.claim)));
+            }
           }
         }
       }
@@ -441,6 +439,8 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   absl::MutexLock lock(&mu_);
   std::map<std::string, std::string> out;
   std::vector<ClaimRef> unprepared;  // specs removed: forgotten with one write of the checkpoint
+  std::vector<std::string> uids;     // theirs
+  std::set<std::string> known;       // those of them recorded
   for (const ClaimRef& claim : claims) {
     std::string& error = out[claim.uid];
     if (!IsClaimUid(claim.uid)) {
@@ -452,12 +452,8 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
       continue;
     }
     unprepared.push_back(claim);
-  }
-  std::vector<std::string> uids;
-  std::set<std::string> known;
-  for (const ClaimRef& claim : unprepared) {
     uids.push_back(claim.uid);
-    if (prepared_.Find(claim.uid) != nullptr) known.insert(claim.uid);
+    if (prepared_.Find(claim.uid) != nullptr) known.insert(claim.uid);  // said once it goes
   }
   const absl::Status removed = prepared_.RemoveAll(uids);
   for (const ClaimRef& claim : unprepared) {
