@@ -66,7 +66,7 @@ NeighbourView LookAround(const NeighbourQuery& query) {
   auto timeout = [&]() { return std::min(query.call_timeout, deadline - absl::Now()); };
 
   for (const std::string& socket : SocketsIn(query.plugins_registry_dir)) {
-    if (socket == query.serving_on) continue;
+    if (socket == query.serving_on || socket == query.also_serving_on) continue;
     if (Basename(socket) == query.own_socket_name) {
       if (view.predecessor.empty() && UnixSocketAnswers(socket)) view.predecessor = socket;
       continue;
@@ -80,7 +80,7 @@ NeighbourView LookAround(const NeighbourQuery& query) {
   }
 
   for (const std::string& socket : SocketsIn(query.device_plugin_dir)) {
-    if (socket == query.serving_on) continue;
+    if (socket == query.serving_on || socket == query.also_serving_on) continue;
     const bool ours = Basename(socket) == query.own_socket_name;
     if (!UnixSocketAnswers(socket)) continue;
     if (ours) {

@@ -101,6 +101,7 @@ absl::Status PluginServer::Start() {
   // the lab during a rollout with maxSurge: its registration was dropped). The private name
   // starts with a dot: the kubelet's plugin watcher, and edgeaccel's neighbour look, skip those.
   const std::string listen_path = PrivateSocketPath(socket_path_);
+  listen_path_ = listen_path;
   RemoveStalePrivateSockets(socket_path_);
 
   service_ = std::make_unique<DevicePluginService>(set_, counters_, options_, on_stream_cancelled_);
@@ -154,14 +155,38 @@ absl::Status PluginServer::Start() {
   return absl::OkStatus();
 }
 
+absl::Status PluginServer::LinkAlso(const std::string& path) {
+  if (server_ == nullptr || inode_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("not serving on ", socket_path_));
+  }
+  if (path == also_path_) return absl::OkStatus();
+  if (listen_path_ == socket_path_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(socket_path_, " is too long a path for a private socket beside it"));
+  }
+  absl::Status free = FreeSocketPath(path, "remove it");
+  if (!free.ok()) return free;
+  if (link(listen_path_.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    return absl::UnavailableError(
+        absl::StrCat("cannot link ", path, " to ", listen_path_, ": ", strerror(error)));
+  }
+  also_path_ = path;
+  return absl::OkStatus();
+}
+
 void PluginServer::RemoveSocket() {
   if (inode_ == 0) return;
+  // The second link first: a daemon waiting to take over sees our plugins_registry/ socket, and
+  // so knows we registered through the plugin watcher, until the last moment.
+  if (!also_path_.empty()) RemoveSocketIfOurs(also_path_, inode_);
+  also_path_.clear();
   RemoveSocketIfOurs(socket_path_, inode_);
   inode_ = 0;
 }
 
-bool PluginServer::WaitForNoStreams(absl::Time by) {
-  return service_ == nullptr || service_->WaitForNoStreams(by);
+bool PluginServer::WaitForStreamsAtMost(int most, absl::Time by) {
+  return service_ == nullptr || service_->WaitForStreamsAtMost(most, by);
 }
 
 void PluginServer::Stop(absl::Duration grace) {
@@ -174,12 +199,11 @@ void PluginServer::Stop(absl::Duration grace) {
   const absl::Time deadline = absl::Now() + grace;
   const bool kubelet_connected = service_->OpenStreams() > 0;
   service_->EndStreams();
-  if (kubelet_connected && service_->WaitForNoStreams(deadline)) {
+  if (kubelet_connected && service_->WaitForStreamsAtMost(0, deadline)) {
     absl::SleepFor(std::min(kLastCallsLinger, std::max(absl::ZeroDuration(), deadline - absl::Now())));
   }
   // The socket goes first: a daemon waiting to take over registers at once.
-  RemoveSocketIfOurs(socket_path_, inode_);
-  inode_ = 0;
+  RemoveSocket();
   // Calls still open at the deadline are cancelled; the loop runs their last events (and frees
   // every call object still waiting) before the server and the services go.
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));

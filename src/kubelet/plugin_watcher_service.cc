@@ -1,13 +1,24 @@
 #include "edgeaccel/kubelet/plugin_watcher_service.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
+#include "edgeaccel/kubelet/unix_socket_channel.h"
 #include "glog/logging.h"
 
 namespace edgeaccel {
+
+void TellWatcherLetGo(const std::string& socket, absl::Duration timeout) {
+  auto stub = pluginregistration::Registration::NewStub(DialUnixSocket(socket));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  context.AddMetadata(kWatcherLetGoMetadata, "1");
+  pluginregistration::PluginInfo info;
+  (void)stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
+}
 
 PluginWatcherService::PluginWatcherService(
     std::string resource_name, std::function<void(const std::string& error)> on_refused)
@@ -40,7 +51,12 @@ void PluginWatcherService::Serve(pluginregistration::Registration::AsyncService*
                                  CompletionLoop* loop) {
   ServeRegistration(
       service, loop,
-      [this](const grpc::ServerContext&, const auto& request, auto* response) {
+      [this](const grpc::ServerContext& context, const auto& request, auto* response) {
+        if (context.client_metadata().count(kWatcherLetGoMetadata) > 0) {
+          VLOG(1) << resource_name_ << ": an earlier edgeaccel says the plugin watcher let go of "
+                                       "its registration";
+          if (on_let_go_) on_let_go_();
+        }
         return GetInfo(request, response);
       },
       [this](const grpc::ServerContext&, const auto& request, auto* response) {

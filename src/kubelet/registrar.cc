@@ -60,6 +60,12 @@ ResourceRegistrar::ResourceRegistrar(Options options, DeviceSet* set)
                   ? absl::StrCat(options_.device_plugin_dir, "/", kRegistrationRecordDir)
                   : "",
               set->resource_name()) {
+  // Written to the probe's eventfd: to the machine, an earlier edgeaccel's word that the watcher
+  // let go is what the watcher's question to a probe is.
+  watcher_service_.OnWatcherLetGo([this] {
+    uint64_t one = 1;
+    (void)!write(probe_asked_fd_, &one, sizeof(one));
+  });
   std::weak_ptr<OwnIdHistory> weak = own_id_history_;
   auto remember = [weak](const std::shared_ptr<const Snapshot>& snapshot) {
     std::shared_ptr<OwnIdHistory> history = weak.lock();
@@ -150,9 +156,12 @@ bool ResourceRegistrar::LeavePluginWatcher() {
   // plugin's now, and waiting would change nothing.
   if (!watcher_service_.registered() || !machine_.left_to().empty()) return false;
   if (server_->OpenStreams() == 0 || !server_->SocketPresent()) return false;
+  const std::string also = server_->also_path();
   server_->RemoveSocket();
   leaving_watcher_ = true;
+  leaving_streams_ = server_->OpenStreams();
   LOG(INFO) << set_->resource_name() << ": removed " << server_->socket_path()
+            << (also.empty() ? "" : absl::StrCat(" and ", also))
             << "; serving until the kubelet's plugin watcher unregisters it (its next pass)";
   return true;
 }
@@ -160,14 +169,20 @@ bool ResourceRegistrar::LeavePluginWatcher() {
 void ResourceRegistrar::WaitForTheWatcherToLetGo(absl::Time by) {
   const std::string resource = set_->resource_name();
   PluginServer* server;
+  int streams;
   {
     absl::MutexLock lock(&mu_);
     if (!leaving_watcher_ || server_ == nullptr) return;
     leaving_watcher_ = false;
     server = server_.get();  // stays: nothing steps any more, and Stop() comes after this
+    streams = leaving_streams_;
   }
   const absl::Time start = absl::Now();
-  if (!server->WaitForNoStreams(by)) {
+  // The deregistration ends the stream of the client that holds the name: the watcher's, or the
+  // kubelet.sock one of a handover registration made after it. Any other stream of ours is a
+  // client the kubelet replaced; its end, now that the name has no client, changes nothing, and
+  // must come before a successor registers (on 1.25-1.36 it would disconnect the successor).
+  if (!server->WaitForStreamsAtMost(streams - 1, by)) {
     LOG(WARNING) << resource << ": the kubelet's plugin watcher did not unregister "
                  << server->socket_path() << " within " << absl::FormatDuration(by - start)
                  << " (is the kubelet running?); stopping anyway";
@@ -175,9 +190,19 @@ void ResourceRegistrar::WaitForTheWatcherToLetGo(absl::Time by) {
   }
   LOG(INFO) << resource << ": the kubelet's plugin watcher unregistered us after "
             << absl::FormatDuration(absl::Now() - start);
-  // A successor's WatcherProbe on our former path is waiting for exactly this (its answer, a
-  // refusal, says nothing we need).
-  (void)WatcherResource(server->socket_path(), absl::Milliseconds(250));
+  const std::string path = server->socket_path();
+  if (server->OpenStreams() > 0) {
+    // Taken out first: registered() and the like read the server under mu_ meanwhile.
+    std::unique_ptr<PluginServer> stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = std::move(server_);
+    }
+    stopping->Stop();
+  }
+  // A successor on our former path, a WatcherProbe or a server of its own, is waiting for exactly
+  // this.
+  TellWatcherLetGo(path, absl::Milliseconds(250));
 }
 
 void ResourceRegistrar::StopStepping() {
@@ -210,8 +235,10 @@ void ResourceRegistrar::Readvertise() {
 bool ResourceRegistrar::registered() const {
   absl::MutexLock lock(&mu_);
   if (server_ == nullptr || !server_->SocketPresent()) return false;
-  return server_mode_ == RegistrationMode::kPluginWatcher ? watcher_service_.registered()
-                                                          : machine_.registered_kubelet();
+  // Through the plugin watcher, a handover registration through kubelet.sock counts too.
+  return server_mode_ == RegistrationMode::kPluginWatcher
+             ? watcher_service_.registered() || machine_.registered_kubelet()
+             : machine_.registered_kubelet();
 }
 
 uint64_t ResourceRegistrar::registrations() const {
@@ -307,6 +334,13 @@ void ResourceRegistrar::StartRegister(const KubeletSocketId& kubelet) {
   raw->Start(call_done_fd_);
 }
 
+absl::Status ResourceRegistrar::LinkForKubeletSock() {
+  absl::MutexLock lock(&mu_);
+  if (server_ == nullptr) return absl::FailedPreconditionError("not serving");
+  return server_->LinkAlso(absl::StrCat(DirectoryFor(RegistrationMode::kKubelet), "/",
+                                        SocketFileName(set_->resource_name())));
+}
+
 void ResourceRegistrar::CancelRegister() {
   absl::MutexLock lock(&mu_);
   if (call_ != nullptr) call_->Cancel();
@@ -321,7 +355,10 @@ NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
   query.own_socket_name = SocketFileName(query.resource);
   {
     absl::MutexLock lock(&mu_);
-    if (server_ != nullptr) query.serving_on = server_->socket_path();
+    if (server_ != nullptr) {
+      query.serving_on = server_->socket_path();
+      query.also_serving_on = server_->also_path();
+    }
   }
   query.call_timeout = options_.neighbour_call_timeout;
   query.budget = options_.look_budget;
@@ -443,14 +480,21 @@ void ResourceRegistrar::Receive(const PollLoop::Events& ready) {
   std::vector<DirectoryWatcher::Event> events = inotify_.Drain(&rearm);
   // Sockets came or went, or the kubelet wrote its checkpoint (it does on every device list it
   // receives).
-  const std::string serving_on = socket_path();
+  std::string serving_on, also_serving_on;
+  {
+    absl::MutexLock lock(&mu_);
+    if (server_ != nullptr) {
+      serving_on = server_->socket_path();
+      also_serving_on = server_->also_path();
+    }
+  }
   for (const DirectoryWatcher::Event& event : events) {
     if (event.name == kKubeletSocketName) continue;
     const std::string path =
         absl::StrCat(DirectoryFor(event.directory == 0 ? RegistrationMode::kKubelet
                                                        : RegistrationMode::kPluginWatcher),
                      "/", event.name);
-    if (path == serving_on) continue;
+    if (path == serving_on || path == also_serving_on) continue;
     machine_.NeighbourChanged();
   }
   // Events may have been lost (overflow, a directory re-created): compare with what we know.

@@ -108,6 +108,26 @@ void RegistrationMachine::StreamEnded() {
 void RegistrationMachine::RegisterDone(const RegisterOutcome& outcome) {
   call_kubelet_.reset();
   const std::string& resource = options_.resource;
+  if (handover_ == Handover::kCalling) {
+    // Made once, for the handover: the plugin watcher's registration is the one that lasts, so a
+    // failure is not retried.
+    handover_ = Handover::kNone;
+    if (outcome.ok) {
+      registered_kubelet_id_ = outcome.kubelet;
+      registered_kubelet_.store(true);
+      registrations_.fetch_add(1);
+      LOG(INFO) << resource << ": registered through kubelet.sock for the handover ("
+                << absl::FormatDuration(Now() - outcome.started)
+                << "); the kubelet's plugin watcher registers our socket in "
+                << options_.plugins_registry_dir
+                << " on its next pass, and the kubelet.sock stream stays open until we stop";
+    } else if (!outcome.cancelled_by_us) {
+      LOG(WARNING) << resource << ": the handover registration through kubelet.sock failed ("
+                   << (outcome.deadline_exceeded ? "no answer in time" : outcome.message)
+                   << "); the kubelet's plugin watcher registers our socket on its next pass";
+    }
+    return;
+  }
   if (outcome.ok) {
     registered_kubelet_id_ = outcome.kubelet;
     registered_kubelet_.store(true);
@@ -148,6 +168,14 @@ void RegistrationMachine::RegisterDone(const RegisterOutcome& outcome) {
 }
 
 void RegistrationMachine::WatcherProbeAsked() {
+  if (handover_ == Handover::kAwaitLetGo) {
+    handover_ = Handover::kDue;
+    watcher_may_hold_ = false;
+    LOG(INFO) << options_.resource << ": the kubelet's plugin watcher has let go of the earlier "
+              << "edgeaccel's registration; registering through kubelet.sock until it registers "
+                 "ours";
+    return;
+  }
   if (!probing_) return;
   EndWatcherProbe();
   watcher_may_hold_ = false;
@@ -166,6 +194,7 @@ void RegistrationMachine::CancelRegister() {
 void RegistrationMachine::StopServing() {
   CancelRegister();
   EndWatcherProbe();
+  if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
   const EndpointState endpoint = ports_->Endpoint();
   if (endpoint.serving) {
     NoteServerGoing(endpoint);
@@ -214,6 +243,59 @@ absl::Time RegistrationMachine::WaitForTheWatcherToLetGo() {
   return absl::InfinitePast();
 }
 
+void RegistrationMachine::PlanHandover() {
+  const std::string& resource = options_.resource;
+  if (!ports_->KubeletSocket().has_value()) return;  // the plugin watcher is the only way
+  if (watcher_may_hold_) {
+    // Its deregistration by name would drop a registration made before it.
+    handover_ = Handover::kAwaitLetGo;
+    handover_deadline_ = Now() + options_.watcher_probe_timeout;
+    LOG(INFO) << resource << ": the kubelet's plugin watcher registers our socket a pass after "
+              << "it unregisters the earlier edgeaccel's; registering through kubelet.sock "
+                 "meanwhile, once it has let go of that one";
+    return;
+  }
+  handover_ = Handover::kDue;
+  LOG(INFO) << resource << ": the kubelet's plugin watcher registers our socket on its next pass; "
+            << "registering through kubelet.sock meanwhile";
+}
+
+absl::Time RegistrationMachine::StepHandover() {
+  const std::string& resource = options_.resource;
+  if (handover_ == Handover::kNone || handover_ == Handover::kCalling) {
+    return absl::InfiniteFuture();
+  }
+  if (ports_->WatcherRegistered()) {  // the watcher came first: nothing to bridge
+    handover_ = Handover::kNone;
+    return absl::InfiniteFuture();
+  }
+  if (handover_ == Handover::kAwaitLetGo) {
+    if (Now() < handover_deadline_) return handover_deadline_;
+    handover_ = Handover::kNone;
+    LOG(WARNING) << resource << ": no word within "
+                 << absl::FormatDuration(options_.watcher_probe_timeout)
+                 << " that the kubelet's plugin watcher let go of the earlier edgeaccel's "
+                    "registration; leaving our registration to the watcher";
+    return absl::InfiniteFuture();
+  }
+  const std::optional<KubeletSocketId> kubelet = ports_->KubeletSocket();
+  if (!kubelet.has_value()) {
+    handover_ = Handover::kNone;
+    return absl::InfiniteFuture();
+  }
+  if (absl::Status status = ports_->LinkForKubeletSock(); !status.ok()) {
+    handover_ = Handover::kNone;
+    Complain(absl::StrCat("cannot register through kubelet.sock for the handover (",
+                          status.message(), "); the plugin watcher registers our socket on its "
+                                            "next pass"));
+    return absl::InfiniteFuture();
+  }
+  handover_ = Handover::kCalling;
+  call_kubelet_ = *kubelet;
+  ports_->StartRegister(*kubelet);
+  return absl::InfiniteFuture();
+}
+
 void RegistrationMachine::EndWatcherProbe() {
   if (!probing_) return;
   ports_->StopWatcherProbe();
@@ -252,6 +334,7 @@ void RegistrationMachine::RecordNotOurs() {
 
 bool RegistrationMachine::Arbitrate() {
   last_other_look_ = Now();
+  const bool was_left_to_edgeaccel = predecessor_look_.has_value();
   const std::string& resource = options_.resource;
   const bool reuse = predecessor_look_.has_value() && Now() - predecessor_look_at_ <= kHoldingsReuse;
   const NeighbourView view = ports_->Look(reuse ? &*predecessor_look_ : nullptr);
@@ -310,6 +393,7 @@ bool RegistrationMachine::Arbitrate() {
       // A silenced server kept for its open stream goes now: the plugin we left it to is gone.
       StopServing();
       SetLeftTo("");
+      predecessor_left_ = was_left_to_edgeaccel;
     } else if (options_.take_over && !decision.why.empty() &&
                (!view.registry_claim.empty() || view.live_foreign_sockets > 0)) {
       Complain("registering it even where another plugin may serve it, as --take-over asks");
@@ -329,6 +413,7 @@ bool RegistrationMachine::Arbitrate() {
     ports_->Silence();
     SetLeftTo(decision.to);
     CancelRegister();
+    if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
     registered_kubelet_.store(false);
     ports_->WatcherEndpointLost();
     ports_->WatcherSteppedBack(true);
@@ -506,6 +591,7 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
                 << endpoint.path;
     }
     CancelRegister();  // a Register naming the vanished socket cannot succeed
+    if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
     NoteServerGoing(endpoint);
     ports_->StopServing();
     registered_kubelet_.store(false);
@@ -533,6 +619,8 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
     if (!endpoint_lost_.load()) backoff_.Reset();  // a lost endpoint keeps backing off
     retry_at_ = absl::InfinitePast();
     need_register_ = mode == RegistrationMode::kKubelet;
+    if (mode == RegistrationMode::kPluginWatcher && predecessor_left_) PlanHandover();
+    predecessor_left_ = false;
     LOG(INFO) << resource << ": serving on " << ports_->Endpoint().path << " ("
               << (mode == RegistrationMode::kKubelet
                       ? "registering with kubelet.sock"
@@ -566,6 +654,8 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
     } else {
       return again();
     }
+  } else if (mode == RegistrationMode::kPluginWatcher && !call_in_flight()) {
+    wake = StepHandover();
   }
   return wait_until(std::min({wake, check_endpoint_at_, look_at_}));
 }

@@ -267,11 +267,17 @@ void SnapshotStreamsBase::Recheck() {
   for (const auto& call : open) call->Recheck();
 }
 
-bool SnapshotStreamsBase::WaitForNoStreams(absl::Time deadline) const {
-  const bool none = mu_.LockWhenWithDeadline(
-      absl::Condition(+[](const decltype(calls_)* calls) { return calls->empty(); }, &calls_), deadline);
+bool SnapshotStreamsBase::WaitForStreamsAtMost(int most, absl::Time deadline) const {
+  struct Bound {
+    const decltype(calls_)* calls;
+    int most;
+  } bound{&calls_, most};
+  const bool done = mu_.LockWhenWithDeadline(
+      absl::Condition(+[](Bound* b) { return static_cast<int>(b->calls->size()) <= b->most; },
+                      &bound),
+      deadline);
   mu_.Unlock();
-  return none;
+  return done;
 }
 
 int SnapshotStreamsBase::OpenStreams() const {

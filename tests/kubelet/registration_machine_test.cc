@@ -44,6 +44,10 @@ class ScriptedNode : public RegistrationPorts {
     Did(absl::StrCat("Register(", at.inode, ")"));
   }
   void CancelRegister() override { Did("CancelRegister"); }
+  absl::Status LinkForKubeletSock() override {
+    Did("LinkForKubeletSock");
+    return link_status;
+  }
   NeighbourView Look(const NeighbourView* reuse_holdings_of) override {
     Did(reuse_holdings_of == nullptr ? "Look" : "Look(reusing)");
     NeighbourView seen = view;
@@ -93,6 +97,7 @@ class ScriptedNode : public RegistrationPorts {
   bool record_ours = false;
   std::string record_via;
   absl::Status probe_status;
+  absl::Status link_status;
   std::vector<std::string> actions;
 
  private:
@@ -444,6 +449,93 @@ TEST_F(RegistrationMachineTest, AnEarlierEdgeaccelOnThePluginWatcherIsWaitedForT
   Machine().WatcherProbeAsked();
   Step();
   EXPECT_EQ(node.Done(), "StopWatcherProbe; Record(ours, kubelet); Register(101)");
+}
+
+// A rollout towards the plugin watcher: the earlier edgeaccel registered through kubelet.sock.
+// Once it is gone the new one serves in plugins_registry/ and, since the watcher registers that
+// socket only on its next pass (up to 1 s, every device Unhealthy at the kubelet meanwhile),
+// registers through kubelet.sock at once too, naming a link to the same server.
+TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnKubeletSockThePluginWatcherIsBridged) {
+  node.mode = RegistrationMode::kPluginWatcher;
+  node.kubelet = kKubeletA;
+  node.view.predecessor = "/dp/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  EXPECT_EQ(node.Done(), "");
+  node.view.predecessor.clear();  // it exits
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kLookInterval;
+  Step();
+  EXPECT_EQ(node.Done(),
+            "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock; Register(101)");
+  KubeletAnswers(kKubeletA, true);
+  EXPECT_TRUE(Machine().registered_kubelet());
+  EXPECT_EQ(Machine().registrations(), 1u);
+  // The watcher's registration comes a pass later; nothing more is called, and the kubelet.sock
+  // stream is left open (its end would disconnect the watcher's client on 1.25-1.36).
+  node.watcher_registered = true;
+  EXPECT_EQ(Step(), absl::InfiniteFuture());
+  EXPECT_EQ(node.Done(), "");
+}
+
+// From the plugin watcher to the plugin watcher (a rollout on the same path): the earlier
+// registration's deregistration by name would drop a kubelet.sock registration made before it,
+// so the bridge waits for the earlier edgeaccel's word that it is done.
+TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnThePluginWatcherTheBridgeWaitsForItsWord) {
+  node.mode = RegistrationMode::kPluginWatcher;
+  node.kubelet = kKubeletA;
+  node.view.predecessor = "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  node.view.predecessor.clear();
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kLookInterval;
+  EXPECT_EQ(Step(), now + absl::Seconds(5));
+  EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher)");
+  now += absl::Milliseconds(300);
+  Machine().WatcherProbeAsked();  // the earlier edgeaccel's GetInfo: the watcher let go
+  Step();
+  EXPECT_EQ(node.Done(), "LinkForKubeletSock; Register(101)");
+}
+
+TEST_F(RegistrationMachineTest, ABridgeWithoutWordIsLeftToThePluginWatcher) {
+  node.mode = RegistrationMode::kPluginWatcher;
+  node.kubelet = kKubeletA;
+  node.view.predecessor = "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  node.view.predecessor.clear();
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kLookInterval;
+  Step();
+  node.Done();
+  now += absl::Seconds(5);
+  EXPECT_EQ(Step(), absl::InfiniteFuture());
+  EXPECT_EQ(node.Done(), "");
+  Machine().WatcherProbeAsked();  // too late: the watcher registers us itself
+  Step();
+  EXPECT_EQ(node.Done(), "");
+}
+
+// No bridge where none is needed or possible: a first start (no earlier edgeaccel), the watcher
+// already registered us, no kubelet.sock, or a link that cannot be made (the watcher still
+// registers us; the failure is said once).
+TEST_F(RegistrationMachineTest, TheBridgeIsOnlyForAHandover) {
+  node.mode = RegistrationMode::kPluginWatcher;
+  node.kubelet = kKubeletA;
+  Step();
+  EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher)");
+}
+
+TEST_F(RegistrationMachineTest, ABridgeThatCannotLinkIsLeftToThePluginWatcher) {
+  node.mode = RegistrationMode::kPluginWatcher;
+  node.kubelet = kKubeletA;
+  node.link_status = absl::AlreadyExistsError("/dp/edgeaccel-coral.ai-edgetpu.sock is a directory");
+  node.view.predecessor = "/dp/edgeaccel-coral.ai-edgetpu.sock";
+  Step();
+  node.view.predecessor.clear();
+  Machine().NeighbourChanged();
+  now += RegistrationMachine::kLookInterval;
+  EXPECT_EQ(Step(), absl::InfiniteFuture());
+  EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock");
+  EXPECT_FALSE(Machine().call_in_flight());
 }
 
 // One look decides a start: serving and registering in the same pass ask nothing more (each look

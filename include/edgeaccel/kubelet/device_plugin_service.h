@@ -44,8 +44,11 @@ class DevicePluginService final {
   void EndStreams() { streams_.EndStreams(); }
   // ListAndWatch streams open now.
   int OpenStreams() const { return streams_.OpenStreams(); }
-  // Waits, at most until `deadline`, for every ended stream's end to be written.
-  bool WaitForNoStreams(absl::Time deadline) const { return streams_.WaitForNoStreams(deadline); }
+  // Waits, at most until `deadline`, until at most `most` streams are open (the others' ends
+  // written).
+  bool WaitForStreamsAtMost(int most, absl::Time deadline) const {
+    return streams_.WaitForStreamsAtMost(most, deadline);
+  }
   // Sends nothing more on any stream, open or new, while the streams stay open: another plugin
   // now feeds the kubelet's list for the resource, and ending our stream would make a kubelet
   // 1.25-1.36 disconnect that plugin (runClient disconnects the current client).

@@ -33,6 +33,8 @@ struct NeighbourQuery {
   std::string own_socket_name;
   // The socket this process serves on now ("" when none): never counted as a predecessor.
   std::string serving_on;
+  // Its second link in device-plugins/ during a handover registration ("" when none): the same.
+  std::string also_serving_on;
   // Each call's deadline, and the whole look's.
   absl::Duration call_timeout = absl::Milliseconds(250);
   absl::Duration budget = absl::Seconds(1);

@@ -43,12 +43,19 @@ class PluginServer {
   // True while our socket file is still at the path (the kubelet deletes it when it restarts).
   bool SocketPresent() const;
 
-  // Removes our socket file (if still ours) and keeps serving: the kubelet's connection, made
-  // through the file, stays. For a server registered through the plugin watcher that goes for
-  // good (ResourceRegistrar::LeavePluginWatcher).
+  // Makes the server reachable at `path` too (a second link to the socket gRPC listens on),
+  // until Stop() or RemoveSocket(): a server in plugins_registry/ registering through
+  // kubelet.sock for a handover names it there. A stale socket at `path` is replaced.
+  absl::Status LinkAlso(const std::string& path);
+  // The path LinkAlso made ("" when none).
+  const std::string& also_path() const { return also_path_; }
+
+  // Removes our socket file and the LinkAlso one (each if still ours) and keeps serving: the
+  // kubelet's connections, made through the files, stay. For a server registered through the
+  // plugin watcher that goes for good (ResourceRegistrar::LeavePluginWatcher).
   void RemoveSocket();
-  // Waits until no ListAndWatch stream is open, or `by`. True when none is.
-  bool WaitForNoStreams(absl::Time by);
+  // Waits until at most `most` ListAndWatch streams are open, or `by`. True when so.
+  bool WaitForStreamsAtMost(int most, absl::Time by);
 
   // ListAndWatch streams open now (0 when not serving).
   int OpenStreams() const;
@@ -79,6 +86,8 @@ class PluginServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CompletionLoop> loop_;
   ino_t inode_ = 0;
+  std::string listen_path_;
+  std::string also_path_;
 };
 
 // A socket on a plugins_registry/ path that serves only the plugin watcher's GetInfo, and refuses

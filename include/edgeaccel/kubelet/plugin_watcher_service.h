@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "pluginregistration_v1.grpc.pb.h"
 
@@ -23,6 +24,15 @@ void ServeRegistration(
         get_info,
     UnaryMethod<pluginregistration::RegistrationStatus,
                 pluginregistration::RegistrationStatusResponse>::CallHandler notify = nullptr);
+
+// An edgeaccel that served on a plugins_registry/ path and whose plugin-watcher registration the
+// kubelet has just dropped tells whatever now serves on that path, with a GetInfo carrying this
+// metadata key: the watcher has let go of that registration, a pass before it asks the new socket
+// (docs/kubelet-behaviour.md §11). The kubelet's own GetInfo never carries it.
+inline constexpr char kWatcherLetGoMetadata[] = "edgeaccel-watcher-let-go";
+// Sends that GetInfo to `socket`, waiting at most `timeout` for its answer (which says nothing we
+// need: a WatcherProbe refuses it).
+void TellWatcherLetGo(const std::string& socket, absl::Duration timeout);
 
 // The plugin watcher's Registration service for one resource. It outlives the servers that
 // carry it (the registrar's socket is re-created when the kubelet restarts); each one calls
@@ -51,10 +61,14 @@ class PluginWatcherService final {
   // disconnect the other plugin.
   void SetSteppedBack(bool stepped_back) { stepped_back_.store(stepped_back); }
   uint64_t registrations() const { return registrations_.load(); }
+  // Runs on the serving loop's thread when an earlier edgeaccel tells us the watcher let go of
+  // its registration (TellWatcherLetGo); it must not block. Set before any server carries this.
+  void OnWatcherLetGo(std::function<void()> heard) { on_let_go_ = std::move(heard); }
 
  private:
   const std::string resource_name_;
   const std::function<void(const std::string& error)> on_refused_;
+  std::function<void()> on_let_go_;
   std::atomic<bool> registered_{false};
   std::atomic<bool> stepped_back_{false};
   std::atomic<uint64_t> registrations_{0};

@@ -31,6 +31,9 @@
 // seeing device-plugins/ appear, a rollout): the watcher's deregistration of the old socket,
 // by name up to kubelet 1.36, comes up to a second late and would drop a newer registration, so
 // the machine waits for the watcher to let go of the path first (registration_machine.h).
+// Towards the plugin watcher after an earlier edgeaccel, the machine also registers through
+// kubelet.sock for the handover, naming a second link to our plugins_registry/ server in
+// device-plugins/ (PluginServer::LinkAlso): the watcher would register us only on its next pass.
 //
 // A lost endpoint: the kubelet can stop our endpoint without restarting (a plugin-watcher
 // deregistration of another plugin's socket for the same resource arrives late and stops
@@ -121,17 +124,19 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   void Stop();
 
   // Going for good, before Stop(), where the kubelet's plugin watcher registered us and the
-  // kubelet's stream is open: stops acting on events, removes our plugins_registry/ socket and
-  // keeps serving. The watcher unregisters a removed socket on its next reconciler pass (1 s
+  // kubelet's stream is open: stops acting on events, removes our plugins_registry/ socket (and
+  // a handover registration's link in device-plugins/) and keeps serving. The watcher unregisters a removed socket on its next reconciler pass (1 s
   // loop) by resource name, dropping whichever endpoint holds the name then (up to 1.36): had our
   // stream ended first, the kubelet would count every device Unhealthy until a successor
   // registered, and a successor registering through kubelet.sock before that pass would be
   // dropped by it. True when there is such a deregistration to wait for.
   bool LeavePluginWatcher();
-  // After LeavePluginWatcher: waits until the kubelet has ended our stream (the deregistration),
-  // or `by`. Then a WatcherProbe a successor put on our former path is asked GetInfo, as the
-  // watcher would ask it on its next pass: the successor registers through kubelet.sock now,
-  // a pass earlier (docs/kubelet-behaviour.md §11).
+  // After LeavePluginWatcher: waits until the kubelet has ended a stream of ours (the
+  // deregistration), or `by`, then ends any other (a handover registration's: its client was
+  // replaced, and with the name deregistered its end disconnects nothing). Then whatever a
+  // successor serves on our former path, a WatcherProbe or its own server, is told
+  // (TellWatcherLetGo), a pass before the watcher would ask it: the successor registers through
+  // kubelet.sock now (docs/kubelet-behaviour.md §11).
   void WaitForTheWatcherToLetGo(absl::Time by);
 
   // Registered with the kubelet and serving (either way).
@@ -175,6 +180,7 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   void StopServing() override;
   void Silence() override;
   void StartRegister(const KubeletSocketId& kubelet) override;
+  absl::Status LinkForKubeletSock() override;
   void CancelRegister() override;
   NeighbourView Look(const NeighbourView* reuse_holdings_of) override;
   std::vector<std::string> OwnIds() override;
@@ -246,6 +252,8 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   std::unique_ptr<WatcherProbe> probe_ ABSL_GUARDED_BY(mu_);
   // LeavePluginWatcher removed our socket and the deregistration is to be waited for.
   bool leaving_watcher_ ABSL_GUARDED_BY(mu_) = false;
+  // Our ListAndWatch streams open when LeavePluginWatcher removed the socket.
+  int leaving_streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace edgeaccel

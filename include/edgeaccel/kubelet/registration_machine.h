@@ -25,6 +25,17 @@
 // ask within Options::watcher_probe_timeout we register anyway, and a dropped endpoint is
 // repaired.
 //
+// From one edgeaccel to the next where the new one registers through the plugin watcher (a
+// rollout, or a change of --registration towards plugin-watcher): the watcher registers a new
+// socket only on its next 1 s pass, and the old plugin-watcher registration's path stays busy
+// until the pass after its deregistration, while the kubelet counts every device Unhealthy from
+// the old stream's end. So the new one also registers through kubelet.sock at the handover
+// (the old stream gone, or for an old plugin-watcher registration, the watcher's deregistration
+// of it done: the old daemon says so with a GetInfo on our path). The watcher's registration
+// then replaces that client without disconnecting it (1.25-1.36 connectClient, 1.20
+// registerEndpoint), and its stream stays open: its end would make a 1.25-1.36 kubelet
+// disconnect the watcher's client (docs/kubelet-behaviour.md §11).
+//
 // Not thread-safe, but for the accessors marked as readable from any thread: one thread calls
 // the events and Step().
 #ifndef EDGEACCEL_KUBELET_REGISTRATION_MACHINE_H_
@@ -108,6 +119,10 @@ class RegistrationPorts {
 
   // Starts a Register call on `kubelet`; its end comes back as RegistrationMachine::RegisterDone.
   virtual void StartRegister(const KubeletSocketId& kubelet) = 0;
+  // While we serve in plugins_registry/: makes the same server reachable from device-plugins/
+  // under our socket's name, so that a Register through kubelet.sock can name it (the handover
+  // registration, see the top of this file).
+  virtual absl::Status LinkForKubeletSock() = 0;
   // Cancels the call in flight (it still ends through RegisterDone, cancelled_by_us).
   virtual void CancelRegister() = 0;
 
@@ -187,7 +202,9 @@ class RegistrationMachine {
   // One of our ListAndWatch streams ended.
   void StreamEnded();
   void RegisterDone(const RegisterOutcome& outcome);
-  // The plugin watcher asked our probe for its info: it has let go of the path's old registration.
+  // The plugin watcher asked our probe for its info, or an earlier edgeaccel told our server on
+  // its former plugins_registry/ path that the watcher's deregistration of it is done: the
+  // watcher has let go of the path's old registration.
   void WatcherProbeAsked();
 
   // Acts on what the events and the clock call for, until there is nothing to do but wait.
@@ -233,6 +250,10 @@ class RegistrationMachine {
   // the path. Returns when to look again; watcher_may_hold_ is false once it is done.
   absl::Time WaitForTheWatcherToLetGo();
   void EndWatcherProbe();
+  // Once we serve in plugins_registry/ after an earlier edgeaccel: the handover registration.
+  void PlanHandover();
+  // Step 2 for the handover registration; returns when to step again.
+  absl::Time StepHandover();
   void RecordOurs(RegistrationMode via);
   // The resource is left to another plugin: the record says so (a failed write is complained of).
   void RecordNotOurs();
@@ -271,6 +292,14 @@ class RegistrationMachine {
   absl::Time probe_deadline_ = absl::InfiniteFuture();
   // We left the resource to an earlier edgeaccel registered through the plugin watcher.
   bool predecessor_was_watcher_ = false;
+  // We left the resource to an earlier edgeaccel, and the look that found it gone made it ours.
+  bool predecessor_left_ = false;
+  // The handover registration through kubelet.sock while we serve in plugins_registry/ (see the
+  // top of this file): waiting for the watcher to let go of the earlier registration (until
+  // handover_deadline_), due, its Register in flight, or none.
+  enum class Handover { kNone, kAwaitLetGo, kDue, kCalling };
+  Handover handover_ = Handover::kNone;
+  absl::Time handover_deadline_ = absl::InfiniteFuture();
   // The last look that found an earlier edgeaccel serving, and when it was made.
   std::optional<NeighbourView> predecessor_look_;
   absl::Time predecessor_look_at_ = absl::InfinitePast();

@@ -69,9 +69,9 @@ class SnapshotStreamsBase {
   void EndStreams();
   // Streams open now.
   int OpenStreams() const;
-  // Waits until every stream has ended (its end written), at most until `deadline`. True when
-  // none is open.
-  bool WaitForNoStreams(absl::Time deadline) const;
+  // Waits until at most `most` streams are open (the others' ends written), at most until
+  // `deadline`. True when so.
+  bool WaitForStreamsAtMost(int most, absl::Time deadline) const;
   // Every stream asks `resend` (and `paused`) again, and writes if they now allow. Any thread.
   void Recheck();
 
