@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "captured_log.h"
 #include "edgeaccel/discovery/resource_names.h"
 #include "edgeaccel/kubelet/kubelet_api.h"
@@ -90,6 +91,41 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
     EXPECT_EQ(kubelet_.Disconnections(kTpu), drops) << "the kubelet dropped the new endpoint";
     EXPECT_EQ(kubelet_.Registrations(kTpu), registrations) << "registered again: it was dropped";
     RecordProperty("pods_admitted", std::to_string(admitted));
+  }
+
+  // `leaving`, registered through the plugin watcher, goes as the daemon's stop makes it go
+  // (LeavePluginWatcher, then WaitForTheWatcherToLetGo and Stop) while pods keep arriving: each is
+  // admitted until the watcher's deregistration drops it, and its successor is registered through
+  // kubelet.sock before the watcher's next pass.
+  void LeavesAndIsReplacedInTheSamePass(ResourceRegistrar* leaving) {
+    const int drops = kubelet_.Disconnections(kTpu);
+    ASSERT_TRUE(leaving->LeavePluginWatcher());
+    std::thread stopping([leaving] {
+      leaving->WaitForTheWatcherToLetGo(absl::Now() + absl::Milliseconds(2500));
+      leaving->Stop();
+    });
+    int admitted = 0;
+    std::string refused_while_served;
+    while (kubelet_.Disconnections(kTpu) == drops) {
+      absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
+      if (!pod.ok()) {  // only once the watcher has dropped the leaving endpoint
+        if (kubelet_.Disconnections(kTpu) == drops) {
+          refused_while_served = absl::StrCat("pod ", admitted + 1, ": ", pod.status().ToString());
+        }
+        break;
+      }
+      kubelet_.DeletePod(*pod);
+      ++admitted;
+      absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
+    }
+    const uint64_t pass = kubelet_.ReconcilerPasses();
+    const bool served = Served("kubelet");
+    const uint64_t pass_when_served = kubelet_.ReconcilerPasses();
+    stopping.join();
+    EXPECT_EQ(refused_while_served, "");
+    ASSERT_TRUE(served);
+    EXPECT_EQ(pass_when_served, pass) << "registered a watcher pass after the leaving one went";
+    EXPECT_GT(admitted, 0) << "the leaving daemon stopped serving before the watcher let go of it";
   }
 
   TempDir dir_;
@@ -194,28 +230,7 @@ TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePass
   auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
   ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
   JustAfterAWatcherPass();
-  const int drops = kubelet_.Disconnections(kTpu);
-  ASSERT_TRUE(old->LeavePluginWatcher());
-  std::thread stopping([&] {
-    old->WaitForTheWatcherToLetGo(absl::Now() + absl::Milliseconds(2500));
-    old->Stop();
-  });
-  int admitted = 0;
-  while (kubelet_.Disconnections(kTpu) == drops) {
-    absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
-    if (!pod.ok()) {  // only once the watcher has dropped the old endpoint
-      ASSERT_NE(kubelet_.Disconnections(kTpu), drops) << "pod " << admitted + 1 << ": " << pod.status();
-      break;
-    }
-    kubelet_.DeletePod(*pod);
-    ++admitted;
-    absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
-  }
-  const uint64_t pass = kubelet_.ReconcilerPasses();
-  ASSERT_TRUE(Served("kubelet"));
-  EXPECT_EQ(kubelet_.ReconcilerPasses(), pass) << "registered a watcher pass after the old went";
-  stopping.join();
-  EXPECT_GT(admitted, 0) << "the old daemon stopped serving before the watcher let go of it";
+  LeavesAndIsReplacedInTheSamePass(old.get());
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
   EXPECT_EQ(next->registrations(), 1u);
   EXPECT_TRUE(log.Contains("the kubelet's plugin watcher unregistered us after"));
@@ -269,28 +284,7 @@ TEST_P(HandoverTest, ABridgedDaemonHandsOverToThePluginWatcherInThePassThatDropp
   auto last = StartRegistrar(&last_tpus, RegistrationMode::kPluginWatcher);
   ASSERT_TRUE(Eventually([&] { return !last->left_to().empty(); }));
   JustAfterAWatcherPass();
-  const int drops = kubelet_.Disconnections(kTpu);
-  ASSERT_TRUE(middle->LeavePluginWatcher());
-  std::thread stopping([&] {
-    middle->WaitForTheWatcherToLetGo(absl::Now() + absl::Milliseconds(2500));
-    middle->Stop();
-  });
-  int admitted = 0;
-  while (kubelet_.Disconnections(kTpu) == drops) {
-    absl::StatusOr<std::string> pod = kubelet_.Admit(kTpu, 1);
-    if (!pod.ok()) {  // only once the watcher has dropped the middle one
-      ASSERT_NE(kubelet_.Disconnections(kTpu), drops) << "pod " << admitted + 1 << ": " << pod.status();
-      break;
-    }
-    kubelet_.DeletePod(*pod);
-    ++admitted;
-    absl::SleepFor(absl::Milliseconds(5));  // the next pod's arrival
-  }
-  const uint64_t pass = kubelet_.ReconcilerPasses();
-  ASSERT_TRUE(Served("kubelet"));
-  EXPECT_EQ(kubelet_.ReconcilerPasses(), pass) << "registered a watcher pass after the middle went";
-  stopping.join();
-  EXPECT_GT(admitted, 0) << "the middle daemon stopped serving before the watcher let go of it";
+  LeavesAndIsReplacedInTheSamePass(middle.get());
   ASSERT_TRUE(Served("plugin-watcher"));
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
   EXPECT_EQ(last->registrations(), 2u);

@@ -143,6 +143,19 @@ class RegistrationMachineTest : public ::testing::Test {
     ASSERT_TRUE(Machine().registered_kubelet());
   }
 
+  // Serving through the plugin watcher, we wait for an earlier edgeaccel serving on
+  // `predecessor`; it exits, and the look that finds it gone comes due (not yet stepped).
+  void AnEarlierEdgeaccelOnThePluginWatcherSideGoes(const std::string& predecessor) {
+    node.mode = RegistrationMode::kPluginWatcher;
+    node.kubelet = kKubeletA;
+    node.view.predecessor = predecessor;
+    Step();
+    EXPECT_EQ(node.Done(), "");
+    node.view.predecessor.clear();
+    Machine().NeighbourChanged();
+    now += RegistrationMachine::kLookInterval;
+  }
+
   ScriptedNode node;
   absl::Time now = kT0;
   bool take_over = false;
@@ -456,14 +469,7 @@ TEST_F(RegistrationMachineTest, AnEarlierEdgeaccelOnThePluginWatcherIsWaitedForT
 // socket only on its next pass (up to 1 s, every device Unhealthy at the kubelet meanwhile),
 // registers through kubelet.sock at once too, naming a link to the same server.
 TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnKubeletSockThePluginWatcherIsBridged) {
-  node.mode = RegistrationMode::kPluginWatcher;
-  node.kubelet = kKubeletA;
-  node.view.predecessor = "/dp/edgeaccel-coral.ai-edgetpu.sock";
-  Step();
-  EXPECT_EQ(node.Done(), "");
-  node.view.predecessor.clear();  // it exits
-  Machine().NeighbourChanged();
-  now += RegistrationMachine::kLookInterval;
+  AnEarlierEdgeaccelOnThePluginWatcherSideGoes("/dp/edgeaccel-coral.ai-edgetpu.sock");
   Step();
   EXPECT_EQ(node.Done(),
             "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock; Register(101)");
@@ -481,13 +487,8 @@ TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnKubeletSockThePluginWat
 // registration's deregistration by name would drop a kubelet.sock registration made before it,
 // so the bridge waits for the earlier edgeaccel's word that it is done.
 TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnThePluginWatcherTheBridgeWaitsForItsWord) {
-  node.mode = RegistrationMode::kPluginWatcher;
-  node.kubelet = kKubeletA;
-  node.view.predecessor = "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock";
-  Step();
-  node.view.predecessor.clear();
-  Machine().NeighbourChanged();
-  now += RegistrationMachine::kLookInterval;
+  AnEarlierEdgeaccelOnThePluginWatcherSideGoes(
+      "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock");
   EXPECT_EQ(Step(), now + absl::Seconds(5));
   EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher)");
   now += absl::Milliseconds(300);
@@ -497,13 +498,8 @@ TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnThePluginWatcherTheBrid
 }
 
 TEST_F(RegistrationMachineTest, ABridgeWithoutWordIsLeftToThePluginWatcher) {
-  node.mode = RegistrationMode::kPluginWatcher;
-  node.kubelet = kKubeletA;
-  node.view.predecessor = "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock";
-  Step();
-  node.view.predecessor.clear();
-  Machine().NeighbourChanged();
-  now += RegistrationMachine::kLookInterval;
+  AnEarlierEdgeaccelOnThePluginWatcherSideGoes(
+      "/kubelet/plugins_registry/edgeaccel-coral.ai-edgetpu.sock");
   Step();
   node.Done();
   now += absl::Seconds(5);
@@ -525,14 +521,8 @@ TEST_F(RegistrationMachineTest, TheBridgeIsOnlyForAHandover) {
 }
 
 TEST_F(RegistrationMachineTest, ABridgeThatCannotLinkIsLeftToThePluginWatcher) {
-  node.mode = RegistrationMode::kPluginWatcher;
-  node.kubelet = kKubeletA;
   node.link_status = absl::AlreadyExistsError("/dp/edgeaccel-coral.ai-edgetpu.sock is a directory");
-  node.view.predecessor = "/dp/edgeaccel-coral.ai-edgetpu.sock";
-  Step();
-  node.view.predecessor.clear();
-  Machine().NeighbourChanged();
-  now += RegistrationMachine::kLookInterval;
+  AnEarlierEdgeaccelOnThePluginWatcherSideGoes("/dp/edgeaccel-coral.ai-edgetpu.sock");
   EXPECT_EQ(Step(), absl::InfiniteFuture());
   EXPECT_EQ(node.Done(), "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock");
   EXPECT_FALSE(Machine().call_in_flight());
