@@ -53,6 +53,21 @@ class SlicePublisherTest : public ::testing::Test {
     return ours;
   }
 
+  // A publisher whose resync is an hour away (only changes, retries and its watch write),
+  // started: its slice published and its watch open (a failure of either is the test's).
+  std::unique_ptr<SlicePublisher> PublishingWithItsWatchOpen() {
+    SlicePublisher::Options options = Options();
+    options.resync = absl::Hours(1);
+    auto publisher = std::make_unique<SlicePublisher>(options, client_.get(), &set_);
+    publisher->Start();
+    [&] {
+      ASSERT_TRUE(
+          api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
+      ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+    }();
+    return publisher;
+  }
+
   // One reconcile from a fresh LIST on this thread (the worker's step), before Start().
   static absl::Status ReconcileOnce(SlicePublisher& publisher) {
     publisher.slices_->MarkStale();
@@ -322,12 +337,8 @@ TEST_F(SlicePublisherTest, ACancelledClientIsNeitherRetriedNorSaid) {
 // Idle, the publisher holds one watch and sends nothing else; a slice someone else deletes or
 // changes comes back from the watch's event, with no Resync and no second LIST.
 TEST_F(SlicePublisherTest, AWatchKeepsTheViewAndPutsBackWhatOthersDeleteOrChange) {
-  SlicePublisher::Options options = Options();
-  options.resync = absl::Hours(1);
-  SlicePublisher publisher(options, client_.get(), &set_);
-  publisher.Start();
-  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
-  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  std::unique_ptr<SlicePublisher> publisher = PublishingWithItsWatchOpen();
+  ASSERT_FALSE(HasFatalFailure());
   const int requests = api_.requests_received();
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(api_.requests_received(), requests) << "idle: no request but the open watch";
@@ -344,9 +355,9 @@ TEST_F(SlicePublisherTest, AWatchKeepsTheViewAndPutsBackWhatOthersDeleteOrChange
   EXPECT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) {
     return slices.size() == 1 && slices[0]["spec"]["devices"].size() == 2;
   })) << "a changed slice is put back";
-  EXPECT_EQ(publisher.status().lists, 1u) << "the view came from one LIST and the watch";
-  EXPECT_EQ(publisher.status().conflicts, 0u);
-  publisher.Stop();
+  EXPECT_EQ(publisher->status().lists, 1u) << "the view came from one LIST and the watch";
+  EXPECT_EQ(publisher->status().conflicts, 0u);
+  publisher->Stop();
   EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 0; }))
       << "Stop ends the watch";
 }
@@ -354,30 +365,26 @@ TEST_F(SlicePublisherTest, AWatchKeepsTheViewAndPutsBackWhatOthersDeleteOrChange
 // A watch the server ends is renewed from where the view is, without a LIST; only a 410 (the
 // version compacted away) lists again. A bookmark moves the view on where nothing of ours changed.
 TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410) {
-  SlicePublisher::Options options = Options();
-  options.resync = absl::Hours(1);
-  SlicePublisher publisher(options, client_.get(), &set_);
-  publisher.Start();
-  ASSERT_TRUE(api_.WaitForResourceSlices([](const std::vector<json>& slices) { return slices.size() == 1; }));
-  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
+  std::unique_ptr<SlicePublisher> publisher = PublishingWithItsWatchOpen();
+  ASSERT_FALSE(HasFatalFailure());
   const int writes = api_.resource_slice_writes();
 
   api_.EndSliceWatches();  // timeoutSeconds
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
       [&] { return api_.resource_slice_watches() == 2 && api_.open_slice_watches() == 1; }));
-  EXPECT_EQ(publisher.status().lists, 1u);
+  EXPECT_EQ(publisher->status().lists, 1u);
 
   // That a bookmark tells no publisher is NodeSlicesTest's to say: here the renewal's own sync may
   // still be on its way, so a count of syncs read now would not be the bookmark's.
-  const std::string before = publisher.status().resource_version;
+  const std::string before = publisher->status().resource_version;
   api_.BookmarkSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
-      [&] { return publisher.status().resource_version != before; }));
+      [&] { return publisher->status().resource_version != before; }));
   api_.CompactSliceHistory();  // the bookmark's version is the oldest kept: still good
   api_.EndSliceWatches();
   ASSERT_TRUE(::edgeaccel::testing::Eventually(
       [&] { return api_.resource_slice_watches() == 3 && api_.open_slice_watches() == 1; }));
-  EXPECT_EQ(publisher.status().lists, 1u) << "a bookmark spares a LIST";
+  EXPECT_EQ(publisher->status().lists, 1u) << "a bookmark spares a LIST";
 
   set_.Update({Tpu("0000:03:00.0")});  // our own write: a new version the watch shows us
   ASSERT_TRUE(api_.WaitForResourceSlices(
@@ -392,11 +399,11 @@ TEST_F(SlicePublisherTest, AWatchIsRenewedFromItsVersionAndListedAgainOnlyOn410)
                              {"spec", {{"driver", "other.example.com"}, {"nodeName", "node-2"}}}});
   api_.CompactSliceHistory();  // the view's version is older than the history now
   api_.EndSliceWatches();
-  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return publisher.status().lists == 2; }))
+  ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return publisher->status().lists == 2; }))
       << "410 Expired: listed again";
   ASSERT_TRUE(::edgeaccel::testing::Eventually([&] { return api_.open_slice_watches() == 1; }));
   EXPECT_EQ(api_.resource_slice_writes(), writes + 1) << "only the device change was written";
-  EXPECT_TRUE(publisher.status().last_error.empty()) << publisher.status().last_error;
+  EXPECT_TRUE(publisher->status().last_error.empty()) << publisher->status().last_error;
 }
 
 // A device change is published while the watch stays open: one watch for the publisher's life

@@ -143,6 +143,14 @@ class RegistrationMachineTest : public ::testing::Test {
     ASSERT_TRUE(Machine().registered_kubelet());
   }
 
+  // The registration record says the resource is ours, registered `via` ("": a record that
+  // does not say how), and kubelet A is there.
+  void StartingAfterARecordOfOurs(const std::string& via) {
+    node.record_ours = true;
+    node.record_via = via;
+    node.kubelet = kKubeletA;
+  }
+
   // Serving through the plugin watcher, we wait for an earlier edgeaccel serving on
   // `predecessor`; it exits, and the look that finds it gone comes due (not yet stepped).
   void AnEarlierEdgeaccelOnThePluginWatcherSideGoes(const std::string& predecessor) {
@@ -397,9 +405,7 @@ TEST_F(RegistrationMachineTest, FromThePluginWatcherToKubeletSockWaitsForTheWatc
 
 TEST_F(RegistrationMachineTest, AfterAnEdgeaccelThatUsedThePluginWatcherTheWatcherIsWaitedFor) {
   // The record an earlier edgeaccel left: ours, through the plugin watcher.
-  node.record_ours = true;
-  node.record_via = "plugin-watcher";
-  node.kubelet = kKubeletA;
+  StartingAfterARecordOfOurs("plugin-watcher");
   Step();
   // The record keeps saying "plugin watcher" until the watcher has let go (a restart meanwhile
   // must wait too).
@@ -412,24 +418,19 @@ TEST_F(RegistrationMachineTest, AfterAnEdgeaccelThatUsedThePluginWatcherTheWatch
 }
 
 TEST_F(RegistrationMachineTest, ARecordThatDoesNotSayHowIsTakenForThePluginWatcher) {
-  node.record_ours = true;  // written by an edgeaccel that did not say how it registered
-  node.kubelet = kKubeletA;
+  StartingAfterARecordOfOurs("");  // written by an edgeaccel that did not say how it registered
   Step();
   EXPECT_EQ(node.Done(), "Serve(kubelet); StartWatcherProbe");
 }
 
 TEST_F(RegistrationMachineTest, AfterAnEdgeaccelThatUsedKubeletSockRegistersAtOnce) {
-  node.record_ours = true;
-  node.record_via = "kubelet";
-  node.kubelet = kKubeletA;
+  StartingAfterARecordOfOurs("kubelet");
   Step();
   EXPECT_EQ(node.Done(), "Serve(kubelet); Register(101)");
 }
 
 TEST_F(RegistrationMachineTest, AWatcherThatNeverLooksIsWaitedForAtMostTheProbeTimeout) {
-  node.record_ours = true;
-  node.record_via = "plugin-watcher";
-  node.kubelet = kKubeletA;
+  StartingAfterARecordOfOurs("plugin-watcher");
   EXPECT_EQ(Step(), kT0 + absl::Seconds(5));
   node.Done();
   now = kT0 + absl::Seconds(5);

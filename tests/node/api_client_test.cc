@@ -35,6 +35,8 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::ApiServerConfigFor;
+using ::edgeaccel::testing::HttpsServerTest;
 using ::edgeaccel::testing::ListenInBackground;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::ReadWatch;
@@ -45,14 +47,10 @@ using ::testing::HasSubstr;
 
 constexpr size_t kManyChunksBytes = 4 << 20;
 
-class ApiClientTest : public ::testing::Test {
+class ApiClientTest : public HttpsServerTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "server"));
-    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "other"));
-    std::ofstream(dir_.path() + "/token") << "secret-token\n";
-    server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
-                                                   (dir_.path() + "/server.key").c_str());
+    ASSERT_NO_FATAL_FAILURE(HttpsServerTest::SetUp());
     server_->set_tcp_nodelay(true);  // as Go's server: every answer goes out at once
     // Each connection by its client port: how many the client opened.
     server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
@@ -124,21 +122,7 @@ class ApiClientTest : public ::testing::Test {
       res.status = 201;
       res.set_content(req.get_header_value("Content-Type") + " " + req.body, "text/plain");
     });
-    port_ = server_->bind_to_any_port("127.0.0.1");
-    thread_ = ListenInBackground(*server_);
-  }
-  void TearDown() override {
-    server_->stop();
-    thread_.join();
-  }
-  ApiServerConfig Config(const std::string& ca = "server") {
-    ApiServerConfig config;
-    config.host = "127.0.0.1";
-    config.port = port_;
-    config.ca_file = dir_.path() + "/" + ca + ".crt";
-    config.token_file = dir_.path() + "/token";
-    config.timeout = absl::Seconds(5);
-    return config;
+    Listen();
   }
 
   int connections() {
@@ -146,10 +130,6 @@ class ApiClientTest : public ::testing::Test {
     return static_cast<int>(ports_.size());
   }
 
-  TempDir dir_;
-  std::unique_ptr<httplib::SSLServer> server_;
-  std::thread thread_;
-  int port_ = 0;
   absl::Mutex ports_mu_;
   std::set<int> ports_ ABSL_GUARDED_BY(ports_mu_);
 };
@@ -447,13 +427,9 @@ TEST(ApiClientSilentServerTest, ASilentServerTimesOut) {
 // answers, with a minute left of its timeout), and every later request fails before it connects.
 TEST(ApiClientSilentServerTest, CancelEndsARequestInFlightAndEveryLaterOne) {
   SilentTcpServer silent;
-  ApiServerConfig config;
-  config.host = "127.0.0.1";
-  config.port = silent.port();
-  config.timeout = absl::Minutes(1);
   TempDir dir;
-  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
-  config.ca_file = dir.path() + "/ca.crt";
+  const ApiServerConfig config = ApiServerConfigFor(silent.port(), dir.path(), absl::Minutes(1));
+  ASSERT_FALSE(config.host.empty());
   ApiClient client(config);
   absl::Status in_flight;
   absl::Time ended;

@@ -24,7 +24,7 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::CapturedLog;
-using ::edgeaccel::testing::MakeSelfSignedCertificate;
+using ::edgeaccel::testing::ApiServerConfigFor;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::TempDir;
@@ -190,14 +190,9 @@ TEST(NodeEventRecorderTest, RecordingNeverWaitsForTheApiServer) {
   // request for the whole test (its timeout is far longer), so what Record does with the rest is
   // exact, not a race with the sender.
   SilentTcpServer silent;
-  ApiServerConfig config;
-  config.host = "127.0.0.1";
-  config.port = silent.port();
   TempDir dir;
-  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
-  config.ca_file = dir.path() + "/ca.crt";
-  config.node_name = "node-1";
-  config.timeout = absl::Minutes(10);
+  const ApiServerConfig config = ApiServerConfigFor(silent.port(), dir.path(), absl::Minutes(10));
+  ASSERT_FALSE(config.host.empty());
   NodeEventRecorder::Limits limits;
   limits.queue = 8;
   NodeEventRecorder recorder(config, limits);
@@ -245,13 +240,8 @@ TEST_F(EventsApiTest, TheLabellerAndTheRecorderShareOneWorker) {
 TEST(SharedApiWorkerTest, StopCancelsTheRequestInFlightOfEitherSink) {
   SilentTcpServer silent;
   TempDir dir;
-  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
-  ApiServerConfig config;
-  config.host = "127.0.0.1";
-  config.port = silent.port();
-  config.ca_file = dir.path() + "/ca.crt";
-  config.node_name = "node-1";
-  config.timeout = absl::Minutes(10);
+  const ApiServerConfig config = ApiServerConfigFor(silent.port(), dir.path(), absl::Minutes(10));
+  ASSERT_FALSE(config.host.empty());
   SerialWorker worker("test-api", {.exit_when_idle = true});
   NodeLabeler labeler(config, &worker);
   NodeEventRecorder recorder(config, &worker);

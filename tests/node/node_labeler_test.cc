@@ -21,21 +21,19 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::ApiServerConfigFor;
 using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::HttpsServerTest;
 using ::edgeaccel::testing::ListenInBackground;
 using ::edgeaccel::testing::MakeSelfSignedCertificate;
 using ::edgeaccel::testing::SilentTcpServer;
 using ::edgeaccel::testing::TempDir;
 using ::testing::HasSubstr;
 
-class NodeLabelerTest : public ::testing::Test {
+class NodeLabelerTest : public HttpsServerTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "server"));
-    ASSERT_TRUE(MakeSelfSignedCertificate(dir_.path(), "other"));
-    std::ofstream(dir_.path() + "/token") << "secret-token\n";
-    server_ = std::make_unique<httplib::SSLServer>((dir_.path() + "/server.crt").c_str(),
-                                                   (dir_.path() + "/server.key").c_str());
+    ASSERT_NO_FATAL_FAILURE(HttpsServerTest::SetUp());
     server_->Get("/api/v1/nodes/node-1", [this](const httplib::Request& req, httplib::Response& res) {
       absl::MutexLock lock(&mu_);
       gets_++;
@@ -59,23 +57,13 @@ class NodeLabelerTest : public ::testing::Test {
       if (res.status == 200) node_.merge_patch(nlohmann::json::parse(req.body));
       res.set_content("{}", "application/json");
     });
-    port_ = server_->bind_to_any_port("127.0.0.1");
-    thread_ = ListenInBackground(*server_);
+    Listen();
   }
-  void TearDown() override {
-    server_->stop();
-    thread_.join();
-  }
-  ApiServerConfig Config(const std::string& ca = "server") {
-    ApiServerConfig config;
-    config.host = "127.0.0.1";
-    config.port = port_;
-    config.ca_file = dir_.path() + "/" + ca + ".crt";
-    config.token_file = dir_.path() + "/token";
+  ApiServerConfig Config(const std::string& ca = "server") const {
+    // Its timeout: a request that times out is one more request, and the counts the tests expect
+    // hold only if none does on a loaded machine (TimeoutsAreRetried sets its own).
+    ApiServerConfig config = HttpsServerTest::Config(ca);
     config.node_name = "node-1";
-    // A request that times out is one more request: the counts the tests expect hold only if
-    // none does on a loaded machine (TimeoutsAreRetried sets its own).
-    config.timeout = absl::Seconds(5);
     config.initial_backoff = absl::Milliseconds(20);
     config.max_backoff = absl::Milliseconds(100);
     return config;
@@ -85,10 +73,6 @@ class NodeLabelerTest : public ::testing::Test {
     return bodies_.size();
   }
 
-  TempDir dir_;
-  std::unique_ptr<httplib::SSLServer> server_;
-  std::thread thread_;
-  int port_ = 0;
   absl::Mutex mu_;
   int gets_ = 0;
   std::string auth_, content_type_;
@@ -204,13 +188,8 @@ TEST_F(NodeLabelerTest, TimeoutsAreRetried) {
 TEST(NodeLabelerStopTest, StopDoesNotWaitForAnApiServerThatNeverAnswers) {
   SilentTcpServer silent;
   TempDir dir;
-  ASSERT_TRUE(MakeSelfSignedCertificate(dir.path(), "ca"));
-  ApiServerConfig config;
-  config.host = "127.0.0.1";
-  config.port = silent.port();
-  config.ca_file = dir.path() + "/ca.crt";
-  config.node_name = "node-1";
-  config.timeout = absl::Minutes(1);
+  const ApiServerConfig config = ApiServerConfigFor(silent.port(), dir.path(), absl::Minutes(1));
+  ASSERT_FALSE(config.host.empty());
   NodeLabeler labeler(config);
   labeler.Start();
   labeler.Set({{"nvidia.com/gpu.present", "true"}});
