@@ -66,15 +66,18 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
              kubelet_.Allocatable(kTpu) == 2;
     });
   }
-  // A rollout with maxSurge: 1: the old daemon serves registered `old_mode`, and the new one,
-  // started `new_mode` beside it, has seen it and waits.
+  // A rollout with maxSurge: 1, the kubelet started: the old daemon serves registered
+  // `old_mode`, and the new one, started `new_mode` beside it, has seen it and waits. Returns
+  // just after a pass of the plugin watcher.
   void ARolloutWithMaxSurge(RegistrationMode old_mode, RegistrationMode new_mode,
                             const CapturedLog& log, std::unique_ptr<ResourceRegistrar>* old,
                             std::unique_ptr<ResourceRegistrar>* next) {
+    kubelet_.Start();
     *old = StartRegistrar(&old_tpus_, old_mode);
     ASSERT_TRUE(Served(old_mode == RegistrationMode::kKubelet ? "kubelet" : "plugin-watcher"));
     *next = StartRegistrar(&new_tpus_, new_mode);
     ASSERT_TRUE(Eventually([&] { return log.Contains("an earlier edgeaccel still serves"); }));
+    JustAfterAWatcherPass();
   }
   // Returns just after a pass of the plugin watcher's reconciler: its next one is a whole period
   // away, the longest a late deregistration can be.
@@ -213,10 +216,9 @@ TEST_P(HandoverTest, FromThePluginWatcherToThePluginWatcher) {
 // serves through plugins_registry/, and takes over when the old one goes.
 TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
   CapturedLog log;
-  kubelet_.Start();
   std::unique_ptr<ResourceRegistrar> old, next;
-  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher, RegistrationMode::kKubelet, log, &old, &next));
-  JustAfterAWatcherPass();
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher,
+                                               RegistrationMode::kKubelet, log, &old, &next));
   old.reset();
   ASSERT_TRUE(Served("kubelet"));
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
@@ -232,10 +234,9 @@ TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
 TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePassThatDroppedTheOld) {
   CapturedLog log;
   kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
-  kubelet_.Start();
   std::unique_ptr<ResourceRegistrar> old, next;
-  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher, RegistrationMode::kKubelet, log, &old, &next));
-  JustAfterAWatcherPass();
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher,
+                                               RegistrationMode::kKubelet, log, &old, &next));
   LeavesAndIsReplacedInTheSamePass(old.get());
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
   EXPECT_EQ(next->registrations(), 1u);
@@ -249,10 +250,9 @@ TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePass
 TEST_P(HandoverTest, ARolloutWithMaxSurgeFromKubeletSockToThePluginWatcherRegistersBeforeItsPass) {
   CapturedLog log;
   kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
-  kubelet_.Start();
   std::unique_ptr<ResourceRegistrar> old, next;
-  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kKubelet, RegistrationMode::kPluginWatcher, log, &old, &next));
-  JustAfterAWatcherPass();
+  ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kKubelet,
+                                               RegistrationMode::kPluginWatcher, log, &old, &next));
   const uint64_t pass = kubelet_.ReconcilerPasses();
   old.reset();
   ASSERT_TRUE(Served("kubelet"));

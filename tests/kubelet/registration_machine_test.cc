@@ -473,7 +473,8 @@ TEST_F(RegistrationMachineTest, AfterAnEarlierEdgeaccelOnKubeletSockThePluginWat
   AnEarlierEdgeaccelOnThePluginWatcherSideGoes("/dp/edgeaccel-coral.ai-edgetpu.sock");
   Step();
   EXPECT_EQ(node.Done(),
-            "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock; Register(101)");
+            "Serve(plugin-watcher); Record(ours, plugin-watcher); LinkForKubeletSock; "
+            "Register(101)");
   KubeletAnswers(kKubeletA, true);
   EXPECT_TRUE(Machine().registered_kubelet());
   EXPECT_EQ(Machine().registrations(), 1u);

@@ -125,11 +125,12 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
 
   // Going for good, before Stop(), where the kubelet's plugin watcher registered us and the
   // kubelet's stream is open: stops acting on events, removes our plugins_registry/ socket (and
-  // a handover registration's link in device-plugins/) and keeps serving. The watcher unregisters a removed socket on its next reconciler pass (1 s
-  // loop) by resource name, dropping whichever endpoint holds the name then (up to 1.36): had our
-  // stream ended first, the kubelet would count every device Unhealthy until a successor
-  // registered, and a successor registering through kubelet.sock before that pass would be
-  // dropped by it. True when there is such a deregistration to wait for.
+  // a handover registration's link in device-plugins/) and keeps serving. The watcher
+  // unregisters a removed socket on its next reconciler pass (1 s loop) by resource name,
+  // dropping whichever endpoint holds the name then (up to 1.36): had our stream ended first, the
+  // kubelet would count every device Unhealthy until a successor registered, and a successor
+  // registering through kubelet.sock before that pass would be dropped by it. True when there is
+  // such a deregistration to wait for.
   bool LeavePluginWatcher();
   // After LeavePluginWatcher: waits until the kubelet has ended a stream of ours (the
   // deregistration), or `by`, then ends any other (a handover registration's: its client was
