@@ -28,6 +28,7 @@ using ::edgeaccel::testing::CapturedLog;
 using ::edgeaccel::testing::Eventually;
 using ::edgeaccel::testing::KubeletProfile;
 using ::edgeaccel::testing::KubeletProfileTestName;
+using ::edgeaccel::testing::RegistrarOptionsFor;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
 
@@ -50,12 +51,8 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
     kubelet_.SetReconcilePeriod(absl::Milliseconds(250));
   }
   std::unique_ptr<ResourceRegistrar> StartRegistrar(DeviceSet* set, RegistrationMode mode) {
-    ResourceRegistrar::Options options;
-    options.kubelet_root = kubelet_.root();
-    options.device_plugin_dir = kubelet_.DevicePluginsDir();
-    options.mode = mode;
-    options.max_backoff = absl::Milliseconds(400);
-    auto registrar = std::make_unique<ResourceRegistrar>(options, set);
+    auto registrar =
+        std::make_unique<ResourceRegistrar>(RegistrarOptionsFor(kubelet_, mode), set);
     EXPECT_TRUE(registrar->Start().ok());
     return registrar;
   }

@@ -29,6 +29,7 @@ using ::edgeaccel::testing::KubeletProfile;
 using ::edgeaccel::testing::KubeletProfileTestName;
 using ::edgeaccel::testing::NeighbourKind;
 using ::edgeaccel::testing::NeighbourPlugin;
+using ::edgeaccel::testing::RegistrarOptionsFor;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
 
@@ -57,11 +58,7 @@ class NeighbourhoodTest : public ::testing::TestWithParam<KubeletProfile> {
   std::unique_ptr<ResourceRegistrar> StartRegistrar(
       DeviceSet* set, RegistrationMode mode = RegistrationMode::kKubelet,
       const std::function<void(ResourceRegistrar::Options*)>& adjust = nullptr) {
-    ResourceRegistrar::Options options;
-    options.kubelet_root = kubelet_.root();
-    options.device_plugin_dir = kubelet_.DevicePluginsDir();
-    options.mode = mode;
-    options.max_backoff = absl::Milliseconds(400);
+    ResourceRegistrar::Options options = RegistrarOptionsFor(kubelet_, mode);
     if (adjust) adjust(&options);
     auto registrar = std::make_unique<ResourceRegistrar>(options, set);
     EXPECT_TRUE(registrar->Start().ok());

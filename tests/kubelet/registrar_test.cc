@@ -31,8 +31,9 @@ namespace edgeaccel {
 namespace {
 
 using ::edgeaccel::testing::CapturedLog;
-using ::edgeaccel::testing::IsExtendedResourceName;
 using ::edgeaccel::testing::Eventually;
+using ::edgeaccel::testing::IsExtendedResourceName;
+using ::edgeaccel::testing::RegistrarOptionsFor;
 using ::edgeaccel::testing::TempDir;
 using ::edgeaccel::testing::TestKubelet;
 using ::testing::ElementsAre;
@@ -52,11 +53,7 @@ class RegistrationTest : public ::testing::Test {
   std::unique_ptr<ResourceRegistrar> StartRegistrar(
       RegistrationMode mode,
       const std::function<void(ResourceRegistrar::Options*)>& adjust = nullptr) {
-    ResourceRegistrar::Options options;
-    options.kubelet_root = kubelet_.root();
-    options.device_plugin_dir = kubelet_.DevicePluginsDir();
-    options.mode = mode;
-    options.max_backoff = absl::Milliseconds(400);
+    ResourceRegistrar::Options options = RegistrarOptionsFor(kubelet_, mode);
     options.neighbour_grace = absl::Milliseconds(300);
     if (adjust) adjust(&options);
     auto registrar = std::make_unique<ResourceRegistrar>(options, &set_);
@@ -219,10 +216,7 @@ TEST_F(RegistrationTest, KubeletThatNeverAnswersIsRetriedUntilARealOneComes) {
   const std::string stale = kubelet_.DevicePluginsDir() + "/kubelet.sock";
   ::edgeaccel::testing::MakeStaleSocket(stale);
 
-  ResourceRegistrar::Options options;
-  options.kubelet_root = kubelet_.root();
-  options.device_plugin_dir = kubelet_.DevicePluginsDir();
-  options.mode = RegistrationMode::kKubelet;
+  ResourceRegistrar::Options options = RegistrarOptionsFor(kubelet_, RegistrationMode::kKubelet);
   options.register_timeout = absl::Milliseconds(150);
   options.max_backoff = absl::Milliseconds(200);
   ResourceRegistrar registrar(options, &set_);
@@ -451,12 +445,8 @@ TEST_F(RegistrationTest, AStartWithoutInotifyOrFdsIsRetried) {
   std::unique_ptr<ResourceRegistrar> registrar;
   {
     ::edgeaccel::testing::AllFdsTaken fds;  // every fd this process may open
-    ResourceRegistrar::Options options;
-    options.kubelet_root = kubelet_.root();
-    options.device_plugin_dir = kubelet_.DevicePluginsDir();
-    options.mode = RegistrationMode::kKubelet;
-    options.max_backoff = absl::Milliseconds(400);
-    registrar = std::make_unique<ResourceRegistrar>(options, &set_);  // its inotify fails here
+    registrar = std::make_unique<ResourceRegistrar>(  // its inotify fails here
+        RegistrarOptionsFor(kubelet_, RegistrationMode::kKubelet), &set_);
     EXPECT_TRUE(registrar->Start().ok());
     EXPECT_TRUE(Eventually([&] { return log.Contains("cannot start registration"); }));
     // Retried (every 400 ms here) while the fds stay taken.

@@ -1062,4 +1062,13 @@ absl::Status TestKubelet::PreStartContainer(const std::string& resource,
   return FromGrpc(stub->PreStartContainer(&context, request, &response));
 }
 
+ResourceRegistrar::Options RegistrarOptionsFor(const TestKubelet& kubelet, RegistrationMode mode) {
+  ResourceRegistrar::Options options;
+  options.kubelet_root = kubelet.root();
+  options.device_plugin_dir = kubelet.DevicePluginsDir();
+  options.mode = mode;
+  options.max_backoff = absl::Milliseconds(400);
+  return options;
+}
+
 }  // namespace edgeaccel::testing

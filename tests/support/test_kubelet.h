@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "deviceplugin_v1beta1.grpc.pb.h"
+#include "edgeaccel/kubelet/registrar.h"
 #include "pluginregistration_v1.grpc.pb.h"
 #include "podresources_v1.grpc.pb.h"
 
@@ -295,6 +296,10 @@ class TestKubelet {
   uint64_t reconciler_passes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration reconcile_period_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
 };
+
+// Options for a ResourceRegistrar that reaches `kubelet` (its root and device-plugins/),
+// registering `mode`, with retries no more than 400 ms apart.
+ResourceRegistrar::Options RegistrarOptionsFor(const TestKubelet& kubelet, RegistrationMode mode);
 
 }  // namespace edgeaccel::testing
 
