@@ -60,6 +60,22 @@ class E2eTest : public ::edgeaccel::testing::DaemonTest {
   }
   using DaemonTest::Advertised;
   bool Advertised(int capacity, int allocatable) { return Advertised(kTpu, capacity, allocatable); }
+  // The kubelet started, and another vendor's plugin (built like NVIDIA's) serving coral.ai/edgetpu
+  // with `ids`, its list at the kubelet before the daemon starts (a daemon quicker than the
+  // kubelet's first ListAndWatch answer would register first and step back later: another case).
+  std::unique_ptr<::edgeaccel::testing::NeighbourPlugin> AVendorPluginServesTheTpus(
+      const std::vector<std::string>& ids) {
+    kubelet_.Start();
+    auto other = std::make_unique<::edgeaccel::testing::NeighbourPlugin>(
+        ::edgeaccel::testing::NeighbourKind::kNvidiaLike, kubelet_.DevicePluginsDir(),
+        "vendor-edgetpu.sock", kTpu, ids);
+    [&] {
+      ASSERT_TRUE(other->Start().ok());
+      const int count = static_cast<int>(ids.size());
+      ASSERT_TRUE(Advertised(count, count));
+    }();
+    return other;
+  }
 };
 
 TEST_F(E2eTest, NodeShowsTwoEdgeTpusAndAPodGetsExactlyOne) {
@@ -549,15 +565,8 @@ TEST_F(NodeEventsTest, ARefusedRegistrationIsAWarningOnTheNode) {
 }
 
 TEST_F(NodeEventsTest, LeavingAResourceToAnotherPluginIsAWarningOnTheNode) {
-  kubelet_.Start();
-  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
-                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
-                                              kTpu, {"vendor-tpu-0", "vendor-tpu-1"});
-  ASSERT_TRUE(other.Start().ok());
-  // The kubelet has the neighbour's list before we start (its Register returns before the
-  // kubelet's first ListAndWatch answer lands; a daemon quicker than that would register first
-  // and step back later, which is another test's case).
-  ASSERT_TRUE(Advertised(2, 2));
+  auto other = AVendorPluginServesTheTpus({"vendor-tpu-0", "vendor-tpu-1"});
+  ASSERT_FALSE(HasFatalFailure());
   auto daemon = StartDaemonWithApi();
   nlohmann::json event = api_.WaitForEvent("DevicePluginTakeoverRefused", "vendor-tpu-0");
   ASSERT_FALSE(event.is_null()) << daemon->Log();
@@ -598,12 +607,8 @@ TEST_F(E2eTest, DiscoverBesideTheRunningDaemonSaysItServes) {
 }
 
 TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
-  kubelet_.Start();
-  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
-                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
-                                              kTpu, {"vendor-tpu-0", "vendor-tpu-1"});
-  ASSERT_TRUE(other.Start().ok());
-  ASSERT_TRUE(Advertised(2, 2));
+  auto other = AVendorPluginServesTheTpus({"vendor-tpu-0", "vendor-tpu-1"});
+  ASSERT_FALSE(HasFatalFailure());
   auto daemon = StartDaemon();
   ASSERT_TRUE(daemon->WaitForLog("coral.ai/edgetpu: not registering it: the kubelet lists 2 "
                                  "healthy device(s) of coral.ai/edgetpu (vendor-tpu-0, ...) and "
@@ -645,16 +650,12 @@ TEST_F(E2eTest, AResourceAnotherPluginServesIsLeftToItAndSaidSo) {
 // again (the kubelet refuses, here) /healthz fails, so a liveness probe would act; then it
 // recovers.
 TEST_F(E2eTest, ALostEndpointFailsHealthzUntilRegisteredAgain) {
-  kubelet_.Start();
-  ::edgeaccel::testing::NeighbourPlugin other(::edgeaccel::testing::NeighbourKind::kNvidiaLike,
-                                              kubelet_.DevicePluginsDir(), "vendor-edgetpu.sock",
-                                              kTpu, {"vendor-tpu-0"});
-  ASSERT_TRUE(other.Start().ok());
-  ASSERT_TRUE(Advertised(1, 1));
+  auto other = AVendorPluginServesTheTpus({"vendor-tpu-0"});
+  ASSERT_FALSE(HasFatalFailure());
   auto daemon = StartDaemon({"--take-over=coral.ai/edgetpu"});
   ASSERT_TRUE(Advertised(2, 2)) << daemon->Log();
   kubelet_.RefuseRegistrations("registrations paused for this test");
-  other.Stop();
+  other->Stop();
   ASSERT_TRUE(daemon->WaitForLog("it dropped our endpoint")) << daemon->Log();
   httplib::Client client("127.0.0.1", MetricsPort(*daemon));
   EXPECT_TRUE(Eventually([&] {
