@@ -29,6 +29,12 @@ class CoralTest : public ::testing::Test {
     EXPECT_EQ(devices.size(), 1u);
     return devices.empty() ? Device() : devices[0];
   }
+  // A scan finds one device, Unhealthy for a reason that says `why`.
+  void ExpectTheOneDeviceUnhealthy(const std::string& why) {
+    Device d = ScanSingle();
+    EXPECT_EQ(d.health, Health::kUnhealthy);
+    EXPECT_THAT(d.unhealthy_reason, HasSubstr(why));
+  }
 
   FixtureHost fixture_;
   Host host_{fixture_.root()};
@@ -85,26 +91,20 @@ TEST_F(CoralTest, IgnoresEntriesThatAreNotApexDevices) {
 TEST_F(CoralTest, MissingNodeIsUnhealthy) {
   fixture_.AddCoralPcie({.index = 0});
   fixture_.Remove("/dev/apex_0");
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("device node /dev/apex_0 is missing"));
+  ExpectTheOneDeviceUnhealthy("device node /dev/apex_0 is missing");
 }
 
 TEST_F(CoralTest, NodeThatIsNotACharDeviceIsUnhealthy) {
   fixture_.AddCoralPcie({.index = 0});
   fixture_.Remove("/dev/apex_0");
   fixture_.WriteFile("/dev/apex_0", "");
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("/dev/apex_0 is a regular file, not a character device"));
+  ExpectTheOneDeviceUnhealthy("/dev/apex_0 is a regular file, not a character device");
 }
 
 TEST_F(CoralTest, StaleNodeWithOtherNumbersIsUnhealthy) {
   fixture_.AddCoralPcie({.index = 0});
   fixture_.MakeCharDevice("/dev/apex_0", 120, 5);
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("is 120:5 but the driver registered 120:0"));
+  ExpectTheOneDeviceUnhealthy("is 120:5 but the driver registered 120:0");
 }
 
 TEST_F(CoralTest, DriverStatusOtherThanAliveIsUnhealthy) {
@@ -123,22 +123,16 @@ TEST_F(CoralTest, DriverStatusOtherThanAliveIsUnhealthy) {
 TEST_F(CoralTest, MissingOrUnreadableStatusIsUnhealthy) {
   fixture_.AddCoralPcie({.index = 0});
   fixture_.Remove("/sys/class/apex/apex_0/status");
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("cannot read driver status"));
+  ExpectTheOneDeviceUnhealthy("cannot read driver status");
   // Unreadable (as root, a directory in its place is the reliable way to fail a read).
   fixture_.MakeDirectory("/sys/class/apex/apex_0/status");
-  d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("cannot read driver status"));
+  ExpectTheOneDeviceUnhealthy("cannot read driver status");
 }
 
 TEST_F(CoralTest, OverheatUsesTheDevicesOwnShutdownLineWithHysteresis) {
   fixture_.AddCoralPcie({.index = 0});
   fixture_.SetApexAttribute(0, "temp", "99800\n");
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("temperature 99.80 °C is at or above 99.80 °C"));
+  ExpectTheOneDeviceUnhealthy("temperature 99.80 °C is at or above 99.80 °C");
   // Just under the line: still too hot (2 °C hysteresis).
   fixture_.SetApexAttribute(0, "temp", "98550\n");
   EXPECT_EQ(ScanSingle().health, Health::kUnhealthy);
@@ -196,9 +190,7 @@ TEST_F(CoralTest, UnreadableTemperatureAfterOverheatStaysUnhealthy) {
   fixture_.AddCoralPcie({.index = 0, .temp_mc = 100050});
   EXPECT_EQ(ScanSingle().health, Health::kUnhealthy);
   fixture_.Remove("/sys/class/apex/apex_0/temp");
-  Device d = ScanSingle();
-  EXPECT_EQ(d.health, Health::kUnhealthy);
-  EXPECT_THAT(d.unhealthy_reason, HasSubstr("cannot be read now"));
+  ExpectTheOneDeviceUnhealthy("cannot be read now");
 }
 
 // The kernel removes a TPU's sysfs tree while /sys/class/apex still lists it (or the other way
