@@ -66,9 +66,12 @@ class HandoverTest : public ::testing::TestWithParam<KubeletProfile> {
   // A rollout with maxSurge: 1, the kubelet started: the old daemon serves registered
   // `old_mode`, and the new one, started `new_mode` beside it, has seen it and waits. Returns
   // just after a pass of the plugin watcher.
+  // `watcher_period`: the plugin watcher's reconciler period from then on.
   void ARolloutWithMaxSurge(RegistrationMode old_mode, RegistrationMode new_mode,
                             const CapturedLog& log, std::unique_ptr<ResourceRegistrar>* old,
-                            std::unique_ptr<ResourceRegistrar>* next) {
+                            std::unique_ptr<ResourceRegistrar>* next,
+                            absl::Duration watcher_period = absl::Milliseconds(250)) {
+    kubelet_.SetReconcilePeriod(watcher_period);
     kubelet_.Start();
     *old = StartRegistrar(&old_tpus_, old_mode);
     ASSERT_TRUE(Served(old_mode == RegistrationMode::kKubelet ? "kubelet" : "plugin-watcher"));
@@ -230,10 +233,10 @@ TEST_P(HandoverTest, ARolloutWithMaxSurgeFromThePluginWatcherToKubeletSock) {
 // 2.0 s on the real 1.36.2).
 TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePassThatDroppedTheOld) {
   CapturedLog log;
-  kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
   std::unique_ptr<ResourceRegistrar> old, next;
   ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kPluginWatcher,
-                                               RegistrationMode::kKubelet, log, &old, &next));
+                                               RegistrationMode::kKubelet, log, &old, &next,
+                                               absl::Seconds(1)));
   LeavesAndIsReplacedInTheSamePass(old.get());
   EveryPodIsAdmittedUntilTheWatcherHasPassedTwice();
   EXPECT_EQ(next->registrations(), 1u);
@@ -246,10 +249,10 @@ TEST_P(HandoverTest, ARolloutFromThePluginWatcherToKubeletSockRegistersInThePass
 // watcher's registration then replaces that client; the kubelet.sock stream stays open.
 TEST_P(HandoverTest, ARolloutWithMaxSurgeFromKubeletSockToThePluginWatcherRegistersBeforeItsPass) {
   CapturedLog log;
-  kubelet_.SetReconcilePeriod(absl::Seconds(1));  // loopSleepDuration
   std::unique_ptr<ResourceRegistrar> old, next;
   ASSERT_NO_FATAL_FAILURE(ARolloutWithMaxSurge(RegistrationMode::kKubelet,
-                                               RegistrationMode::kPluginWatcher, log, &old, &next));
+                                               RegistrationMode::kPluginWatcher, log, &old, &next,
+                                               absl::Seconds(1)));
   const uint64_t pass = kubelet_.ReconcilerPasses();
   old.reset();
   ASSERT_TRUE(Served("kubelet"));
