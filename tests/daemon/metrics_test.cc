@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "captured_log.h"
 #include "fixture_host.h"
 #include "serving_thread.h"
 
@@ -20,6 +21,7 @@ namespace edgeaccel {
 namespace {
 
 using ::testing::HasSubstr;
+using ::edgeaccel::testing::Occurrences;
 using ::edgeaccel::testing::ServingThread;
 using ::edgeaccel::testing::Threads;
 using ::edgeaccel::testing::ThreadsCalled;
@@ -267,12 +269,7 @@ TEST(MetricsTest, DraDevicesHaveTheDevicePluginsSeriesAndTheDriverItsState) {
   DeviceSet usb("coral.ai/edgetpu");
   PluginCounters usb_counters;
   const std::string both = RenderMetrics({TpuMetrics(&usb, &usb_counters)}, nullptr, {driver});
-  size_t families = 0;
-  for (size_t at = both.find("# TYPE edgeaccel_device_healthy "); at != std::string::npos;
-       at = both.find("# TYPE edgeaccel_device_healthy ", at + 1)) {
-    ++families;
-  }
-  EXPECT_EQ(families, 1u);
+  EXPECT_EQ(Occurrences(both, "# TYPE edgeaccel_device_healthy "), 1u);
   EXPECT_THAT(both, HasSubstr("edgeaccel_device_healthy{resource=\"coral.ai/edgetpu\",device=\"0000:03:00.0\","
                               "api=\"device-plugin\"} 0\n"));
   EXPECT_THAT(both, HasSubstr("edgeaccel_device_healthy{" + hot + "} 0\n"));

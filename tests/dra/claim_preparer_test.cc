@@ -40,6 +40,31 @@ constexpr char kDriver[] = "edgetpu.edgeaccel.io";
 constexpr char kUid[] = "0d7ab0a2-6c3f-4b8e-9f11-2b7c1c9a0e01";
 
 // Two Edge TPUs on a fixture host, their device set, and claims the "API server" (a map) holds.
+// A preparer's options for `driver`'s pool on node-1, writing CDI specs to `cdi_dir` and its
+// checkpoint to `state_dir`, reading claims with `fetch_claim`.
+ClaimPreparer::Options NodeOneOptions(const std::string& driver, const std::string& cdi_dir,
+                                      const std::string& state_dir,
+                                      decltype(ClaimPreparer::Options::fetch_claim) fetch_claim) {
+  ClaimPreparer::Options options;
+  options.fetch_claim = std::move(fetch_claim);
+  options.driver = driver;
+  options.pool = "node-1";
+  options.cdi_dir = cdi_dir;
+  options.state_dir = state_dir;
+  return options;
+}
+
+// What the API server answers for claim `name`, stored under `key`: its JSON, or NotFound once
+// it is gone.
+absl::StatusOr<std::string> StoredClaim(const std::map<std::string, json>& claims,
+                                        const std::string& key, const std::string& name) {
+  auto it = claims.find(key);
+  if (it == claims.end()) {
+    return absl::NotFoundError("ResourceClaim " + name + " does not exist (any more)");
+  }
+  return it->second.dump();
+}
+
 class ClaimPreparerTest : public ::testing::Test {
  protected:
   ClaimPreparerTest() : host_(fixture_.root()), discoverer_(&host_, CoralHealthPolicy{}) {
@@ -55,19 +80,11 @@ class ClaimPreparerTest : public ::testing::Test {
   }
 
   ClaimPreparer::Options Options() {
-    ClaimPreparer::Options options;
-    options.driver = kDriver;
-    options.pool = "node-1";
-    options.cdi_dir = cdi_.path();
-    options.state_dir = state_.path();
-    options.fetch_claim = [this](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+    return NodeOneOptions(kDriver, cdi_.path(), state_.path(), [this](const ClaimRef& claim) {
       absl::MutexLock lock(&api_mu_);
       ++fetches_;
-      auto it = api_.find(claim.namespace_name + "/" + claim.name);
-      if (it == api_.end()) return absl::NotFoundError("ResourceClaim " + claim.name + " does not exist (any more)");
-      return it->second.dump();
-    };
-    return options;
+      return StoredClaim(api_, claim.namespace_name + "/" + claim.name, claim.name);
+    });
   }
 
   std::unique_ptr<ClaimPreparer> MakePreparer() { return MakePreparer(Options()); }
@@ -798,18 +815,10 @@ class SharedGpuClaimPreparerTest : public ::testing::Test {
   }
 
   ClaimPreparer::Options Options() {
-    ClaimPreparer::Options options;
-    options.driver = kGpuDriver;
-    options.pool = "node-1";
-    options.cdi_dir = cdi_.path();
-    options.state_dir = state_.path();
-    options.fetch_claim = [this](const ClaimRef& claim) -> absl::StatusOr<std::string> {
+    return NodeOneOptions(kGpuDriver, cdi_.path(), state_.path(), [this](const ClaimRef& claim) {
       absl::MutexLock lock(&api_mu_);
-      auto it = api_.find(claim.name);
-      if (it == api_.end()) return absl::NotFoundError("ResourceClaim " + claim.name + " does not exist (any more)");
-      return it->second.dump();
-    };
-    return options;
+      return StoredClaim(api_, claim.name, claim.name);
+    });
   }
   std::unique_ptr<ClaimPreparer> MakePreparer() {
     auto preparer = std::make_unique<ClaimPreparer>(Options(), &set_);

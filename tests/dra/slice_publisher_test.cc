@@ -14,6 +14,7 @@ namespace edgeaccel {
 namespace {
 
 using nlohmann::json;
+using testing::Occurrences;
 using testing::TestApiServer;
 
 constexpr char kDriver[] = "edgetpu.edgeaccel.io";
@@ -159,13 +160,7 @@ TEST_F(SlicePublisherTest, WhereTheApiServerDropsTaintsUnhealthyDevicesAreLeftOu
   set_.Update({HotTpu("0000:03:00.0"), HotTpu("0000:04:00.0")});
   ASSERT_TRUE(ReconcileOnce(publisher).ok());
   EXPECT_TRUE(Ours()[0]["spec"]["devices"].empty());
-  const std::string text = log.Text();
-  size_t said = 0;
-  for (size_t at = text.find("does not keep device taints"); at != std::string::npos;
-       at = text.find("does not keep device taints", at + 1)) {
-    ++said;
-  }
-  EXPECT_EQ(said, 1u) << text;
+  EXPECT_EQ(Occurrences(log.Text(), "does not keep device taints"), 1u) << log.Text();
 }
 
 // Taints are tried again as the watch is renewed: an API server whose gate is turned on later gets

@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
+#include "captured_log.h"
 #include "daemon_process.h"
 #include "daemon_test.h"
 #include "edgeaccel/discovery/resource_names.h"
@@ -32,6 +33,7 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::Occurrences;
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
@@ -476,9 +478,7 @@ TEST_P(SinkDirectoryTest, OneClearLineDevicesServedAndTheRetryLandsTheFile) {
   ASSERT_TRUE(daemon->WaitForLog(c.log)) << daemon->Log();
   absl::SleepFor(absl::Milliseconds(1500));  // past the first retry
   const std::string log = daemon->Log();
-  size_t lines = 0;
-  for (size_t at = log.find(c.log); at != std::string::npos; at = log.find(c.log, at + 1)) ++lines;
-  EXPECT_EQ(lines, 1u) << "one line, not one per retry:\n" << log;
+  EXPECT_EQ(Occurrences(log, c.log), 1u) << "one line, not one per retry:\n" << log;
   EXPECT_TRUE(kubelet_.Allocate(kTpu, {"0000:03:00.0"}).ok());
 
   // Fixed: the file appears without any device change.

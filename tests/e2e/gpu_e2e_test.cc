@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 
+#include "captured_log.h"
 #include "daemon_process.h"
 #include "nlohmann/json.hpp"
 #include "daemon_test.h"
@@ -32,6 +33,7 @@
 namespace edgeaccel {
 namespace {
 
+using ::edgeaccel::testing::Occurrences;
 using ::edgeaccel::testing::CommandResult;
 using ::edgeaccel::testing::DaemonProcess;
 using ::edgeaccel::testing::Eventually;
@@ -485,12 +487,7 @@ TEST_F(GpuE2eTest, WithoutNvmlTheGpuIsServedAndTheLogSaysWhyOnce) {
   })) << daemon_->Log();
   absl::SleepFor(absl::Milliseconds(1500));  // looks again in 1 s, 2 s, ...: said once
   const std::string log = daemon_->Log();
-  size_t said = 0;
-  for (size_t at = log.find("NVML is not available"); at != std::string::npos;
-       at = log.find("NVML is not available", at + 1)) {
-    ++said;
-  }
-  EXPECT_EQ(said, 1u) << log;
+  EXPECT_EQ(Occurrences(log, "NVML is not available"), 1u) << log;
 }
 
 TEST_F(GpuE2eTest, UsbCoralBecomesAllocatableWhenItsFirmwareLoads) {

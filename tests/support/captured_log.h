@@ -12,6 +12,13 @@
 
 namespace edgeaccel::testing {
 
+// How many times `what` stands in `text` (a daemon's log, a metrics page).
+inline size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
+
 // Captures every line logged while it exists, as "SEVERITY: message".
 class CapturedLog : public google::LogSink {
  public:
