@@ -1,6 +1,5 @@
 #include "edgeaccel/inventory/host_watcher.h"
 
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -20,7 +19,8 @@
 
 namespace edgeaccel {
 
-HostWatcher::HostWatcher(const Host* host, Options options) : host_(host), options_(options) {}
+HostWatcher::HostWatcher(const Host* host, Options options)
+    : host_(host), options_(options), loop_("ea-hostwatch") {}
 
 HostWatcher::~HostWatcher() { Stop(); }
 
@@ -92,13 +92,12 @@ void HostWatcher::RequestRescan(const Discoverer* discoverer) {
 }
 
 absl::Status HostWatcher::Start() {
-  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   {
     absl::MutexLock lock(&rescan_mu_);
     rescan_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
-  if (stop_fd_ < 0 || epoll_fd_ < 0 || rescan_fd_ < 0) {
+  if (epoll_fd_ < 0 || rescan_fd_ < 0) {
     return absl::InternalError(absl::StrCat("cannot set up epoll: ", strerror(errno)));
   }
   settle_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -122,7 +121,7 @@ absl::Status HostWatcher::Start() {
   for (size_t f = 0; f < families_.size(); ++f) {
     if (families_[f].inputs != nullptr) families_[f].inputs->WakeThrough(epoll_fd_, kInputsTag | f);
   }
-  for (int fd : {watcher_.fd(), uevents_.fd(), settle_fd_, stop_fd_, rescan_fd_}) {
+  for (int fd : {watcher_.fd(), uevents_.fd(), settle_fd_, rescan_fd_}) {
     if (fd < 0) continue;
     struct epoll_event ev = {};
     ev.events = EPOLLIN;
@@ -138,18 +137,15 @@ absl::Status HostWatcher::Start() {
                 << "; watching for devices to appear";
     }
   }
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "ea-hostwatch");  // visible in top -H and the benchmark
-    Run();
-  });
+  loop_.Add(this);  // its thread ("ea-hostwatch", as top -H and the benchmark show it) starts
+  started_ = true;
   return absl::OkStatus();
 }
 
 void HostWatcher::Stop() {
-  if (thread_.joinable()) {
-    uint64_t one = 1;
-    (void)!write(stop_fd_, &one, sizeof(one));
-    thread_.join();
+  if (started_) {
+    loop_.Remove(this);  // no step runs from here on
+    started_ = false;
   }
   // Only while started: a second Stop (the destructor's) may come after the discoverers are gone.
   if (epoll_fd_ >= 0) {
@@ -157,7 +153,7 @@ void HostWatcher::Stop() {
       if (family.inputs != nullptr) family.inputs->WakeThrough(-1, 0);
     }
   }
-  for (int* fd : {&settle_fd_, &stop_fd_, &epoll_fd_}) {
+  for (int* fd : {&settle_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
@@ -186,91 +182,79 @@ void HostWatcher::ArmWatches() {
   watcher_.Arm(directories);
 }
 
-int HostWatcher::SleepMs(std::chrono::steady_clock::time_point next_probe,
-                         std::chrono::steady_clock::time_point next_look) const {
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point wake = Clock::time_point::max();
-  if (options_.probe_interval > absl::ZeroDuration()) wake = next_probe;
-  if (!watcher_.complete()) wake = std::min(wake, next_look);
-  if (wake == Clock::time_point::max()) return -1;
-  const Clock::duration left = wake - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  // Rounded up: epoll_wait never returns before its timeout, so the wake-up finds it due.
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return static_cast<int>(std::min<int64_t>(ms, 24 * 3600 * 1000));
+PollLoop::Fds HostWatcher::WaitFds() { return {epoll_fd_, -1, -1, -1}; }
+
+absl::Time HostWatcher::Step(const PollLoop::Events& ready) {
+  const absl::Time now = absl::Now();
+  if (next_probe_ == absl::InfinitePast()) {  // the first step, when added
+    next_probe_ = now + options_.probe_interval;
+    next_look_ = now + kLookInterval;
+  }
+  if (ready[0] != 0) HandleEvents();
+  if (!watcher_.complete() && now >= next_look_) {
+    if (!watcher_.ok() && watcher_.Open()) {
+      struct epoll_event ev = {};
+      ev.events = EPOLLIN;
+      ev.data.fd = watcher_.fd();
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watcher_.fd(), &ev);
+      LOG(INFO) << "inotify is available again: device nodes are watched";
+    }
+    ArmWatches();
+    ScanAll();
+    next_look_ = now + kLookInterval;
+  }
+  const bool probing = options_.probe_interval > absl::ZeroDuration();
+  if (probing && now >= next_probe_) {
+    Probe();
+    // On the same beat; a probe late by more than an interval (a stopped process) counts from
+    // now rather than running the missed ones back to back.
+    next_probe_ += options_.probe_interval;
+    if (next_probe_ <= now) next_probe_ = now + options_.probe_interval;
+  }
+  absl::Time wake = probing ? next_probe_ : absl::InfiniteFuture();
+  if (!watcher_.complete()) wake = std::min(wake, next_look_);
+  return wake;
 }
 
-void HostWatcher::Run() {
-  using Clock = std::chrono::steady_clock;
-  const Clock::duration probe_interval =
-      std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(options_.probe_interval));
-  Clock::time_point next_probe = Clock::now() + probe_interval;
-  // While some directory cannot be watched (inotify watches used up), everything is looked at
-  // every second instead of missing a device.
-  constexpr Clock::duration kLookInterval = std::chrono::seconds(1);
-  Clock::time_point next_look = Clock::now() + kLookInterval;
+void HostWatcher::HandleEvents() {
   struct epoll_event events[8];
-  while (true) {
-    int n = epoll_wait(epoll_fd_, events, 8, SleepMs(next_probe, next_look));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      LOG(ERROR) << "epoll_wait failed: " << strerror(errno) << "; device watching stopped";
-      return;
+  const int n = epoll_wait(epoll_fd_, events, 8, 0);
+  if (n < 0) {
+    if (errno != EINTR) LOG(ERROR) << "epoll_wait failed: " << strerror(errno);
+    return;
+  }
+  // First what the families' probe inputs reported: a probe due in this batch reads their
+  // queues (and only theirs).
+  for (int i = 0; i < n; ++i) {
+    if ((events[i].data.u64 & kInputsTag) != 0) {
+      families_[events[i].data.u64 & ~kInputsTag].inputs->EventsReady();
     }
-    // First what the families' probe inputs reported: a probe due in this batch reads their
-    // queues (and only theirs).
-    for (int i = 0; i < n; ++i) {
-      if ((events[i].data.u64 & kInputsTag) != 0) {
-        families_[events[i].data.u64 & ~kInputsTag].inputs->EventsReady();
+  }
+  for (int i = 0; i < n; ++i) {
+    if ((events[i].data.u64 & kInputsTag) != 0) continue;
+    const int fd = events[i].data.fd;
+    if (fd == settle_fd_) {
+      // Re-armed by a change handled earlier in this batch: not due yet.
+      uint64_t expirations;
+      if (read(settle_fd_, &expirations, sizeof(expirations)) != sizeof(expirations)) continue;
+      absl::flat_hash_set<size_t> settling = std::move(settling_);
+      settling_.clear();
+      for (size_t f : settling) Rescan(f);
+    } else if (fd == rescan_fd_) {
+      uint64_t requests;
+      (void)!read(rescan_fd_, &requests, sizeof(requests));
+      absl::flat_hash_set<size_t> requested;
+      {
+        absl::MutexLock lock(&rescan_mu_);
+        requested.swap(rescan_requested_);
       }
-    }
-    for (int i = 0; i < n; ++i) {
-      if ((events[i].data.u64 & kInputsTag) != 0) continue;
-      const int fd = events[i].data.fd;
-      if (fd == stop_fd_) return;
-      if (fd == settle_fd_) {
-        // Re-armed by a change handled earlier in this batch: not due yet.
-        uint64_t expirations;
-        if (read(settle_fd_, &expirations, sizeof(expirations)) != sizeof(expirations)) continue;
-        absl::flat_hash_set<size_t> settling = std::move(settling_);
-        settling_.clear();
-        for (size_t f : settling) Rescan(f);
-      } else if (fd == rescan_fd_) {
-        uint64_t requests;
-        (void)!read(rescan_fd_, &requests, sizeof(requests));
-        absl::flat_hash_set<size_t> requested;
-        {
-          absl::MutexLock lock(&rescan_mu_);
-          requested.swap(rescan_requested_);
-        }
-        for (size_t f : requested) Rescan(f);
-      } else if (fd == watcher_.fd()) {
-        HandleInotify();
-        events_handled_.fetch_add(1);
-      } else if (fd == uevents_.fd()) {
-        HandleUevents();
-        events_handled_.fetch_add(1);
-      }
-    }
-    const Clock::time_point now = Clock::now();
-    if (!watcher_.complete() && now >= next_look) {
-      if (!watcher_.ok() && watcher_.Open()) {
-        struct epoll_event ev = {};
-        ev.events = EPOLLIN;
-        ev.data.fd = watcher_.fd();
-        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watcher_.fd(), &ev);
-        LOG(INFO) << "inotify is available again: device nodes are watched";
-      }
-      ArmWatches();
-      ScanAll();
-      next_look = now + kLookInterval;
-    }
-    if (options_.probe_interval > absl::ZeroDuration() && now >= next_probe) {
-      Probe();
-      // On the same beat; a probe late by more than an interval (a stopped process) counts from
-      // now rather than running the missed ones back to back.
-      next_probe += probe_interval;
-      if (next_probe <= now) next_probe = now + probe_interval;
+      for (size_t f : requested) Rescan(f);
+    } else if (fd == watcher_.fd()) {
+      HandleInotify();
+      events_handled_.fetch_add(1);
+    } else if (fd == uevents_.fd()) {
+      HandleUevents();
+      events_handled_.fetch_add(1);
     }
   }
 }

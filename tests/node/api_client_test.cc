@@ -30,6 +30,7 @@
 #include "edgeaccel/host/poll_loop.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "https_server_test.h"
 #include "test_api_server.h"
 
 namespace edgeaccel {

@@ -16,6 +16,7 @@
 #include "daemon_process.h"
 #include "eventually.h"
 #include "fixture_host.h"
+#include "https_server_test.h"
 #include "test_api_server.h"
 
 namespace edgeaccel {

@@ -67,8 +67,6 @@
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/base/thread_annotations.h"
@@ -98,25 +96,6 @@ bool MakeSelfSignedCertificate(const std::string& dir, const std::string& name,
 // made in `dir` (ca.crt; a server that never answers needs no certificate of its own) and
 // `timeout`. Its host is empty where openssl failed.
 ApiServerConfig ApiServerConfigFor(int port, const std::string& dir, absl::Duration timeout);
-
-// A fixture for clients of an HTTPS API server written in the test: in a temporary directory a
-// self-signed "server" certificate (the server's, and the CA a client trusts), an "other" one (a
-// CA that does not match) and a token file ("secret-token"). SetUp makes them and the server; a
-// test's SetUp then adds its handlers and calls Listen(). TearDown stops the server.
-class HttpsServerTest : public ::testing::Test {
- protected:
-  void SetUp() override;
-  void TearDown() override;
-  // Binds any port of 127.0.0.1 and serves in the background.
-  void Listen();
-  // What reaches the server, trusting the CA `ca` (its .crt in the directory), with the token.
-  ApiServerConfig Config(const std::string& ca = "server") const;
-
-  TempDir dir_;
-  std::unique_ptr<httplib::SSLServer> server_;
-  std::thread thread_;
-  int port_ = 0;
-};
 
 // Runs the accept loop of `server` (bound already) on a new thread, and returns that thread once
 // the loop runs. Before that, httplib's stop() does nothing, and a server stopped that early

@@ -15,19 +15,19 @@
 // (`settle`): the kernel removes a device node before the sysfs directory that describes it, and
 // adds it after, so the first look can catch a device half-gone.
 //
-// One thread sleeps in epoll on the inotify fd, the uevent socket, a timerfd for the settle look,
-// an eventfd to stop and each family's probe inputs' inotify instance (reported once per event,
-// so a probe reads the queue only of a family that has one), until the next probe is due (the
-// epoll timeout). Directories that do not exist yet (driver not loaded) are covered by watching
-// their nearest existing ancestor. When idle the thread wakes only for the probe interval.
+// One PollLoop thread of its own ("ea-hostwatch": hot-plug must not wait behind the daemon's
+// shared loop, whose steps can take a neighbour look's budget) waits on one epoll set: the
+// inotify fd, the uevent socket, a timerfd for the settle look, RequestRescan's eventfd and each
+// family's probe inputs' inotify instance (reported once per event, so a probe reads the queue
+// only of a family that has one), until the next probe is due (the loop's wake time).
+// Directories that do not exist yet (driver not loaded) are covered by watching their nearest
+// existing ancestor. When idle the thread wakes only for the probe interval.
 #ifndef EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 #define EDGEACCEL_INVENTORY_HOST_WATCHER_H_
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,12 +38,13 @@
 #include "edgeaccel/discovery/discoverer.h"
 #include "edgeaccel/host/directory_watcher.h"
 #include "edgeaccel/host/host.h"
+#include "edgeaccel/host/poll_loop.h"
 #include "edgeaccel/host/uevent_socket.h"
 #include "edgeaccel/inventory/device_set.h"
 
 namespace edgeaccel {
 
-class HostWatcher {
+class HostWatcher : private PollLoop::Member {
  public:
   struct Options {
     // How often devices are probed for what inotify cannot tell (temperature, driver status).
@@ -106,11 +107,16 @@ class HostWatcher {
     std::string name_prefix;
   };
 
-  void Run();
-  // How long the next epoll_wait may sleep (ms; -1: until an event): to the next probe, or to the
-  // next look while some directory cannot be watched.
-  int SleepMs(std::chrono::steady_clock::time_point next_probe,
-              std::chrono::steady_clock::time_point next_look) const;
+  // While some directory cannot be watched (inotify watches used up), everything is looked at
+  // this often instead of missing a device.
+  static constexpr absl::Duration kLookInterval = absl::Seconds(1);
+
+  // PollLoop::Member, on the loop's thread: the epoll set's events, then the look and the probe
+  // when due. Returns when the next is due.
+  PollLoop::Fds WaitFds() override;
+  absl::Time Step(const PollLoop::Events& ready) override;
+  // Reads the epoll set (without waiting) and acts on what it reports.
+  void HandleEvents();
   void Rescan(size_t family);
   // The probe tick: scans the families whose inputs changed, or all of them while some
   // directory is not watched (then not every device node change is announced).
@@ -133,12 +139,15 @@ class HostWatcher {
   absl::flat_hash_set<std::string> silent_logged_;  // directories we said we would not watch
   absl::flat_hash_set<size_t> settling_;            // families due for the second look
   int settle_fd_ = -1;
-  int stop_fd_ = -1;
   int rescan_fd_ = -1;  // RequestRescan's wake-up
   int epoll_fd_ = -1;
   absl::Mutex rescan_mu_;
   absl::flat_hash_set<size_t> rescan_requested_ ABSL_GUARDED_BY(rescan_mu_);
-  std::thread thread_;
+  // The loop thread's own.
+  absl::Time next_probe_ = absl::InfinitePast();
+  absl::Time next_look_ = absl::InfinitePast();
+  PollLoop loop_;
+  bool started_ = false;  // Start() to Stop(), on the caller's thread
   std::atomic<uint64_t> scans_{0};
   std::atomic<uint64_t> probes_{0};
   std::atomic<uint64_t> events_handled_{0};
