@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "serving_thread.h"
 
@@ -102,17 +103,23 @@ TEST(HttpEndpointTest, HealthzIsAnsweredWhileMetricsIsScrapedHard) {
   for (int i = 0; i < 20; ++i) silent.push_back(Dial(endpoint.port()));
   std::atomic<bool> stop{false};
   std::atomic<int> scrapes{0};
+  std::atomic<int> scraping{0};  // scrapers that have had an answer
   std::vector<std::thread> scrapers;
   for (int i = 0; i < 8; ++i) {
     scrapers.emplace_back([&] {
       httplib::Client client("127.0.0.1", endpoint.port());
       client.set_keep_alive(true);
+      bool answered = false;
       while (!stop.load()) {
-        if (client.Get("/metrics")) scrapes++;
+        if (!client.Get("/metrics")) continue;
+        scrapes++;
+        if (!answered) scraping++;
+        answered = true;
       }
     });
   }
-  absl::SleepFor(absl::Milliseconds(100));
+  // The probes below go in while every scraper keeps a connection busy.
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return scraping.load() == 8; }));
   httplib::Client probe("127.0.0.1", endpoint.port());
   probe.set_connection_timeout(1, 0);
   probe.set_read_timeout(1, 0);

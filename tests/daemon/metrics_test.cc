@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "captured_log.h"
+#include "eventually.h"
 #include "fixture_host.h"
 #include "serving_thread.h"
 
@@ -159,18 +160,24 @@ TEST(MetricsTest, HealthzIsAnsweredBesideKeepAliveScrapers) {
   ASSERT_TRUE(server.Listen().ok());
   ServingThread serving(server, "ea-metrics");
   std::atomic<bool> stop{false};
+  std::atomic<int> scraping{0};  // scrapers whose kept-alive connection has had an answer
   std::vector<std::thread> scrapers;
   for (int i = 0; i < 2; ++i) {
     scrapers.emplace_back([&] {
       httplib::Client client("127.0.0.1", server.port());
       client.set_keep_alive(true);
+      bool answered = false;
       while (!stop.load()) {
-        client.Get("/metrics");
+        if (client.Get("/metrics") && !answered) {
+          answered = true;
+          scraping++;
+        }
         absl::SleepFor(absl::Milliseconds(300));  // a scrape interval, the connection kept
       }
     });
   }
-  absl::SleepFor(absl::Milliseconds(200));
+  // The probes below go in while both scrapers hold their connections open.
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return scraping.load() == 2; }));
   httplib::Client probe("127.0.0.1", server.port());
   probe.set_connection_timeout(1, 0);
   probe.set_read_timeout(1, 0);
