@@ -49,6 +49,14 @@ std::string PrivateSocketPath(const std::string& path) {
   return private_path.size() < sizeof(sockaddr_un::sun_path) ? private_path : path;
 }
 
+// Makes `path` a hard link to the socket gRPC listens on at `listen_path`.
+absl::Status LinkSocket(const std::string& listen_path, const std::string& path) {
+  if (link(listen_path.c_str(), path.c_str()) == 0) return absl::OkStatus();
+  const int error = errno;
+  return absl::UnavailableError(
+      absl::StrCat("cannot link ", path, " to ", listen_path, ": ", strerror(error)));
+}
+
 // Removes the private sockets of `path` that nobody answers on: left by a process that died (or
 // by this pid in an earlier life).
 void RemoveStalePrivateSockets(const std::string& path) {
@@ -141,10 +149,10 @@ absl::Status PluginServer::Start() {
   // Only root (the kubelet) may connect: device plugin sockets hand out device access. Set
   // before the kubelet can see the socket, through the link.
   chmod(listen_path.c_str(), 0600);
-  if (listen_path != socket_path_ && link(listen_path.c_str(), socket_path_.c_str()) != 0) {
-    const int error = errno;
-    return undo(absl::UnavailableError(absl::StrCat("cannot link ", socket_path_, " to ", listen_path,
-                                                    ": ", strerror(error))));
+  if (listen_path != socket_path_) {
+    if (absl::Status linked = LinkSocket(listen_path, socket_path_); !linked.ok()) {
+      return undo(linked);
+    }
   }
   loop_ = std::make_unique<CompletionLoop>(std::move(cq), "ea-grpc");
   service_->Serve(device_plugin_grpc_.get(), loop_.get());
@@ -166,11 +174,7 @@ absl::Status PluginServer::LinkAlso(const std::string& path) {
   }
   absl::Status free = FreeSocketPath(path, "remove it");
   if (!free.ok()) return free;
-  if (link(listen_path_.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    return absl::UnavailableError(
-        absl::StrCat("cannot link ", path, " to ", listen_path_, ": ", strerror(error)));
-  }
+  if (absl::Status linked = LinkSocket(listen_path_, path); !linked.ok()) return linked;
   also_path_ = path;
   return absl::OkStatus();
 }

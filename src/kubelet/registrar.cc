@@ -191,15 +191,7 @@ void ResourceRegistrar::WaitForTheWatcherToLetGo(absl::Time by) {
   LOG(INFO) << resource << ": the kubelet's plugin watcher unregistered us after "
             << absl::FormatDuration(absl::Now() - start);
   const std::string path = server->socket_path();
-  if (server->OpenStreams() > 0) {
-    // Taken out first: registered() and the like read the server under mu_ meanwhile.
-    std::unique_ptr<PluginServer> stopping;
-    {
-      absl::MutexLock lock(&mu_);
-      stopping = std::move(server_);
-    }
-    stopping->Stop();
-  }
+  if (server->OpenStreams() > 0) StopServing();  // the other stream ends
   // A successor on our former path, a WatcherProbe or a server of its own, is waiting for exactly
   // this.
   TellWatcherLetGo(path, absl::Milliseconds(250));
@@ -236,9 +228,8 @@ bool ResourceRegistrar::registered() const {
   absl::MutexLock lock(&mu_);
   if (server_ == nullptr || !server_->SocketPresent()) return false;
   // Through the plugin watcher, a handover registration through kubelet.sock counts too.
-  return server_mode_ == RegistrationMode::kPluginWatcher
-             ? watcher_service_.registered() || machine_.registered_kubelet()
-             : machine_.registered_kubelet();
+  return machine_.registered_kubelet() ||
+         (server_mode_ == RegistrationMode::kPluginWatcher && watcher_service_.registered());
 }
 
 uint64_t ResourceRegistrar::registrations() const {
@@ -346,6 +337,13 @@ void ResourceRegistrar::CancelRegister() {
   if (call_ != nullptr) call_->Cancel();
 }
 
+void ResourceRegistrar::OurSocketPaths(std::string* serving_on, std::string* also) const {
+  absl::MutexLock lock(&mu_);
+  if (server_ == nullptr) return;
+  *serving_on = server_->socket_path();
+  *also = server_->also_path();
+}
+
 NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
   NeighbourQuery query;
   query.resource = set_->resource_name();
@@ -353,13 +351,7 @@ NeighbourQuery ResourceRegistrar::NeighbourQueryNow() const {
   query.plugins_registry_dir = DirectoryFor(RegistrationMode::kPluginWatcher);
   query.pod_resources_socket = absl::StrCat(options_.kubelet_root, "/", kPodResourcesSocket);
   query.own_socket_name = SocketFileName(query.resource);
-  {
-    absl::MutexLock lock(&mu_);
-    if (server_ != nullptr) {
-      query.serving_on = server_->socket_path();
-      query.also_serving_on = server_->also_path();
-    }
-  }
+  OurSocketPaths(&query.serving_on, &query.also_serving_on);
   query.call_timeout = options_.neighbour_call_timeout;
   query.budget = options_.look_budget;
   return query;
@@ -481,13 +473,7 @@ void ResourceRegistrar::Receive(const PollLoop::Events& ready) {
   // Sockets came or went, or the kubelet wrote its checkpoint (it does on every device list it
   // receives).
   std::string serving_on, also_serving_on;
-  {
-    absl::MutexLock lock(&mu_);
-    if (server_ != nullptr) {
-      serving_on = server_->socket_path();
-      also_serving_on = server_->also_path();
-    }
-  }
+  OurSocketPaths(&serving_on, &also_serving_on);
   for (const DirectoryWatcher::Event& event : events) {
     if (event.name == kKubeletSocketName) continue;
     const std::string path =

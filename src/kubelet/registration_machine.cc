@@ -189,12 +189,13 @@ void RegistrationMachine::WatcherProbeAsked() {
 
 void RegistrationMachine::CancelRegister() {
   if (call_kubelet_.has_value()) ports_->CancelRegister();
+  // A handover registration not yet called is not called (one in flight ends as cancelled).
+  if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
 }
 
 void RegistrationMachine::StopServing() {
   CancelRegister();
   EndWatcherProbe();
-  if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
   const EndpointState endpoint = ports_->Endpoint();
   if (endpoint.serving) {
     NoteServerGoing(endpoint);
@@ -413,7 +414,6 @@ bool RegistrationMachine::Arbitrate() {
     ports_->Silence();
     SetLeftTo(decision.to);
     CancelRegister();
-    if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
     registered_kubelet_.store(false);
     ports_->WatcherEndpointLost();
     ports_->WatcherSteppedBack(true);
@@ -591,7 +591,6 @@ RegistrationMachine::Pass RegistrationMachine::RunOnce() {
                 << endpoint.path;
     }
     CancelRegister();  // a Register naming the vanished socket cannot succeed
-    if (handover_ != Handover::kCalling) handover_ = Handover::kNone;
     NoteServerGoing(endpoint);
     ports_->StopServing();
     registered_kubelet_.store(false);

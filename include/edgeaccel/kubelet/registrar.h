@@ -207,6 +207,8 @@ class ResourceRegistrar : private RegistrationPorts, private PollLoop::Member {
   bool SetUp();
   // Hands the machine what arrived: `ready` in WaitFds' order.
   void Receive(const PollLoop::Events& ready);
+  // The socket we serve on, and its handover registration's second link (each "" when none).
+  void OurSocketPaths(std::string* serving_on, std::string* also) const;
   NeighbourQuery NeighbourQueryNow() const;
   // No step runs after this, and no Register call is in flight.
   void StopStepping();

@@ -258,6 +258,7 @@ class RegistrationMachine {
   // The resource is left to another plugin: the record says so (a failed write is complained of).
   void RecordNotOurs();
   void CheckEndpoint(RegistrationMode mode);
+  // Cancels the Register call in flight, if any, and a handover registration still to be made.
   void CancelRegister();
   // Logs `message` at WARNING unless it is the same as the last one (no log storms on retry).
   void Complain(const std::string& message);
