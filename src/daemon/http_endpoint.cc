@@ -3,9 +3,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,8 +25,7 @@ constexpr absl::Duration kWriteTimeout = absl::Seconds(10);
 // How long accepting pauses when this process is out of fds.
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 
-// Deadlines on the clock the timerfd runs on: a wall-clock step must not drop or keep
-// connections.
+// Deadlines on the monotonic clock: a wall-clock step must not drop or keep connections.
 absl::Duration Monotonic() {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -56,7 +53,9 @@ std::string Response(const HttpAnswer& answer, bool head) {
   return out;
 }
 
-struct Connection {
+}  // namespace
+
+struct HttpEndpoint::Connection {
   int fd = -1;
   std::string in;
   std::string out;
@@ -66,8 +65,6 @@ struct Connection {
     if (fd >= 0) close(fd);
   }
 };
-
-}  // namespace
 
 HttpEndpoint::HttpEndpoint(std::string host, int port, std::map<std::string, Handler> handlers,
                            absl::Duration request_timeout)
@@ -118,17 +115,13 @@ absl::Status HttpEndpoint::Listen() {
   port_ = ntohs(bound.ss_family == AF_INET6
                     ? reinterpret_cast<struct sockaddr_in6*>(&bound)->sin6_port
                     : reinterpret_cast<struct sockaddr_in*>(&bound)->sin_port);
-  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epoll_fd_ = stop_fd_ < 0 ? -1 : epoll_create1(EPOLL_CLOEXEC);
-  timer_fd_ = epoll_fd_ < 0 ? -1 : timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (timer_fd_ < 0) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) {
     const int err = errno;
-    for (int* fd : {&listen_fd_, &stop_fd_, &epoll_fd_}) {
-      if (*fd >= 0) close(*fd);
-      *fd = -1;
-    }
+    close(listen_fd_);
+    listen_fd_ = -1;
     return absl::InternalError(absl::StrCat("cannot listen on ", host_, ":", requested_port_,
-                                            ": eventfd, epoll or timerfd: ", strerror(err)));
+                                            ": epoll: ", strerror(err)));
   }
   return absl::OkStatus();
 }
@@ -136,200 +129,174 @@ absl::Status HttpEndpoint::Listen() {
 void HttpEndpoint::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
-  if (serving_) {
-    uint64_t one = 1;
-    (void)!write(stop_fd_, &one, sizeof(one));
+  if (serving_on_ != nullptr) {
+    serving_on_->Remove(this);  // its last member: Serve()'s loop returns
     mu_.Await(absl::Condition(
-        +[](bool* serving) { return !*serving; }, &serving_));
+        +[](PollLoop** serving_on) { return *serving_on == nullptr; }, &serving_on_));
   }
-  for (int* fd : {&listen_fd_, &stop_fd_, &epoll_fd_, &timer_fd_}) {
+  for (int* fd : {&listen_fd_, &epoll_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }
 }
 
 bool HttpEndpoint::Serve(int until_fd) {
+  PollLoop loop(PollLoop::CallersThread{}, "the /metrics server");
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || listen_fd_ < 0) return false;
-    serving_ = true;
+    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
+    // Under mu_: a Stop() from now on finds the member to remove.
+    serving_on_ = &loop;
+    loop.Add(this);
   }
-  const bool served = ServeUntilStopped(until_fd);
+  loop.RunOnCallersThread(until_fd);
+  loop.Remove(this);  // where until_fd ended it
+  // As Listen() left it, for a Serve() that may come later.
+  connections_.clear();  // closing them takes them out of the epoll set
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+  accept_paused_until_ = absl::InfiniteDuration();
   absl::MutexLock lock(&mu_);
-  serving_ = false;
-  return served;
+  serving_on_ = nullptr;
+  return true;
 }
 
-bool HttpEndpoint::ServeUntilStopped(int until_fd) {
-  // Made by Listen(): nothing here needs a new descriptor but the clients'.
-  const int epoll_fd = epoll_fd_;
-  const int timer_fd = timer_fd_;
-  auto add = [epoll_fd](int fd, uint32_t events) {
-    struct epoll_event ev = {};
-    ev.events = events;
-    ev.data.fd = fd;
-    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
-  };
-  add(listen_fd_, EPOLLIN);
-  add(stop_fd_, EPOLLIN);
-  if (until_fd >= 0) add(until_fd, EPOLLIN);
-  add(timer_fd, EPOLLIN);
-  std::unordered_map<int, std::unique_ptr<Connection>> connections;
-  absl::Duration armed = absl::InfiniteDuration();
-  // Out of fds: the listening socket stays readable, so it leaves the epoll set until a
-  // connection closes or the pause is over (else this thread would spin).
-  absl::Duration accept_paused_until = absl::InfiniteDuration();
-  auto resume_accept = [&] {
-    if (accept_paused_until == absl::InfiniteDuration()) return;
-    accept_paused_until = absl::InfiniteDuration();
-    add(listen_fd_, EPOLLIN);
-  };
+void HttpEndpoint::Watch(int fd, uint32_t events, int op) {
+  struct epoll_event ev = {};
+  ev.events = events;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd_, op, fd, &ev);
+}
 
-  // Arms the timer for the earliest deadline, or disarms it when nothing is due.
-  auto rearm = [&] {
-    absl::Duration earliest = accept_paused_until;
-    for (const auto& [fd, c] : connections) earliest = std::min(earliest, c->deadline);
-    if (earliest == armed) return;
-    armed = earliest;
-    struct itimerspec spec = {};
-    if (earliest != absl::InfiniteDuration()) {
-      absl::Duration in = std::max(earliest - Monotonic(), absl::Microseconds(1));
-      spec.it_value = absl::ToTimespec(in);
-    }
-    timerfd_settime(timer_fd, 0, &spec, nullptr);
-  };
-  auto drop = [&](int fd) {
-    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
-    connections.erase(fd);  // closes it
-    resume_accept();
-  };
-  // Sends what is left of the answer; true when the connection is done with.
-  auto flush = [&](Connection* c) {
-    while (c->written < c->out.size()) {
-      ssize_t n = send(c->fd, c->out.data() + c->written, c->out.size() - c->written, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return errno != EAGAIN;  // a broken connection is done with too
-      }
-      c->written += static_cast<size_t>(n);
-    }
-    return true;
-  };
-  auto answer = [&](Connection* c, const HttpAnswer& a, bool head) {
-    c->out = Response(a, head);
-    c->deadline = Monotonic() + kWriteTimeout;  // the request is in: now the client reads
-    struct epoll_event ev = {};
-    ev.events = EPOLLOUT;
-    ev.data.fd = c->fd;
-    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
-    if (flush(c)) drop(c->fd);
-  };
-  // A whole request head has arrived: route it.
-  auto serve = [&](Connection* c) {
-    absl::string_view request_line = c->in;
-    request_line = request_line.substr(0, request_line.find("\r\n"));
-    std::vector<absl::string_view> parts = absl::StrSplit(request_line, ' ');
-    if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.")) {
-      answer(c, {400, "text/plain; charset=utf-8", "malformed request\n"}, false);
-      return;
-    }
-    const bool head = parts[0] == "HEAD";
-    if (parts[0] != "GET" && !head) {
-      answer(c, {405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false);
-      return;
-    }
-    absl::string_view path = parts[1].substr(0, parts[1].find('?'));
-    auto handler = handlers_.find(std::string(path));
-    if (handler == handlers_.end()) {
-      answer(c, {404, "text/plain; charset=utf-8", "not found\n"}, head);
-      return;
-    }
-    answer(c, handler->second(), head);
-  };
+PollLoop::Fds HttpEndpoint::WaitFds() { return {epoll_fd_, -1, -1, -1}; }
 
+absl::Time HttpEndpoint::Step(const PollLoop::Events&) {
   struct epoll_event events[32];
-  bool served = true;
+  const int n = epoll_wait(epoll_fd_, events, 32, 0);
+  if (n < 0 && errno != EINTR) LOG(ERROR) << "/metrics server: epoll_wait: " << strerror(errno);
+  for (int i = 0; i < n; ++i) {
+    const int fd = events[i].data.fd;
+    if (fd == listen_fd_) {
+      Accept();
+    } else if (auto it = connections_.find(fd); it != connections_.end()) {
+      Connection* c = it->second.get();
+      if (c->out.empty()) {
+        Receive(c);
+      } else if (Flush(c)) {
+        Drop(fd);
+      }
+    }
+  }
+  // Deadlines are judged on the monotonic clock: a wall-clock step drops or keeps no connection
+  // (it can only move the loop's next wake-up, after which they are judged again).
+  const absl::Duration now = Monotonic();
+  if (accept_paused_until_ <= now) {
+    accept_paused_until_ = absl::InfiniteDuration();
+    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
+  }
+  std::vector<int> late;
+  for (const auto& [fd, c] : connections_) {
+    if (c->deadline <= now) late.push_back(fd);
+  }
+  for (int fd : late) Drop(fd);  // silent or stalled: the slot is not theirs to hold
+  absl::Duration earliest = accept_paused_until_;
+  for (const auto& [fd, c] : connections_) earliest = std::min(earliest, c->deadline);
+  if (earliest == absl::InfiniteDuration()) return absl::InfiniteFuture();
+  return absl::Now() + (earliest - now);
+}
+
+void HttpEndpoint::Accept() {
   while (true) {
-    int n = epoll_wait(epoll_fd, events, 32, -1);
+    int client = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (client < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The backlog keeps the waiting clients until there is room again. The listening socket
+        // stays readable, so it leaves the epoll set meanwhile (else this thread would spin).
+        LOG_EVERY_N(WARNING, 100) << "/metrics server: cannot accept: " << strerror(errno);
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        accept_paused_until_ = Monotonic() + kAcceptPause;
+      }
+      return;  // EAGAIN: all accepted
+    }
+    auto c = std::make_unique<Connection>();
+    c->fd = client;
+    c->deadline = Monotonic() + request_timeout_;
+    Watch(client, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+    connections_[client] = std::move(c);
+  }
+}
+
+void HttpEndpoint::Receive(Connection* c) {
+  char buffer[4096];
+  bool closed = false;
+  while (true) {
+    ssize_t got = recv(c->fd, buffer, sizeof(buffer), 0);
+    if (got > 0) {
+      c->in.append(buffer, static_cast<size_t>(got));
+      if (c->in.size() > kMaxRequestBytes) break;
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    closed = got == 0 || errno != EAGAIN;
+    break;
+  }
+  if (c->in.find("\r\n\r\n") != std::string::npos) {
+    Route(c);
+  } else if (c->in.size() > kMaxRequestBytes) {
+    Answer(c, {431, "text/plain; charset=utf-8", "request too large\n"}, false);
+  } else if (closed) {
+    Drop(c->fd);
+  }
+}
+
+void HttpEndpoint::Route(Connection* c) {
+  absl::string_view request_line = c->in;
+  request_line = request_line.substr(0, request_line.find("\r\n"));
+  std::vector<absl::string_view> parts = absl::StrSplit(request_line, ' ');
+  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.")) {
+    Answer(c, {400, "text/plain; charset=utf-8", "malformed request\n"}, false);
+    return;
+  }
+  const bool head = parts[0] == "HEAD";
+  if (parts[0] != "GET" && !head) {
+    Answer(c, {405, "text/plain; charset=utf-8", "only GET and HEAD\n"}, false);
+    return;
+  }
+  absl::string_view path = parts[1].substr(0, parts[1].find('?'));
+  auto handler = handlers_.find(std::string(path));
+  if (handler == handlers_.end()) {
+    Answer(c, {404, "text/plain; charset=utf-8", "not found\n"}, head);
+    return;
+  }
+  Answer(c, handler->second(), head);
+}
+
+void HttpEndpoint::Answer(Connection* c, const HttpAnswer& answer, bool head) {
+  c->out = Response(answer, head);
+  c->deadline = Monotonic() + kWriteTimeout;  // the request is in: now the client reads
+  Watch(c->fd, EPOLLOUT, EPOLL_CTL_MOD);
+  if (Flush(c)) Drop(c->fd);
+}
+
+bool HttpEndpoint::Flush(Connection* c) {
+  while (c->written < c->out.size()) {
+    ssize_t n = send(c->fd, c->out.data() + c->written, c->out.size() - c->written, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      LOG(ERROR) << "the /metrics server stopped: epoll_wait: " << strerror(errno);
-      served = false;
-      break;
+      return errno != EAGAIN;  // a broken connection is done with too
     }
-    bool stop = false;
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == stop_fd_ || fd == until_fd) {
-        stop = true;
-      } else if (fd == listen_fd_) {
-        while (true) {
-          int client = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (client < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-              // The backlog keeps the waiting clients until there is room again.
-              LOG_EVERY_N(WARNING, 100) << "/metrics server: cannot accept: " << strerror(errno);
-              epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd_, nullptr);
-              accept_paused_until = Monotonic() + kAcceptPause;
-            }
-            break;  // EAGAIN: all accepted
-          }
-          auto c = std::make_unique<Connection>();
-          c->fd = client;
-          c->deadline = Monotonic() + request_timeout_;
-          add(client, EPOLLIN | EPOLLRDHUP);
-          connections[client] = std::move(c);
-        }
-      } else if (fd == timer_fd) {
-        uint64_t expirations;
-        (void)!read(timer_fd, &expirations, sizeof(expirations));
-        armed = absl::InfiniteDuration();
-        const absl::Duration now = Monotonic();
-        if (accept_paused_until <= now) resume_accept();
-        std::vector<int> late;
-        for (const auto& [cfd, c] : connections) {
-          if (c->deadline <= now) late.push_back(cfd);
-        }
-        for (int cfd : late) drop(cfd);  // silent or stalled: the slot is not theirs to hold
-      } else if (auto it = connections.find(fd); it != connections.end()) {
-        Connection* c = it->second.get();
-        if (!c->out.empty()) {
-          if (flush(c)) drop(fd);
-          continue;
-        }
-        char buffer[4096];
-        bool closed = false;
-        while (true) {
-          ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
-          if (got > 0) {
-            c->in.append(buffer, static_cast<size_t>(got));
-            if (c->in.size() > kMaxRequestBytes) break;
-            continue;
-          }
-          if (got < 0 && errno == EINTR) continue;
-          closed = got == 0 || errno != EAGAIN;
-          break;
-        }
-        if (c->in.find("\r\n\r\n") != std::string::npos) {
-          serve(c);
-        } else if (c->in.size() > kMaxRequestBytes) {
-          answer(c, {431, "text/plain; charset=utf-8", "request too large\n"}, false);
-        } else if (closed) {
-          drop(fd);
-        }
-      }
-    }
-    if (stop) break;
-    rearm();
+    c->written += static_cast<size_t>(n);
   }
-  connections.clear();  // closing them takes them out of the epoll set
-  // As Listen() left them, for a Serve() that may come later.
-  for (int fd : {listen_fd_, stop_fd_, until_fd, timer_fd}) {
-    if (fd >= 0) epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+  return true;
+}
+
+void HttpEndpoint::Drop(int fd) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  connections_.erase(fd);  // closes it
+  if (accept_paused_until_ != absl::InfiniteDuration()) {  // a descriptor is free again
+    accept_paused_until_ = absl::InfiniteDuration();
+    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
   }
-  const struct itimerspec disarmed = {};
-  timerfd_settime(timer_fd, 0, &disarmed, nullptr);
-  return served;
 }
 
 }  // namespace edgeaccel

@@ -25,9 +25,12 @@ PollLoop::~PollLoop() {
 
 void PollLoop::Add(Member* member) {
   absl::MutexLock lock(&mu_);
-  if (!thread_.joinable()) {
-    wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    thread_ = std::thread([this] { Run(); });
+  if (wake_fd_.load() < 0) wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!callers_thread_ && !thread_.joinable()) {
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), thread_name_.c_str());
+      Run(-1, false);
+    });
   }
   entries_.push_back({member, next_id_++, absl::InfinitePast()});
   Wake();
@@ -54,19 +57,25 @@ PollLoop::Entry* PollLoop::Find(uint64_t id) {
   return nullptr;
 }
 
-void PollLoop::Run() {
-  pthread_setname_np(pthread_self(), thread_name_.c_str());
+bool PollLoop::RunOnCallersThread(int until_fd) {
+  CHECK(callers_thread_) << "RunOnCallersThread on a loop with a thread of its own";
+  return Run(until_fd, true);
+}
+
+bool PollLoop::Run(int until_fd, bool while_members) {
+  // In `fds`: the wake eventfd, `until_fd` (-1: none, which poll skips), then each member's.
+  constexpr size_t kFirstMember = 2;
   std::vector<struct pollfd> fds;
   std::vector<uint64_t> ids;  // the members waited for, in the order of their descriptors
   while (true) {
     if (wake_fd_.load() < 0) wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     const int wake_fd = wake_fd_.load();
-    fds.assign(1, {wake_fd, POLLIN, 0});
+    fds.assign({{wake_fd, POLLIN, 0}, {until_fd, POLLIN, 0}});
     ids.clear();
     absl::Time wake = absl::InfiniteFuture();
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_ || (while_members && entries_.empty())) return false;
       for (const Entry& entry : entries_) {
         for (int fd : entry.member->WaitFds()) fds.push_back({fd, POLLIN, 0});  // -1: ignored
         wake = std::min(wake, entry.wake);
@@ -87,6 +96,7 @@ void PollLoop::Run() {
       uint64_t count;
       (void)!read(wake_fd, &count, sizeof(count));
     }
+    if (fds[1].revents != 0) return true;
     // Who is due is decided from the time of the wait, once: a wake time that passes during
     // another member's long step is acted on after the next wait, which also sees what arrived
     // on that member's descriptors meanwhile (an answer that beat its deadline).
@@ -96,17 +106,17 @@ void PollLoop::Run() {
       // A member stepped after another (for its own descriptor or wake time) is told what its
       // descriptors say now, not at the wait: an answer that came during the other's step is
       // read before the member judges a deadline by the clock.
-      if (stepped) poll(&fds[1 + i * kMaxFds], kMaxFds, 0);
+      if (stepped) poll(&fds[kFirstMember + i * kMaxFds], kMaxFds, 0);
       Events ready = {};
       bool any = false;
       for (int k = 0; k < kMaxFds; ++k) {
-        ready[k] = fds[1 + i * kMaxFds + k].revents;
+        ready[k] = fds[kFirstMember + i * kMaxFds + k].revents;
         any = any || ready[k] != 0;
       }
       Member* member;
       {
         absl::MutexLock lock(&mu_);
-        if (stopping_) return;
+        if (stopping_) return false;
         Entry* entry = Find(ids[i]);
         if (entry == nullptr || (!any && entry->wake > now)) continue;  // removed, or not due
         member = entry->member;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "eventually.h"
@@ -136,6 +137,46 @@ TEST(PollLoopTest, NoThreadUntilTheFirstMember) {
     EXPECT_EQ(ThreadsNamed("ea-test-loop"), before);
   }
   EXPECT_EQ(ThreadsNamed("ea-test-loop"), before);
+}
+
+// The daemon's main thread serves /metrics on a loop of its own while it waits for a stop
+// signal: no thread is started, the members are stepped on the caller's thread, and the loop
+// returns when the caller's descriptor is readable (left unread) or its last member is removed.
+TEST(PollLoopTest, ALoopOnTheCallersThreadRunsUntilItsDescriptorOrItsLastMemberGoes) {
+  PollLoop loop(PollLoop::CallersThread{}, "the test's loop");
+  EXPECT_FALSE(loop.RunOnCallersThread(-1)) << "with no member it returns at once";
+  CountingMember member;
+  const int until = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(until, 0);
+  char caller_name[16] = {};
+  pthread_getname_np(pthread_self(), caller_name, sizeof(caller_name));
+  pthread_setname_np(pthread_self(), "ea-caller");
+  loop.Add(&member);
+  EXPECT_EQ(member.woken_, 0) << "stepped before the caller runs the loop";
+  std::thread other([&] {
+    ASSERT_TRUE(Eventually([&] { return member.woken_ == 1; }));
+    member.Signal();
+    ASSERT_TRUE(Eventually([&] { return member.signalled_ == 1; }));
+    const uint64_t one = 1;
+    ASSERT_EQ(write(until, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  });
+  EXPECT_TRUE(loop.RunOnCallersThread(until));
+  other.join();
+  EXPECT_EQ(member.thread_name_, "ea-caller");
+  uint64_t left = 0;
+  EXPECT_EQ(read(until, &left, sizeof(left)), static_cast<ssize_t>(sizeof(left))) << "read by the loop";
+  EXPECT_EQ(left, 1u);
+
+  // Again, ended by the member's removal from another thread.
+  std::thread remover([&] {
+    member.Signal();
+    ASSERT_TRUE(Eventually([&] { return member.signalled_ == 2; }));
+    loop.Remove(&member);
+  });
+  EXPECT_FALSE(loop.RunOnCallersThread(until));
+  remover.join();
+  close(until);
+  pthread_setname_np(pthread_self(), caller_name);
 }
 
 }  // namespace

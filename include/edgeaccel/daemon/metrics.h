@@ -1,4 +1,5 @@
-// Prometheus metrics and a health endpoint over HTTP (HttpEndpoint: one epoll thread).
+// Prometheus metrics and a health endpoint over HTTP (HttpEndpoint: answered on the
+// daemon's main thread).
 //
 //   /metrics  Prometheus text format: devices per resource and health, Edge TPU temperature and
 //             thresholds, Jetson GPU load and temperature, allocations and Allocate errors,

@@ -7,8 +7,12 @@
 // to the API server) it hands to a worker. A step can take up to a registration's neighbour look
 // budget (1 s): another member's event waits that long at most.
 //
-// Members are added and removed from any thread but the loop's own. After Remove() returns, the
-// loop never calls the member again, and no step of it is running.
+// A loop runs on a thread of its own, started with its first member, or on the caller's thread
+// (RunOnCallersThread: the daemon's main thread serves /metrics and /healthz so while it waits
+// for a stop signal).
+//
+// Members are added and removed from any thread but the loop's own while it runs. After Remove()
+// returns, the loop never calls the member again, and no step of it is running.
 #ifndef EDGEACCEL_HOST_POLL_LOOP_H_
 #define EDGEACCEL_HOST_POLL_LOOP_H_
 
@@ -47,6 +51,10 @@ class PollLoop {
 
   // `thread_name`: what the thread is called (at most 15 characters).
   explicit PollLoop(std::string thread_name) : thread_name_(std::move(thread_name)) {}
+  // A loop with no thread of its own: it steps its members only inside RunOnCallersThread().
+  // `name`: what its log lines call it.
+  struct CallersThread {};
+  PollLoop(CallersThread, std::string name) : thread_name_(std::move(name)), callers_thread_(true) {}
   // Ends the thread. Every member must have been removed.
   ~PollLoop();
   PollLoop(const PollLoop&) = delete;
@@ -60,17 +68,25 @@ class PollLoop {
   // Removes `member`, waiting for its step in progress, if any, to end.
   void Remove(Member* member);
 
+  // For a loop made with CallersThread: steps the members on the calling thread until `until_fd`
+  // (the caller's: a signalfd, an eventfd) becomes readable, which it leaves unread (true), or
+  // until no member is left (false; at once when it has none). One caller at a time.
+  bool RunOnCallersThread(int until_fd);
+
  private:
   struct Entry {
     Member* member;
     uint64_t id;  // never reused: a member added again at the same address is another entry
     absl::Time wake;
   };
-  void Run();
+  // Steps the members until `until_fd` is readable (true), or the loop stops or, with
+  // `while_members`, has no member left (false).
+  bool Run(int until_fd, bool while_members);
   void Wake();
   Entry* Find(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string thread_name_;
+  const bool callers_thread_ = false;
   absl::Mutex mu_;
   absl::CondVar stepped_;  // a step ended
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
