@@ -33,7 +33,7 @@ namespace {
 // A file that cannot be written (disk full, directory gone, read-only remount) is written again
 // after 1 s, doubling to 60 s. The kernel has no event for "there is room again", so this is the
 // one place the daemon waits on a timer for a file, and only while a write is failing.
-SerialWorker::Retry FileRetry() {
+Workers::Retry FileRetry() {
   return {.first = absl::Seconds(1), .max = absl::Seconds(60), .jitter = 0};
 }
 
@@ -491,12 +491,12 @@ void Daemon::PostLabels() {
   sinks_.PostRetrying("labels", [this] { return RefreshLabels(); }, FileRetry());
 }
 
-SerialWorker::Outcome Daemon::RefreshLabels() {
+Workers::Outcome Daemon::RefreshLabels() {
   LabelSet labels = Labels();
   if (node_labeler_ != nullptr) node_labeler_->Set(labels);  // patches only on change
   absl::MutexLock lock(&labels_mu_);
   const bool changed = !(labels == labels_ && labels_logged_);
-  if (!changed && nfd_error_.empty()) return SerialWorker::Outcome::kDone;
+  if (!changed && nfd_error_.empty()) return Workers::Outcome::kDone;
   labels_ = labels;
   labels_logged_ = true;
   // Write first, then say so: with an NFD sink, the line below comes after the file holds these
@@ -527,7 +527,7 @@ SerialWorker::Outcome Daemon::RefreshLabels() {
     for (const auto& [key, value] : labels) pairs.push_back(absl::StrCat(key, "=", value));
     LOG(INFO) << "node labels: " << (pairs.empty() ? "(none)" : absl::StrJoin(pairs, " "));
   }
-  return failed ? SerialWorker::Outcome::kRetry : SerialWorker::Outcome::kDone;
+  return failed ? Workers::Outcome::kRetry : Workers::Outcome::kDone;
 }
 
 std::string Daemon::RenderMetrics() const {
@@ -628,11 +628,11 @@ void Daemon::PostCdi(Resource* resource) {
                       [this, resource] { return WriteCdi(resource); }, FileRetry());
 }
 
-SerialWorker::Outcome Daemon::WriteCdi(Resource* resource) {
+Workers::Outcome Daemon::WriteCdi(Resource* resource) {
   CdiSpecFile* cdi = resource->cdi.get();
   std::shared_ptr<const Snapshot> snapshot = resource->set->Current();
   // Already on disk: one write per change.
-  if (snapshot->version == resource->cdi_written_version) return SerialWorker::Outcome::kDone;
+  if (snapshot->version == resource->cdi_written_version) return Workers::Outcome::kDone;
   absl::Status status = cdi->Write(*snapshot);
   if (status.ok()) {
     resource->cdi_written_version = snapshot->version;
@@ -666,7 +666,7 @@ SerialWorker::Outcome Daemon::WriteCdi(Resource* resource) {
     }
     if (resource->registrar != nullptr) resource->registrar->Readvertise();
   }
-  return status.ok() ? SerialWorker::Outcome::kDone : SerialWorker::Outcome::kRetry;
+  return status.ok() ? Workers::Outcome::kDone : Workers::Outcome::kRetry;
 }
 
 void Daemon::StartRegistrar(Resource* resource) {
@@ -911,7 +911,7 @@ void Daemon::PostHolds() {
   // While a device is held: its holder ends when its pod does, which neither the kubelet nor a
   // file tells; looked at every 10 s until nothing is held, then never again (nothing new can be
   // held: a family goes one way only).
-  sinks_.PostRetrying("holds", [this] { return RefreshHolds() ? SerialWorker::Outcome::kRetry : SerialWorker::Outcome::kDone; },
+  sinks_.PostRetrying("holds", [this] { return RefreshHolds() ? Workers::Outcome::kRetry : Workers::Outcome::kDone; },
                       {.first = absl::Seconds(10), .max = absl::Seconds(10)});
 }
 

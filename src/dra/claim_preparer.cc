@@ -117,7 +117,7 @@ ClaimPreparer::ClaimPreparer(Options options, const DeviceSet* set)
 
 ClaimPreparer::~ClaimPreparer() { Stop(); }
 
-void ClaimPreparer::Stop() { readers_.Close(); }
+void ClaimPreparer::Stop() { readers_.Stop(); }
 
 std::string ClaimPreparer::SpecPath(const std::string& uid) const {
   return absl::StrCat(options_.cdi_dir, "/", DraCdiSpecFileName(options_.driver, uid));
@@ -227,7 +227,7 @@ std::vector<absl::StatusOr<std::string>> ClaimPreparer::ReadClaims(const std::ve
     reads->left = claims.size();
   }
   for (size_t i = 0; i < claims.size(); ++i) {
-    const absl::Status started = readers_.Run([reads, i, claim = claims[i], fetch = options_.fetch_claim] {
+    const absl::Status started = readers_.Start([reads, i, claim = claims[i], fetch = options_.fetch_claim] {
       absl::StatusOr<std::string> body = fetch(claim);
       absl::MutexLock lock(&reads->mu);
       reads->results[i] = std::move(body);

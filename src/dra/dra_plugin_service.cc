@@ -25,11 +25,11 @@ class OffLoopMethod {
   using RequestFn = typename UnaryMethod<Request, Response>::RequestFn;
   using Handler = typename UnaryMethod<Request, Response>::CallHandler;
 
-  static void Serve(CompletionLoop* loop, TransientThreads* workers, RequestFn request, Handler handler) {
+  static void Serve(CompletionLoop* loop, Workers* workers, RequestFn request, Handler handler) {
     Arm(std::make_shared<const OffLoopMethod>(loop, workers, std::move(request), std::move(handler)));
   }
 
-  OffLoopMethod(CompletionLoop* loop, TransientThreads* workers, RequestFn request, Handler handler)
+  OffLoopMethod(CompletionLoop* loop, Workers* workers, RequestFn request, Handler handler)
       : loop_(loop), workers_(workers), request_(std::move(request)), handler_(std::move(handler)) {}
 
  private:
@@ -45,7 +45,7 @@ class OffLoopMethod {
           if (!ok) break;
           Arm(method_);  // the next call may arrive while this one is answered
           state_ = State::kWorking;
-          if (absl::Status started = method_->workers_->Run([this] { Work(); }); !started.ok()) {
+          if (absl::Status started = method_->workers_->Start([this] { Work(); }); !started.ok()) {
             if (absl::IsCancelled(started)) break;  // stopping: the server cancels the call
             // No thread to answer it on (the process limit): the call fails with the reason,
             // here on the loop, and the next one is served as usual.
@@ -99,7 +99,7 @@ class OffLoopMethod {
   }
 
   CompletionLoop* const loop_;
-  TransientThreads* const workers_;
+  Workers* const workers_;
   const RequestFn request_;
   const Handler handler_;
 };
@@ -247,7 +247,7 @@ void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
                              drahealth::DRAResourceHealth::AsyncService* health, CompletionLoop* loop,
                              Route route) {
   grpc::ServerCompletionQueue* cq = loop->cq();
-  TransientThreads* calls = &calls_;
+  Workers* calls = &calls_;
   // Whose a call is: this service's, or where several share the server, the one `route` names.
   auto owner = [this, route](const grpc::ServerContext& context) -> DraPluginService* {
     return route != nullptr ? route(context) : this;
@@ -297,6 +297,6 @@ void DraPluginService::Serve(drav1::DRAPlugin::AsyncService* v1,
       std::move(health_route));
 }
 
-void DraPluginService::JoinCalls() { calls_.Join(); }
+void DraPluginService::JoinCalls() { calls_.Drain(absl::InfiniteDuration()); }
 
 }  // namespace edgeaccel

@@ -377,15 +377,15 @@ void NodeSlices::DropWatch() {
   Wake();
 }
 
-SerialWorker::Outcome NodeSlices::Sync() {
+Workers::Outcome NodeSlices::Sync() {
   std::optional<absl::StatusOr<HttpResponse>> end;
   absl::Status watch_error;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return SerialWorker::Outcome::kDone;
+    if (stopping_) return Workers::Outcome::kDone;
     if (!subscribed_) {
       DropWatch();
-      return SerialWorker::Outcome::kDone;
+      return Workers::Outcome::kDone;
     }
     end.swap(stream_end_);
     watch_error = std::exchange(watch_error_, absl::OkStatus());
@@ -424,19 +424,19 @@ SerialWorker::Outcome NodeSlices::Sync() {
   }
   absl::MutexLock lock(&mu_);
   status_.last_error.clear();
-  return SerialWorker::Outcome::kDone;
+  return Workers::Outcome::kDone;
 }
 
-SerialWorker::Outcome NodeSlices::Failed(const absl::Status& error, absl::string_view what) {
+Workers::Outcome NodeSlices::Failed(const absl::Status& error, absl::string_view what) {
   // Cancelled: the daemon stops; nothing more to ask the API server, nothing to say.
-  if (absl::IsCancelled(error)) return SerialWorker::Outcome::kDone;
+  if (absl::IsCancelled(error)) return Workers::Outcome::kDone;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return SerialWorker::Outcome::kDone;
+    if (stopping_) return Workers::Outcome::kDone;
     status_.last_error = std::string(error.message());
   }
   errors_.Warn(absl::StrCat(what, ": ", error.message(), " (retrying)"));
-  return SerialWorker::Outcome::kRetry;
+  return Workers::Outcome::kRetry;
 }
 
 absl::Status NodeSlices::WatchEnded(const absl::StatusOr<HttpResponse>& end, bool* renewed) {

@@ -223,17 +223,17 @@ absl::Time SlicePublisher::Step(const PollLoop::Events& ready) {
   return next;
 }
 
-SerialWorker::Outcome SlicePublisher::Sync() {
+Workers::Outcome SlicePublisher::Sync() {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return SerialWorker::Outcome::kDone;
+    if (stopping_) return Workers::Outcome::kDone;
     ++status_.syncs;
     reconcile_ = reconcile_ || dirty_;
     dirty_ = false;
   }
   if (reconcile_) {
     absl::Status result = Reconcile();
-    if (absl::IsCancelled(result)) return SerialWorker::Outcome::kDone;  // stopping
+    if (absl::IsCancelled(result)) return Workers::Outcome::kDone;  // stopping
     if (!result.ok()) {
       reconcile_ = true;
       return Failed(result, "cannot publish the ResourceSlice");
@@ -244,14 +244,14 @@ SerialWorker::Outcome SlicePublisher::Sync() {
     options_.chore();
     next_chore_ = absl::Now() + options_.chore_interval;
   }
-  return SerialWorker::Outcome::kDone;
+  return Workers::Outcome::kDone;
 }
 
-SerialWorker::Outcome SlicePublisher::Failed(const absl::Status& error, absl::string_view what) {
+Workers::Outcome SlicePublisher::Failed(const absl::Status& error, absl::string_view what) {
   // Cancelled: the daemon stops; nothing more to ask the API server, nothing to say.
-  if (absl::IsCancelled(error)) return SerialWorker::Outcome::kDone;
+  if (absl::IsCancelled(error)) return Workers::Outcome::kDone;
   errors_.Warn(absl::StrCat(options_.driver, ": ", what, ": ", error.message(), " (retrying)"));
-  return SerialWorker::Outcome::kRetry;
+  return Workers::Outcome::kRetry;
 }
 
 std::string SlicePublisher::NodeUid() {

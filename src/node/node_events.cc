@@ -105,11 +105,11 @@ std::string NodeEventObject(const NodeEvent& event, const std::string& node,
   return Json(object);
 }
 
-NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits, SerialWorker* worker)
+NodeEventRecorder::NodeEventRecorder(ApiServerConfig config, Limits limits, Workers* worker)
     : config_(std::move(config)),
       limits_(limits),
       client_(config_),
-      own_worker_(worker == nullptr ? std::make_unique<SerialWorker>("ea-events") : nullptr),
+      own_worker_(worker == nullptr ? std::make_unique<Workers>("ea-events") : nullptr),
       worker_(worker == nullptr ? own_worker_.get() : worker),
       tokens_(limits.spam_burst) {}
 

@@ -32,10 +32,10 @@ std::string NodeLabelPatch(const LabelSet& labels, const std::set<std::string>& 
   return patch.dump();
 }
 
-NodeLabeler::NodeLabeler(ApiServerConfig config, SerialWorker* worker)
+NodeLabeler::NodeLabeler(ApiServerConfig config, Workers* worker)
     : config_(std::move(config)),
       client_(config_),
-      own_worker_(worker == nullptr ? std::make_unique<SerialWorker>("ea-nodelabels") : nullptr),
+      own_worker_(worker == nullptr ? std::make_unique<Workers>("ea-nodelabels") : nullptr),
       worker_(worker == nullptr ? own_worker_.get() : worker) {}
 
 NodeLabeler::~NodeLabeler() { Stop(); }
@@ -127,14 +127,14 @@ absl::Status NodeLabeler::Patch(const LabelSet& labels, const std::set<std::stri
   }
 }
 
-SerialWorker::Outcome NodeLabeler::Apply() {
+Workers::Outcome NodeLabeler::Apply() {
   LabelSet want;
   uint64_t version;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return SerialWorker::Outcome::kDone;
+    if (stopping_) return Workers::Outcome::kDone;
     if (!desired_.has_value() || desired_version_ == applied_version_) {
-      return SerialWorker::Outcome::kDone;
+      return Workers::Outcome::kDone;
     }
     want = *desired_;
     version = desired_version_;
@@ -164,7 +164,7 @@ SerialWorker::Outcome NodeLabeler::Apply() {
   }
   if (status.ok() && applied_.has_value() && *applied_ == ours) {
     applied_version_ = version;
-    return SerialWorker::Outcome::kDone;
+    return Workers::Outcome::kDone;
   }
   if (status.ok()) status = Patch(ours, patch_managed);
   if (status.ok()) {
@@ -175,16 +175,16 @@ SerialWorker::Outcome NodeLabeler::Apply() {
     for (const auto& [key, value] : ours) managed_->insert(key);
     last_error_.clear();
     LOG(INFO) << "node " << config_.node_name << " labelled (" << ours.size() << " labels)";
-    return SerialWorker::Outcome::kDone;
+    return Workers::Outcome::kDone;
   }
-  if (client_.cancelled()) return SerialWorker::Outcome::kDone;  // Stop() cut it short
+  if (client_.cancelled()) return Workers::Outcome::kDone;  // Stop() cut it short
   failures_.fetch_add(1);
   if (std::string(status.message()) != last_error_) {
     last_error_ = std::string(status.message());
     LOG(ERROR) << "cannot label node " << config_.node_name << ": " << status.message()
                << "; retrying with backoff";
   }
-  return SerialWorker::Outcome::kRetry;
+  return Workers::Outcome::kRetry;
 }
 
 }  // namespace edgeaccel

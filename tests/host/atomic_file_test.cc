@@ -1,6 +1,6 @@
 // WriteFileAtomically on real directories: what a CDI runtime or NFD reading the file sees, and
 // the error a write that cannot be made gives. (Its retries are the sinks' worker's:
-// serial_worker_test.cc; a slow disk under the real daemon: edgetpu_e2e_test.cc, SlowDiskTest.)
+// workers_test.cc; a slow disk under the real daemon: edgetpu_e2e_test.cc, SlowDiskTest.)
 #include "edgeaccel/host/atomic_file.h"
 
 #include <gmock/gmock.h>

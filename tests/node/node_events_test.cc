@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "captured_log.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/node/node_labeler.h"
 #include "eventually.h"
 #include "fixture_host.h"
@@ -213,7 +213,7 @@ TEST(NodeEventRecorderTest, RecordingNeverWaitsForTheApiServer) {
 // The daemon's way: the labeller and the recorder share one worker (one thread, and only while
 // there is work). Labels and Events both reach the API server, the Events in the order recorded.
 TEST_F(EventsApiTest, TheLabellerAndTheRecorderShareOneWorker) {
-  SerialWorker worker("test-api", {.exit_when_idle = true});
+  Workers worker("test-api", {.exit_when_idle = true});
   NodeLabeler labeler(Config(), &worker);
   NodeEventRecorder recorder(Config(), &worker);
   labeler.Start();
@@ -242,7 +242,7 @@ TEST(SharedApiWorkerTest, StopCancelsTheRequestInFlightOfEitherSink) {
   TempDir dir;
   const ApiServerConfig config = ApiServerConfigFor(silent.port(), dir.path(), absl::Minutes(10));
   ASSERT_FALSE(config.host.empty());
-  SerialWorker worker("test-api", {.exit_when_idle = true});
+  Workers worker("test-api", {.exit_when_idle = true});
   NodeLabeler labeler(config, &worker);
   NodeEventRecorder recorder(config, &worker);
   labeler.Start();

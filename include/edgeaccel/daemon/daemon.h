@@ -22,7 +22,7 @@
 #include "edgeaccel/dra/dra_plugin_service.h"
 #include "edgeaccel/dra/slice_publisher.h"
 #include "edgeaccel/host/host.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/inventory/host_watcher.h"
 #include "edgeaccel/kubelet/registrar.h"
@@ -155,7 +155,7 @@ class Daemon {
   absl::Status ServeDraLocked(DraDriver* driver) ABSL_EXCLUSIVE_LOCKS_REQUIRED(driver->serve_mu);
   // Recomputes the node labels; logs and writes them (NFD) when they changed. kRetry when the
   // NFD file could not be written (the sink worker retries with backoff).
-  SerialWorker::Outcome RefreshLabels();
+  Workers::Outcome RefreshLabels();
   std::string RenderMetrics() const;
   bool Healthy(std::string* why) const { return Check(why, /*for_liveness=*/false); }
   // /livez: the same, less what a restart cannot cure (a slice the API server refuses).
@@ -163,7 +163,7 @@ class Daemon {
   void StartRegistrar(Resource* resource);
   // Writes the CDI spec for the resource's current devices, then lets ListAndWatch name them.
   // kRetry when the write failed (the sink worker retries with backoff).
-  SerialWorker::Outcome WriteCdi(Resource* resource);
+  Workers::Outcome WriteCdi(Resource* resource);
   void PostCdi(Resource* resource);
   void PostLabels();
   // Events on our Node for what changed between `resource`'s last snapshot and `snapshot`.
@@ -205,11 +205,11 @@ class Daemon {
   // abandoned on a hung disk) uses everything above. Each holds a thread only while it has work.
   // Requests to the API server (the node labels, Events) run on ea-api, so a server that hangs
   // never delays a file; Stop() cancels their request in flight (ApiClient::Cancel).
-  SerialWorker api_sinks_{"ea-api", {.exit_when_idle = true}};
+  Workers api_sinks_{"ea-api", {.exit_when_idle = true}};
   // The files (CDI specs, the NFD file) and label refreshes run on ea-sinks, in order, so the
   // host watcher's thread, which feeds ListAndWatch and rescans, never waits for a disk. A
   // failed write is retried with backoff; Stop() never waits for the disk.
-  SerialWorker sinks_{"ea-sinks", {.exit_when_idle = true, .stop_abandons_running_task = true}};
+  Workers sinks_{"ea-sinks", {.exit_when_idle = true, .stop_abandons_running_task = true}};
 };
 
 }  // namespace edgeaccel

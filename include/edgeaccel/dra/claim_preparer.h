@@ -31,8 +31,8 @@
 #ifndef EDGEACCEL_DRA_CLAIM_PREPARER_H_
 #define EDGEACCEL_DRA_CLAIM_PREPARER_H_
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -47,7 +47,7 @@
 #include "edgeaccel/dra/claim_reader.h"
 #include "edgeaccel/dra/dra_counters.h"
 #include "edgeaccel/dra/prepared_claims.h"
-#include "edgeaccel/dra/transient_threads.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/node/api_client.h"
 
@@ -168,7 +168,7 @@ class ClaimPreparer {
 
   const Options options_;
   const DeviceSet* const set_;
-  TransientThreads readers_{"ea-dra-read"};
+  Workers readers_{"ea-dra-read", {.parallel = Workers::kUnbounded, .exit_when_idle = true}};
   mutable absl::Mutex mu_;
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
   std::string last_cleanup_error_ ABSL_GUARDED_BY(mu_);

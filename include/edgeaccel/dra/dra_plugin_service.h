@@ -9,7 +9,7 @@
 // Every claim of a request gets an entry in the answer, with its own error: a gRPC error would
 // make the kubelet drop the whole answer.
 // NodePrepareResources and NodeUnprepareResources are answered off the loop thread: each call
-// runs on a thread of its own that lives only while the call is answered (TransientThreads),
+// runs on a thread of its own that lives only while the call is answered (Workers, in parallel),
 // and its answer is handed back to the loop to be sent. So a prepare that waits for the API
 // server never holds up an unprepare, another prepare or the health stream.
 #ifndef EDGEACCEL_DRA_DRA_PLUGIN_SERVICE_H_
@@ -25,7 +25,7 @@
 #include "dra_v1beta1.grpc.pb.h"
 #include "edgeaccel/dra/claim_preparer.h"
 #include "edgeaccel/dra/dra_counters.h"
-#include "edgeaccel/dra/transient_threads.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/kubelet/completion_loop.h"
 #include "edgeaccel/kubelet/snapshot_stream.h"
@@ -76,7 +76,7 @@ class DraPluginService {
   ClaimPreparer* const preparer_;
   const std::string pool_;
   DraCounters* const counters_;
-  TransientThreads calls_{"ea-dra-call"};
+  Workers calls_{"ea-dra-call", {.parallel = Workers::kUnbounded, .exit_when_idle = true}};
   HealthStreams health_streams_;
 };
 

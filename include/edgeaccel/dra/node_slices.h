@@ -19,7 +19,7 @@
 // view and tells the publishers whose slices someone else changed (an event newer than what the
 // view holds: the kubelet's wipe at its start or 30 s after it lost a driver, an admin's delete).
 // Every request (list, opening a watch) is made by the view's worker ("ea-dra-watch", a
-// SerialWorker that exits when idle) or by the publisher that asked for a fresh view: the loop
+// Workers that exits when idle) or by the publisher that asked for a fresh view: the loop
 // never waits for the API server. Errors are retried with backoff and said once per distinct
 // message; a request cancelled (ApiClient::Cancel: the daemon is stopping) is neither said nor
 // retried. A publisher's own writes are put into the view by the publisher (Wrote, Deleted), so
@@ -44,7 +44,7 @@
 #include "edgeaccel/host/backoff.h"
 #include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/host/poll_loop.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/node/api_client.h"
 
 namespace edgeaccel {
@@ -134,8 +134,8 @@ class NodeSlices : private PollLoop::Member {
   void PostSync();
   // The worker's task: takes the watch's end, lists where the view is not synced, opens a watch
   // where none is open. kRetry: after the worker's backoff.
-  SerialWorker::Outcome Sync();
-  SerialWorker::Outcome Failed(const absl::Status& error, absl::string_view what);
+  Workers::Outcome Sync();
+  Workers::Outcome Failed(const absl::Status& error, absl::string_view what);
   // How the watch ended; an error is a failed watch (retried after the backoff).
   absl::Status WatchEnded(const absl::StatusOr<HttpResponse>& end, bool* renewed);
   absl::Status OpenWatch();
@@ -155,7 +155,7 @@ class NodeSlices : private PollLoop::Member {
   const int wake_fd_;  // an eventfd: the worker opened or dropped a watch
   std::unique_ptr<PollLoop> own_loop_;
   PollLoop* loop_ = nullptr;  // while a member
-  SerialWorker worker_{"ea-dra-watch", {.exit_when_idle = true}};
+  Workers worker_{"ea-dra-watch", {.exit_when_idle = true}};
 
   // The loop's alone.
   HeldWatch watch_;

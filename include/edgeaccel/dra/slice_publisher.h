@@ -1,7 +1,7 @@
 // SlicePublisher: keeps this node's ResourceSlice of one driver equal to the driver's devices
 // (the Unhealthy ones tainted, see below). What the API server holds of the driver's slices it
 // reads from NodeSlices (dra/node_slices.h: one LIST and one WATCH for every driver of the node);
-// every write is made by the publisher's worker ("ea-dra-slices", a SerialWorker that exits when
+// every write is made by the publisher's worker ("ea-dra-slices", a Workers that exits when
 // idle), so an idle publisher holds no thread of its own.
 //
 // It reconciles when the device set changes (hot-plug, health, or the devices' facts alone:
@@ -52,7 +52,7 @@
 #include "edgeaccel/dra/resource_slice.h"
 #include "edgeaccel/host/once_logger.h"
 #include "edgeaccel/host/poll_loop.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/inventory/device_set.h"
 #include "edgeaccel/node/api_client.h"
 
@@ -129,10 +129,10 @@ class SlicePublisher : private PollLoop::Member {
   void PostSync();
   // The worker's task: reconciles where something changed, runs the chore. kRetry: after the
   // worker's backoff.
-  SerialWorker::Outcome Sync();
+  Workers::Outcome Sync();
   // A sync that failed: said once per distinct message and retried after the backoff (kRetry);
   // cancelled (the daemon stops): neither (kDone).
-  SerialWorker::Outcome Failed(const absl::Status& error, absl::string_view what);
+  Workers::Outcome Failed(const absl::Status& error, absl::string_view what);
   // What NodeSlices tells (on its threads; never blocks).
   void OnSlicesChange(NodeSlices::Change change);
   absl::Status Reconcile();
@@ -153,7 +153,7 @@ class SlicePublisher : private PollLoop::Member {
   NodeSlices* slices_ = nullptr;
   uint64_t subscription_ = 0;  // in slices_, while started
   PollLoop* loop_ = nullptr;   // while started
-  SerialWorker worker_{"ea-dra-slices", {.exit_when_idle = true}};
+  Workers worker_{"ea-dra-slices", {.exit_when_idle = true}};
 
   // The worker's alone (or, in the unit tests, the test's thread's before Start()).
   bool reconcile_ = true;

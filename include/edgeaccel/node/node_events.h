@@ -14,7 +14,7 @@
 //  * a spam filter per Node: a token bucket of 25, refilled one per 5 minutes, so a flapping
 //    device cannot flood the API server; what it drops is counted, and said once in the log.
 // Recording never blocks: events are queued (at most 256; the oldest beyond that are dropped and
-// counted) and sent one at a time, in the order recorded, by a SerialWorker (under the key
+// counted) and sent one at a time, in the order recorded, by a Workers (under the key
 // "node events"): the daemon's API sink worker, shared with the node labeller, or one of the
 // recorder's own ("ea-events"). An answer the API server refuses (403, 422,
 // 429, ...) or a failed connection is logged once per reason and the event dropped: device
@@ -34,7 +34,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 
@@ -65,9 +65,9 @@ class NodeEventRecorder {
   // With `worker`, events are sent there, and the worker, which must be stopped before the
   // recorder is destroyed, cancels our request in flight when it stops. Without, the recorder
   // has a worker of its own.
-  explicit NodeEventRecorder(ApiServerConfig config, SerialWorker* worker = nullptr)
+  explicit NodeEventRecorder(ApiServerConfig config, Workers* worker = nullptr)
       : NodeEventRecorder(std::move(config), Limits(), worker) {}
-  NodeEventRecorder(ApiServerConfig config, Limits limits, SerialWorker* worker = nullptr);
+  NodeEventRecorder(ApiServerConfig config, Limits limits, Workers* worker = nullptr);
   ~NodeEventRecorder();
 
   void Start();
@@ -100,8 +100,8 @@ class NodeEventRecorder {
   const ApiServerConfig config_;
   const Limits limits_;
   const ApiClient client_;
-  std::unique_ptr<SerialWorker> own_worker_;  // without a shared one
-  SerialWorker* const worker_;
+  std::unique_ptr<Workers> own_worker_;  // without a shared one
+  Workers* const worker_;
   absl::Mutex mu_;
   std::deque<NodeEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

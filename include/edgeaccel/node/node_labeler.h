@@ -9,7 +9,7 @@
 // holds on the Node (GFD's nvidia.com/gpu.*, say) is left to it (label_ownership.h), so the Node
 // is read before each patch. One node's steady-state load on the API server: one GET and one
 // PATCH per hardware change.
-// The requests run as one key ("node labels") of a SerialWorker: the daemon's API sink worker,
+// The requests run as one key ("node labels") of a Workers: the daemon's API sink worker,
 // shared with the Event recorder, or one of its own ("ea-nodelabels"). Each attempt applies the
 // newest labels set; a failed one is retried after the backoff, and labels set meanwhile wait for
 // that retry time too (the API server is not asked more often because the labels change).
@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 #include "edgeaccel/node/node_labels.h"
@@ -43,7 +43,7 @@ class NodeLabeler {
   // With `worker`, requests run there (under the key "node labels"), and the worker, which must
   // be stopped before the labeller is destroyed, cancels our request in flight when it stops.
   // Without, the labeller has a worker of its own.
-  explicit NodeLabeler(ApiServerConfig config, SerialWorker* worker = nullptr);
+  explicit NodeLabeler(ApiServerConfig config, Workers* worker = nullptr);
   ~NodeLabeler();
 
   void Start();
@@ -57,7 +57,7 @@ class NodeLabeler {
 
  private:
   // One try at applying the newest labels set, on the worker's thread.
-  SerialWorker::Outcome Apply();
+  Workers::Outcome Apply();
   void Post() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GET the node: which keys did we manage before?
   struct NodeLabels {
@@ -69,8 +69,8 @@ class NodeLabeler {
 
   const ApiServerConfig config_;
   const ApiClient client_;
-  std::unique_ptr<SerialWorker> own_worker_;  // without a shared one
-  SerialWorker* const worker_;
+  std::unique_ptr<Workers> own_worker_;  // without a shared one
+  Workers* const worker_;
   std::atomic<uint64_t> patches_{0};
   std::atomic<uint64_t> failures_{0};
   absl::Mutex mu_;

@@ -1,10 +1,12 @@
-#include "edgeaccel/host/serial_worker.h"
+#include "edgeaccel/host/workers.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,13 +15,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "eventually.h"
+#include "fixture_host.h"
 #include "thread_limit.h"
 
 namespace edgeaccel {
 namespace {
 
-TEST(SerialWorkerTest, RunsTasksInTheOrderPosted) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, RunsTasksInTheOrderPosted) {
+  Workers worker("test-worker");
   absl::Mutex mu;
   std::vector<std::string> ran;
   for (const char* key : {"a", "b", "c"}) {
@@ -32,8 +35,8 @@ TEST(SerialWorkerTest, RunsTasksInTheOrderPosted) {
   EXPECT_THAT(ran, ::testing::ElementsAre("a", "b", "c"));
 }
 
-TEST(SerialWorkerTest, ASlowTaskNeverBlocksTheOneWhoPosts) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, ASlowTaskNeverBlocksTheOneWhoPosts) {
+  Workers worker("test-worker");
   absl::Notification started, release;
   worker.Post("slow", [&] {  // an fsync on a dying SD card
     started.Notify();
@@ -49,8 +52,8 @@ TEST(SerialWorkerTest, ASlowTaskNeverBlocksTheOneWhoPosts) {
   EXPECT_TRUE(worker.Drain(absl::Seconds(5)));
 }
 
-TEST(SerialWorkerTest, AWaitingTaskIsReplacedByTheLatestOfItsKey) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, AWaitingTaskIsReplacedByTheLatestOfItsKey) {
+  Workers worker("test-worker");
   absl::Notification release;
   worker.Post("block", [&] { release.WaitForNotification(); });
   std::atomic<int> runs{0};
@@ -68,8 +71,8 @@ TEST(SerialWorkerTest, AWaitingTaskIsReplacedByTheLatestOfItsKey) {
   EXPECT_EQ(worker.completed(), 2u);
 }
 
-TEST(SerialWorkerTest, StopDropsWhatWaitsAndFinishesWhatRuns) {
-  auto worker = std::make_unique<SerialWorker>("test-worker");
+TEST(WorkersTest, StopDropsWhatWaitsAndFinishesWhatRuns) {
+  auto worker = std::make_unique<Workers>("test-worker");
   absl::Notification started, release;
   std::atomic<bool> finished{false}, dropped_ran{false};
   worker->Post("running", [&] {
@@ -90,17 +93,17 @@ TEST(SerialWorkerTest, StopDropsWhatWaitsAndFinishesWhatRuns) {
   EXPECT_FALSE(dropped_ran);
 }
 
-TEST(SerialWorkerTest, AnAttemptThatFailsIsRetriedWithBackoff) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, AnAttemptThatFailsIsRetriedWithBackoff) {
+  Workers worker("test-worker");
   std::atomic<int> attempts{0};
   absl::Notification done;
   const absl::Time start = absl::Now();
   worker.PostRetrying(
       "labels",
       [&] {
-        if (++attempts < 3) return SerialWorker::Outcome::kRetry;
+        if (++attempts < 3) return Workers::Outcome::kRetry;
         done.Notify();
-        return SerialWorker::Outcome::kDone;
+        return Workers::Outcome::kDone;
       },
       {.first = absl::Milliseconds(20), .max = absl::Milliseconds(40)});
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
@@ -110,14 +113,14 @@ TEST(SerialWorkerTest, AnAttemptThatFailsIsRetriedWithBackoff) {
   EXPECT_FALSE(worker.retrying("labels"));
 }
 
-TEST(SerialWorkerTest, ARetryThatWaitsHoldsUpNoOtherKey) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, ARetryThatWaitsHoldsUpNoOtherKey) {
+  Workers worker("test-worker");
   std::atomic<int> api{0};
   worker.PostRetrying(
       "api",
       [&] {
         api++;
-        return SerialWorker::Outcome::kRetry;  // an API server that never answers well
+        return Workers::Outcome::kRetry;  // an API server that never answers well
       },
       {.first = absl::Hours(1), .max = absl::Hours(1)});
   ASSERT_TRUE(worker.Drain(absl::Seconds(5)));  // a retry not yet due does not count
@@ -128,12 +131,12 @@ TEST(SerialWorkerTest, ARetryThatWaitsHoldsUpNoOtherKey) {
   EXPECT_EQ(api.load(), 1);
 }
 
-TEST(SerialWorkerTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
+TEST(WorkersTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
   for (const bool waits : {false, true}) {
     SCOPED_TRACE(waits ? "newer waits for the retry" : "newer runs at once");
-    SerialWorker worker("test-worker");
+    Workers worker("test-worker");
     // A retry a second away: "at once" and "at its time" stay apart on a loaded machine.
-    const SerialWorker::Retry retry{.first = absl::Seconds(1),
+    const Workers::Retry retry{.first = absl::Seconds(1),
                                     .max = absl::Seconds(1),
                                     .newer_waits_for_retry = waits};
     std::atomic<int> old_runs{0};
@@ -143,7 +146,7 @@ TEST(SerialWorkerTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
         [&] {
           old_ran = absl::Now();
           old_runs++;
-          return SerialWorker::Outcome::kRetry;
+          return Workers::Outcome::kRetry;
         },
         retry);
     ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
@@ -155,7 +158,7 @@ TEST(SerialWorkerTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
         [&] {
           newer_ran = absl::Now();
           newer.Notify();
-          return SerialWorker::Outcome::kDone;
+          return Workers::Outcome::kDone;
         },
         retry);
     ASSERT_TRUE(newer.WaitForNotificationWithTimeout(absl::Seconds(5)));
@@ -169,8 +172,8 @@ TEST(SerialWorkerTest, ANewerTaskReplacesARetryAtOnceOrAtItsTime) {
   }
 }
 
-TEST(SerialWorkerTest, StopCallsItsHooksSoARunningTaskEndsAtOnce) {
-  SerialWorker worker("test-worker");
+TEST(WorkersTest, StopCallsItsHooksSoARunningTaskEndsAtOnce) {
+  Workers worker("test-worker");
   absl::Notification started, cancelled;
   worker.Post("request", [&] {  // a request to an API server that never answers
     started.Notify();
@@ -186,8 +189,8 @@ TEST(SerialWorkerTest, StopCallsItsHooksSoARunningTaskEndsAtOnce) {
   EXPECT_TRUE(late_hook);
 }
 
-TEST(SerialWorkerTest, AnIdleWorkerHoldsNoThreadAndStartsOneForTheNextTask) {
-  SerialWorker worker("test-idle", {.exit_when_idle = true});
+TEST(WorkersTest, AnIdleWorkerHoldsNoThreadAndStartsOneForTheNextTask) {
+  Workers worker("test-idle", {.exit_when_idle = true});
   EXPECT_FALSE(worker.thread_running());
   for (int round = 0; round < 3; ++round) {
     absl::Notification ran;
@@ -206,16 +209,16 @@ TEST(SerialWorkerTest, AnIdleWorkerHoldsNoThreadAndStartsOneForTheNextTask) {
   }
   // A retry waiting keeps the thread: it is the one that runs it.
   worker.PostRetrying(
-      "api", [] { return SerialWorker::Outcome::kRetry; },
+      "api", [] { return Workers::Outcome::kRetry; },
       {.first = absl::Hours(1), .max = absl::Hours(1)});
   ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
   EXPECT_TRUE(worker.thread_running());
   EXPECT_EQ(worker.completed(), 4u);
 }
 
-TEST(SerialWorkerTest, StopCanAbandonATaskStuckInTheKernel) {
-  auto worker = std::make_unique<SerialWorker>(
-      "test-worker", SerialWorker::Options{.stop_abandons_running_task = true});
+TEST(WorkersTest, StopCanAbandonATaskStuckInTheKernel) {
+  auto worker = std::make_unique<Workers>(
+      "test-worker", Workers::Options{.stop_abandons_running_task = true});
   absl::Notification started, release;
   std::atomic<bool> finished{false};
   worker->Post("fsync", [&] {  // an fsync on a dying SD card
@@ -239,15 +242,125 @@ TEST(SerialWorkerTest, StopCanAbandonATaskStuckInTheKernel) {
 
 // At the process limit a worker that exits when idle cannot start its thread: what was posted
 // waits (nothing terminates), and runs once a later post can start it.
-TEST(SerialWorkerTest, AThreadThatCannotStartLeavesTheWorkQueuedForTheNextPost) {
+TEST(WorkersTest, AThreadThatCannotStartLeavesTheWorkQueuedForTheNextPost) {
   const int code = ::edgeaccel::testing::RunWhereNoThreadStarts([] {
-    SerialWorker worker("ea-test", {.exit_when_idle = true});
+    Workers worker("ea-test", {.exit_when_idle = true});
     std::atomic<int> ran{0};
     worker.Post("a", [&] { ++ran; });
     if (worker.start_failures() != 1 || worker.thread_running() || ran.load() != 0) return false;
     if (!::edgeaccel::testing::AllowThreads()) return false;
     worker.Post("b", [&] { ran += 10; });
     return worker.Drain(absl::Seconds(30)) && ran.load() == 11;
+  });
+  EXPECT_EQ(code, 0) << "134 is std::terminate";
+}
+
+// The DRA calls' workers: a thread for each piece of work, alive only while it runs, so an idle
+// driver has none.
+TEST(WorkersTest, InParallelAThreadLivesOnlyWhileItsWorkRuns) {
+  Workers threads("ea-test-work", {.parallel = Workers::kUnbounded, .exit_when_idle = true});
+  const size_t before = ::edgeaccel::testing::ThreadNames().size();
+  absl::Notification started, release;
+  ASSERT_TRUE(threads.Start([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }).ok());
+  started.WaitForNotification();
+  EXPECT_EQ(threads.running(), 1);
+  const std::vector<std::string> names = ::edgeaccel::testing::ThreadNames();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "ea-test-work"), 1) << "named as asked";
+  release.Notify();
+  ASSERT_TRUE(threads.Drain(absl::Seconds(30)));
+  EXPECT_EQ(threads.running(), 0);
+  // The thread ends once it finds nothing to run; the kernel may list its task in /proc a
+  // moment after it is joined, so that listing is waited for.
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return !threads.thread_running(); }));
+  EXPECT_TRUE(::edgeaccel::testing::Eventually(
+      [&] { return ::edgeaccel::testing::ThreadNames().size() == before; }))
+      << "no thread is left once the work is done";
+}
+
+TEST(WorkersTest, InParallelEveryKeyRunsAtOnceDrainWaitsForAllAndStopRefusesMore) {
+  Workers threads("ea-test-work", {.parallel = Workers::kUnbounded, .exit_when_idle = true});
+  std::atomic<int> done{0};
+  absl::Notification go;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(threads.Start([&] {
+      go.WaitForNotification();
+      ++done;
+    }).ok());
+  }
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return threads.running() == 8; }))
+      << "each key on a thread of its own, none waiting for another";
+  go.Notify();
+  ASSERT_TRUE(threads.Drain(absl::Seconds(30)));
+  EXPECT_EQ(done.load(), 8);
+  threads.Stop();
+  EXPECT_TRUE(absl::IsCancelled(threads.Start([&] { ++done; })));
+  EXPECT_EQ(done.load(), 8);
+}
+
+// In parallel too, a key's tasks run one at a time and in order, and a waiting one is replaced;
+// another key runs beside them at once.
+TEST(WorkersTest, InParallelAKeyStillRunsOneTaskAtATime) {
+  Workers threads("ea-test-work", {.parallel = Workers::kUnbounded, .exit_when_idle = true});
+  absl::Notification first_running, release_first, other_ran;
+  std::atomic<int> first_done{0};
+  std::vector<std::string> order;
+  absl::Mutex order_mu;
+  threads.Post("k", [&] {
+    first_running.Notify();
+    release_first.WaitForNotification();
+    absl::MutexLock lock(&order_mu);
+    order.push_back("first");
+  });
+  first_running.WaitForNotification();
+  threads.Post("k", [&] { absl::MutexLock lock(&order_mu); order.push_back("replaced"); });
+  threads.Post("k", [&] { absl::MutexLock lock(&order_mu); order.push_back("second"); });
+  threads.Post("other", [&] { other_ran.Notify(); });
+  EXPECT_TRUE(other_ran.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "another key waited for a running one";
+  EXPECT_EQ(threads.running(), 1) << "the key's next task ran beside its first";
+  release_first.Notify();
+  ASSERT_TRUE(threads.Drain(absl::Seconds(30)));
+  absl::MutexLock lock(&order_mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "second"}));
+}
+
+// A retry queued by one thread while another waits with no deadline is run at its time: the
+// waiting thread's deadline follows the earliest retry, whichever thread goes idle first.
+TEST(WorkersTest, InParallelARetryRunsAtItsTimeWhateverThreadWaits) {
+  Workers threads("ea-test-work", {.parallel = 2});
+  absl::Notification busy_running, release_busy;
+  threads.Post("busy", [&] {
+    busy_running.Notify();
+    release_busy.WaitForNotification();
+  });
+  busy_running.WaitForNotification();
+  std::atomic<int> attempts{0};
+  threads.PostRetrying("flaky", [&] {
+    return ++attempts == 1 ? Workers::Outcome::kRetry : Workers::Outcome::kDone;
+  }, {.first = absl::Milliseconds(50), .max = absl::Milliseconds(50)});
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return attempts.load() == 2; }))
+      << "the retry never ran";
+  release_busy.Notify();
+  ASSERT_TRUE(threads.Drain(absl::Seconds(30)));
+}
+
+// At the process limit a thread cannot start: Start refuses the work with the reason (nothing
+// terminates, nothing is left queued), and the next Start once threads can start again works.
+TEST(WorkersTest, AThreadThatCannotStartIsAnErrorTheCallerOfStartAnswers) {
+  const int code = ::edgeaccel::testing::RunWhereNoThreadStarts([] {
+    Workers threads("ea-test-work", {.parallel = Workers::kUnbounded, .exit_when_idle = true});
+    std::atomic<int> done{0};
+    absl::Status refused = threads.Start([&] { ++done; });
+    if (!absl::IsResourceExhausted(refused) || refused.message().find("ea-test-work") == std::string::npos) {
+      fprintf(stderr, "refused: %s\n", refused.ToString().c_str());
+      return false;
+    }
+    if (threads.running() != 0 || !::edgeaccel::testing::AllowThreads()) return false;
+    if (!threads.Start([&] { ++done; }).ok()) return false;
+    return threads.Drain(absl::Seconds(30)) && done.load() == 1;
   });
   EXPECT_EQ(code, 0) << "134 is std::terminate";
 }
