@@ -382,14 +382,15 @@ TEST_F(ApiClientTest, AnAddressThatNeverAnswersIsPassedOver) {
               HasSubstr("cannot connect to the API server at 127.0.0.2:" + std::to_string(port_)));
   EXPECT_LT(absl::Now() - again, absl::Seconds(2));
 
-  // A refusal is passed over at once.
+  // A refusal is passed over at once: it costs no share of the deadline (a minute: half of it for
+  // each address), so both calls end far sooner than one share.
   const absl::Time refused = absl::Now();
-  fd = ConnectToAny({"127.0.0.1", "127.0.0.1"}, 1, refused + absl::Seconds(4));
+  fd = ConnectToAny({"127.0.0.1", "127.0.0.1"}, 1, refused + absl::Minutes(1));
   EXPECT_THAT(std::string(fd.status().message()), HasSubstr("Connection refused"));
-  fd = ConnectToAny({"127.0.0.4", "127.0.0.1"}, port_, refused + absl::Seconds(4));
+  fd = ConnectToAny({"127.0.0.4", "127.0.0.1"}, port_, refused + absl::Minutes(1));
   ASSERT_TRUE(fd.ok()) << fd.status();
   close(*fd);
-  EXPECT_LT(absl::Now() - refused, absl::Seconds(1));
+  EXPECT_LT(absl::Now() - refused, absl::Seconds(15));
 }
 
 // A server that accepts and never answers: the client gives up at its deadline.
@@ -445,7 +446,8 @@ TEST(ApiClientSilentServerTest, CancelEndsARequestInFlightAndEveryLaterOne) {
   request.join();
   EXPECT_EQ(in_flight.code(), absl::StatusCode::kCancelled) << in_flight;
   EXPECT_THAT(std::string(in_flight.message()), HasSubstr("cancelled (stopping)"));
-  EXPECT_LT(ended - cancelled, absl::Seconds(1));
+  // Half the minute its timeout would have taken: the cancel ended it, whatever the machine's load.
+  EXPECT_LT(ended - cancelled, absl::Seconds(30));
   EXPECT_TRUE(client.cancelled());
   absl::Status later = client.Request("GET", "/api/v1/nodes/n").status();
   EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
@@ -772,7 +774,8 @@ TEST_F(ApiClientTest, AnOpenWatchIsReadAsItArrivesWithoutWaiting) {
   absl::StatusOr<std::optional<HttpResponse>> read = (*quiet)->ReadAvailable(keep);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_FALSE(read->has_value());
-  EXPECT_LT(absl::Now() - before, absl::Seconds(1)) << "nothing came: it returned, not waited";
+  // The watch stays quiet for the rest of the test: a read that waited would never return.
+  EXPECT_LT(absl::Now() - before, absl::Seconds(30)) << "nothing came: it returned, not waited";
   EXPECT_EQ(events.size(), 1u);
 
   absl::StatusOr<std::unique_ptr<WatchStream>> ended = client.OpenWatch("/watch");
