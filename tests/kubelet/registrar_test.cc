@@ -167,7 +167,10 @@ TEST_F(RegistrationTest, PluginWatcherRefusalIsLoggedAndTheKubeletsRetryIsAnswer
   ASSERT_TRUE(Advertised(2));
   EXPECT_EQ(kubelet_.RegisteredVia(kTpu), "plugin-watcher");
   EXPECT_TRUE(Eventually([&] { return registrar->registered(); }));
-  EXPECT_TRUE(log.Contains("INFO: " + kTpu + ": registered with the kubelet through its plugin watcher"));
+  // Said on the gRPC thread as it answers the kubelet, which may be after the registrar knows.
+  EXPECT_TRUE(Eventually([&] {
+    return log.Contains("INFO: " + kTpu + ": registered with the kubelet through its plugin watcher");
+  }));
 }
 
 TEST_F(RegistrationTest, AutoPicksThePluginWatcherWhenOnlyItExists) {
