@@ -46,8 +46,6 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -56,6 +54,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "dra_kubelet.h"
+#include "lab_claims.h"
 #include "edgeaccel/node/api_client.h"
 #include "edgeaccel/node/api_server_config.h"
 #include "glog/logging.h"
@@ -63,7 +62,6 @@
 namespace edgeaccel {
 namespace {
 
-using nlohmann::json;
 using testing::DraKubelet;
 
 struct Options {
@@ -100,46 +98,13 @@ struct MadeClaim {
   _exit(1);
 }
 
-// POST the claim, then PATCH its status with the allocation: what the scheduler leaves for the
-// kubelet. Returns the claim as the kubelet names it.
+// The claim `name`, allocated `device` of `driver`: what the scheduler leaves for the kubelet.
 DraKubelet::Claim MakeClaim(const ApiClient& api, const Options& options, const Driver& driver,
                             const std::string& name, const std::string& device) {
-  const std::string base =
-      absl::StrCat("/apis/resource.k8s.io/v1/namespaces/", options.namespace_name, "/resourceclaims");
-  const json claim = {
-      {"apiVersion", "resource.k8s.io/v1"},
-      {"kind", "ResourceClaim"},
-      {"metadata", {{"name", name}, {"labels", {{"app.kubernetes.io/part-of", "edgeaccel-dra-compare"}}}}},
-      {"spec",
-       {{"devices",
-         {{"requests", json::array({{{"name", "dev"}, {"exactly", {{"deviceClassName", driver.name}}}}})}}}}}};
-  absl::StatusOr<HttpResponse> created = api.Request("POST", base, "application/json", claim.dump());
-  if (!created.ok()) Fail(absl::StrCat("POST ", name, ": ", created.status().ToString()));
-  if (created->status != 201) Fail(absl::StrCat("POST ", name, ": HTTP ", created->status, " ", created->body));
-  const json body = json::parse(created->body, nullptr, false);
-  if (body.is_discarded() || !body.contains("metadata") || !body["metadata"].contains("uid")) {
-    Fail(absl::StrCat("POST ", name, ": no metadata.uid in the answer"));
-  }
-  const json status = {
-      {"status",
-       {{"allocation",
-         {{"devices",
-           {{"results", json::array({{{"request", "dev"},
-                                      {"driver", driver.name},
-                                      {"pool", options.node},
-                                      {"device", device}}})}}},
-          {"nodeSelector",
-           {{"nodeSelectorTerms",
-             json::array({{{"matchFields", json::array({{{"key", "metadata.name"},
-                                                         {"operator", "In"},
-                                                         {"values", json::array({options.node})}}})}}})}}}}}}}};
-  absl::StatusOr<HttpResponse> patched = api.Request("PATCH", absl::StrCat(base, "/", name, "/status"),
-                                                     "application/merge-patch+json", status.dump());
-  if (!patched.ok()) Fail(absl::StrCat("PATCH ", name, "/status: ", patched.status().ToString()));
-  if (patched->status != 200) {
-    Fail(absl::StrCat("PATCH ", name, "/status: HTTP ", patched->status, " ", patched->body));
-  }
-  return {options.namespace_name, name, body["metadata"]["uid"].get<std::string>()};
+  absl::StatusOr<DraKubelet::Claim> made = bench::MakeAllocatedClaim(
+      api, {options.namespace_name, name, options.node, driver.name, device, "edgeaccel-dra-compare"});
+  if (!made.ok()) Fail(std::string(made.status().message()));
+  return *made;
 }
 
 // The claims of one driver for every round: [round][0] and [round][1] single, [round][2..]

@@ -24,9 +24,19 @@
 # Jetson with a Coral), BASELINE (0: no window without the daemons), EXTRA_FLAGS (more flags),
 # LAB_PIDS (the lab's pid files, for the API server's CPU; default /opt/k8s-lab-1.36/run/pids).
 #
+# With CHURN=K, after the idle window, a claim churn: on every node at once, K claims one after
+# another, each made and allocated one of its driver's devices, prepared and unprepared through a
+# kubelet double, and deleted (build/edgeaccel-dra-churn, bench/dra_churn_main.cc; CHURN_DRIVER,
+# default edgetpu.edgeaccel.io). Prints the requests of that window by resource and verb, the
+# drivers' per claim (the churn tool's own POST, PATCH and DELETE taken out), the requests a
+# second, and the API server's CPU.
+#
 # The fleet of #45 (100 nodes of the shipped configuration):
 #   HOSTS="coral-pcie jetson-agx-orin" DRA=coral-pcie,coral-usb,tegra SLICES=2 BASELINE=0 \
 #     bench/lab-idle-requests.sh 100 900
+# and its claim churn (10 claims on each node):
+#   HOSTS="coral-pcie jetson-agx-orin" DRA=coral-pcie,coral-usb,tegra SLICES=2 BASELINE=0 \
+#     CHURN=10 bench/lab-idle-requests.sh 100 60
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DAEMONS=${1:-3}
@@ -35,6 +45,10 @@ export KUBECONFIG=${KUBECONFIG:-/opt/k8s-lab-1.36/kubeconfig/admin.kubeconfig}
 KUBECTL=${KUBECTL:-/opt/k8s-lab-1.36/bin/kubectl}
 DAEMON=${DAEMON:-build/edgeaccel-device-plugin}
 FIXTURE=${FIXTURE:-build/edgeaccel-fixture}
+CHURN=${CHURN:-0}
+CHURN_TOOL=${CHURN_TOOL:-build/edgeaccel-dra-churn}
+CHURN_DRIVER=${CHURN_DRIVER:-edgetpu.edgeaccel.io}
+CHURN_NAMESPACE=edgeaccel-churn
 SETTLE=${SETTLE:-20}
 HOSTS=${HOSTS:-coral-pcie}
 DRA=${DRA:-coral-pcie}
@@ -47,6 +61,9 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$CHURN" != 0 ]; then
+    "$KUBECTL" delete namespace "$CHURN_NAMESPACE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
   for i in $(seq 1 "$DAEMONS"); do
     "$KUBECTL" delete resourceslices --field-selector "spec.nodeName=edgeaccel-idle-$i" \
       --ignore-not-found >/dev/null 2>&1 || true
@@ -127,3 +144,29 @@ echo "requests per node-hour (resource:verb), the baseline window's subtracted:"
 join -a 1 -e 0 -o 0,1.2,2.2 <(sort "$work/run") <(sort "$work/base") |
   awk -v w="$WINDOW" -v nodes="$DAEMONS" '{ d = $2 - $3; total += d; if (d != 0) printf "  %-28s %8.1f\n", $1, d * 3600 / w / nodes }
     END { printf "  %-28s %8.1f\n", "total", total * 3600 / w / nodes }'
+
+if [ "$CHURN" != 0 ]; then
+  devices=$("$KUBECTL" get resourceslices -o jsonpath='{.items[*].spec.devices[*].name}' \
+    --field-selector "spec.nodeName=edgeaccel-idle-1,spec.driver=$CHURN_DRIVER" | tr ' ' ',')
+  [ -n "$devices" ] || { echo "no $CHURN_DRIVER devices on edgeaccel-idle-1"; exit 1; }
+  "$KUBECTL" create namespace "$CHURN_NAMESPACE" >/dev/null
+  echo "claim churn: $CHURN claims on each of the $DAEMONS nodes at once ($CHURN_DRIVER: $devices)"
+  ticks0=$(apiserver_ticks)
+  counts >"$work/churn0"
+  churn_start=$(date +%s.%N)
+  "$CHURN_TOOL" --kubeconfig="$KUBECONFIG" --namespace="$CHURN_NAMESPACE" --nodes="$DAEMONS" \
+    --node-prefix=edgeaccel-idle- --root-prefix="$work/kubelet-" --driver="$CHURN_DRIVER" \
+    --devices="$devices" --cycles="$CHURN"
+  churn_seconds=$(echo "$(date +%s.%N) - $churn_start" | bc)
+  counts >"$work/churn1"
+  ticks1=$(apiserver_ticks)
+  cycles=$((DAEMONS * CHURN))
+  echo "the API server's CPU in the churn: $(( (ticks1 - ticks0) * 1000 / $(getconf CLK_TCK) )) ms over ${churn_seconds%.*} s"
+  echo "requests in the churn window (resource:verb: all; the drivers', less the churn tool's own POST, PATCH, DELETE of each claim; per claim):"
+  rate "$work/churn0" "$work/churn1" 0 |
+    awk -v cycles="$cycles" -v s="$churn_seconds" '
+      { own = ($1 == "resourceclaims:POST" || $1 == "resourceclaims:PATCH" || $1 == "resourceclaims:DELETE") ? cycles : 0
+        d = $2 - own; theirs += d
+        printf "  %-28s %8d %8d %8.2f\n", $1, $2, d, d / cycles }
+      END { printf "  %-28s %17d %8.2f   (%.1f a second)\n", "drivers, total", theirs, theirs / cycles, theirs / s }'
+fi
