@@ -4,7 +4,9 @@
 //
 // Per node i in 1..--nodes (node --node-prefix<i>, kubelet root --root-prefix<i>), on a thread of
 // its own: registers the driver as the kubelet does (the DRA kubelet double, tests/support/
-// dra_kubelet.h), then --cycles times: creates a claim allocated one of --devices in turn (a POST,
+// dra_kubelet.h). Once every node's is registered it prints "registered" and waits for a line
+// "go" on stdin (so what a registration makes the driver do, a slice sync, is not counted as the
+// churn's), then, on every node at once, --cycles times: creates a claim allocated one of --devices in turn (a POST,
 // then a PATCH of its status: bench/lab_claims.h), NodePrepareResources (the driver reads the
 // claim from the API server), a check that it got exactly that device, NodeUnprepareResources,
 // and a DELETE of the claim. Each cycle makes 3 requests of its own (POST, PATCH, DELETE on
@@ -14,8 +16,10 @@
 //   edgeaccel-dra-churn --kubeconfig=F --namespace=NS --nodes=N --node-prefix=P --root-prefix=R
 //     --driver=NAME --devices=a,b,... [--cycles=10]
 // Prints the cycles done, how long they took, and each node's failures (exit 1 if any).
+// Without --wait-for-go the churn starts as soon as every node is registered.
 #include <atomic>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "dra_kubelet.h"
 #include "edgeaccel/node/api_client.h"
@@ -48,16 +53,30 @@ struct Options {
   std::vector<std::string> devices;
   int nodes = 0;
   int cycles = 10;
+  bool wait_for_go = false;
+};
+
+// Every node's registration, then the start of the churn.
+struct StartLine {
+  int nodes = 0;
+  absl::Mutex mu;
+  int registered ABSL_GUARDED_BY(mu) = 0;
+  absl::Notification go;
 };
 
 // One node's churn; returns what went wrong ("" for nothing).
-std::string Churn(const Options& options, const ApiClient& api, int node_index) {
+std::string Churn(const Options& options, const ApiClient& api, int node_index, StartLine* start) {
   const std::string node = absl::StrCat(options.node_prefix, node_index);
   DraKubelet kubelet(absl::StrCat(options.root_prefix, node_index));
   kubelet.Start();
   absl::StatusOr<DraKubelet::Registration> registration =
       kubelet.WaitForRegistration(options.driver, absl::Seconds(60));
+  {
+    absl::MutexLock lock(&start->mu);
+    ++start->registered;  // counted failed or not: the others do not wait for it
+  }
   if (!registration.ok()) return absl::StrCat(node, ": ", registration.status().message());
+  start->go.WaitForNotification();
   std::string failure;
   for (int c = 0; c < options.cycles && failure.empty(); ++c) {
     const std::string device = options.devices[c % options.devices.size()];
@@ -116,6 +135,10 @@ int Main(int argc, char** argv) {
         number("--cycles", &options.cycles)) {
       continue;
     }
+    if (arg == "--wait-for-go") {
+      options.wait_for_go = true;
+      continue;
+    }
     if (value("--devices", &list)) {
       options.devices = absl::StrSplit(list, ',', absl::SkipEmpty());
     } else {
@@ -132,10 +155,26 @@ int Main(int argc, char** argv) {
 
   std::vector<std::string> failures(options.nodes);
   std::vector<std::thread> threads;
-  const absl::Time start = absl::Now();
+  StartLine start_line;
+  start_line.nodes = options.nodes;
   for (int i = 1; i <= options.nodes; ++i) {
-    threads.emplace_back([&, i] { failures[i - 1] = Churn(options, api, i); });
+    threads.emplace_back([&, i] { failures[i - 1] = Churn(options, api, i, &start_line); });
   }
+  {
+    absl::MutexLock lock(&start_line.mu);
+    start_line.mu.Await(absl::Condition(
+        +[](StartLine* line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(line->mu) { return line->registered == line->nodes; },
+        &start_line));
+  }
+  printf("registered\n");
+  fflush(stdout);
+  if (options.wait_for_go) {
+    std::string line;
+    while (std::getline(std::cin, line) && line != "go") {
+    }
+  }
+  const absl::Time start = absl::Now();
+  start_line.go.Notify();
   for (std::thread& thread : threads) thread.join();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   int failed = 0;

@@ -151,17 +151,33 @@ if [ "$CHURN" != 0 ]; then
   [ -n "$devices" ] || { echo "no $CHURN_DRIVER devices on edgeaccel-idle-1"; exit 1; }
   "$KUBECTL" create namespace "$CHURN_NAMESPACE" >/dev/null
   echo "claim churn: $CHURN claims on each of the $DAEMONS nodes at once ($CHURN_DRIVER: $devices)"
+  # The tool registers a kubelet double with every driver first (each then syncs its slices, as
+  # on a node whose kubelet starts), and starts the churn when told, once that has settled.
+  mkfifo "$work/go"
+  "$CHURN_TOOL" --kubeconfig="$KUBECONFIG" --namespace="$CHURN_NAMESPACE" --nodes="$DAEMONS" \
+    --node-prefix=edgeaccel-idle- --root-prefix="$work/kubelet-" --driver="$CHURN_DRIVER" \
+    --devices="$devices" --cycles="$CHURN" --wait-for-go <"$work/go" >"$work/churn.out" 2>&1 &
+  churn_pid=$!
+  exec 7>"$work/go"
+  until grep -qx registered "$work/churn.out"; do
+    kill -0 "$churn_pid" 2>/dev/null || { echo "the churn tool ended:"; cat "$work/churn.out"; exit 1; }
+    sleep 0.2
+  done
+  sleep "$SETTLE"
   ticks0=$(apiserver_ticks)
   counts >"$work/churn0"
   churn_start=$(date +%s.%N)
-  "$CHURN_TOOL" --kubeconfig="$KUBECONFIG" --namespace="$CHURN_NAMESPACE" --nodes="$DAEMONS" \
-    --node-prefix=edgeaccel-idle- --root-prefix="$work/kubelet-" --driver="$CHURN_DRIVER" \
-    --devices="$devices" --cycles="$CHURN"
+  echo go >&7
+  exec 7>&-
+  churn_rc=0
+  wait "$churn_pid" || churn_rc=$?
+  grep -vx registered "$work/churn.out" || true
+  [ "$churn_rc" = 0 ] || { echo "the churn failed (rc $churn_rc)"; exit 1; }
   churn_seconds=$(echo "$(date +%s.%N) - $churn_start" | bc)
   counts >"$work/churn1"
   ticks1=$(apiserver_ticks)
   cycles=$((DAEMONS * CHURN))
-  echo "the API server's CPU in the churn: $(( (ticks1 - ticks0) * 1000 / $(getconf CLK_TCK) )) ms over ${churn_seconds%.*} s"
+  echo "the API server's CPU in the churn: $(( (ticks1 - ticks0) * 1000 / $(getconf CLK_TCK) )) ms over $(printf %.1f "$churn_seconds") s"
   echo "requests in the churn window (resource:verb: all; the drivers', less the churn tool's own POST, PATCH, DELETE of each claim; per claim):"
   rate "$work/churn0" "$work/churn1" 0 |
     awk -v cycles="$cycles" -v s="$churn_seconds" '
