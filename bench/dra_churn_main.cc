@@ -26,10 +26,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -116,30 +114,19 @@ int Main(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
-    auto value = [&](absl::string_view flag, std::string* out) {
-      absl::string_view rest = arg;
-      if (!absl::ConsumePrefix(&rest, flag) || !absl::ConsumePrefix(&rest, "=")) return false;
-      *out = std::string(rest);
-      return true;
-    };
-    auto number = [&](absl::string_view flag, int* out) {
-      absl::string_view rest = arg;
-      if (!absl::ConsumePrefix(&rest, flag) || !absl::ConsumePrefix(&rest, "=")) return false;
-      if (!absl::SimpleAtoi(rest, out) || *out < 1) Fail(absl::StrCat("bad ", argv[i]));
-      return true;
-    };
+    const bench::FlagArg flag("edgeaccel-dra-churn", arg);
     std::string list;
-    if (value("--kubeconfig", &options.kubeconfig) || value("--namespace", &options.namespace_name) ||
-        value("--node-prefix", &options.node_prefix) || value("--root-prefix", &options.root_prefix) ||
-        value("--driver", &options.driver) || number("--nodes", &options.nodes) ||
-        number("--cycles", &options.cycles)) {
+    if (flag.Value("--kubeconfig", &options.kubeconfig) || flag.Value("--namespace", &options.namespace_name) ||
+        flag.Value("--node-prefix", &options.node_prefix) || flag.Value("--root-prefix", &options.root_prefix) ||
+        flag.Value("--driver", &options.driver) || flag.Number("--nodes", 1, &options.nodes) ||
+        flag.Number("--cycles", 1, &options.cycles)) {
       continue;
     }
     if (arg == "--wait-for-go") {
       options.wait_for_go = true;
       continue;
     }
-    if (value("--devices", &list)) {
+    if (flag.Value("--devices", &list)) {
       options.devices = absl::StrSplit(list, ',', absl::SkipEmpty());
     } else {
       Fail(absl::StrCat("unknown argument ", argv[i], " (see the comment at the top of bench/dra_churn_main.cc)"));

@@ -294,31 +294,20 @@ int Main(int argc, char** argv) {
   ref.tag = "ref";
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
-    auto value = [&](absl::string_view flag, std::string* out) {
-      absl::string_view rest = arg;
-      if (!absl::ConsumePrefix(&rest, flag) || !absl::ConsumePrefix(&rest, "=")) return false;
-      *out = std::string(rest);
-      return true;
-    };
-    auto number = [&](absl::string_view flag, int* out) {
-      absl::string_view rest = arg;
-      if (!absl::ConsumePrefix(&rest, flag) || !absl::ConsumePrefix(&rest, "=")) return false;
-      if (!absl::SimpleAtoi(rest, out) || *out < 0) Fail(absl::StrCat("bad ", argv[i]));
-      return true;
-    };
+    const bench::FlagArg flag("edgeaccel-dra-compare", arg);
     std::string list;
-    if (value("--kubeconfig", &options.kubeconfig) || value("--namespace", &options.namespace_name) ||
-        value("--node", &options.node) || value("--ours-root", &ours.root) ||
-        value("--ours-driver", &ours.name) || value("--ref-root", &ref.root) ||
-        value("--ref-driver", &ref.name) || number("--rounds", &options.rounds) ||
-        number("--warmup", &options.warmup) || number("--batch", &options.batch) ||
-        number("--pause-ms", &options.pause_ms) || number("--idle-seconds", &options.idle_seconds) ||
-        number("--ours-pid", &ours.pid) || number("--ref-pid", &ref.pid)) {
+    if (flag.Value("--kubeconfig", &options.kubeconfig) || flag.Value("--namespace", &options.namespace_name) ||
+        flag.Value("--node", &options.node) || flag.Value("--ours-root", &ours.root) ||
+        flag.Value("--ours-driver", &ours.name) || flag.Value("--ref-root", &ref.root) ||
+        flag.Value("--ref-driver", &ref.name) || flag.Number("--rounds", 0, &options.rounds) ||
+        flag.Number("--warmup", 0, &options.warmup) || flag.Number("--batch", 0, &options.batch) ||
+        flag.Number("--pause-ms", 0, &options.pause_ms) || flag.Number("--idle-seconds", 0, &options.idle_seconds) ||
+        flag.Number("--ours-pid", 0, &ours.pid) || flag.Number("--ref-pid", 0, &ref.pid)) {
       continue;
     }
-    if (value("--ours-devices", &list)) {
+    if (flag.Value("--ours-devices", &list)) {
       ours.devices = SplitList(list);
-    } else if (value("--ref-devices", &list)) {
+    } else if (flag.Value("--ref-devices", &list)) {
       ref.devices = SplitList(list);
     } else {
       Fail(absl::StrCat("unknown argument ", argv[i], " (see the comment at the top of bench/dra_compare_main.cc)"));

@@ -1,8 +1,13 @@
 #include "lab_claims.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace edgeaccel::bench {
 namespace {
@@ -14,6 +19,23 @@ std::string ClaimsPath(const std::string& namespace_name) {
 }
 
 }  // namespace
+
+bool FlagArg::Value(absl::string_view flag, std::string* value) const {
+  absl::string_view rest = arg_;
+  if (!absl::ConsumePrefix(&rest, flag) || !absl::ConsumePrefix(&rest, "=")) return false;
+  *value = std::string(rest);
+  return true;
+}
+
+bool FlagArg::Number(absl::string_view flag, int min, int* value) const {
+  std::string text;
+  if (!Value(flag, &text)) return false;
+  if (!absl::SimpleAtoi(text, value) || *value < min) {
+    fprintf(stderr, "%s: bad %s\n", tool_.c_str(), std::string(arg_).c_str());
+    exit(2);
+  }
+  return true;
+}
 
 absl::StatusOr<testing::DraKubelet::Claim> MakeAllocatedClaim(const ApiClient& api, const ClaimToMake& made) {
   const std::string base = ClaimsPath(made.namespace_name);

@@ -1,16 +1,33 @@
-// What the lab benchmarks (bench/dra_compare_main.cc, bench/dra_churn_main.cc) share: a
-// ResourceClaim made through the API server and allocated as the scheduler leaves it for the
-// kubelet.
+// What the lab benchmarks (bench/dra_compare_main.cc, bench/dra_churn_main.cc) share: their
+// "--flag=value" arguments, and a ResourceClaim made through the API server and allocated as the
+// scheduler leaves it for the kubelet.
 #ifndef EDGEACCEL_BENCH_LAB_CLAIMS_H_
 #define EDGEACCEL_BENCH_LAB_CLAIMS_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dra_kubelet.h"
 #include "edgeaccel/node/api_client.h"
 
 namespace edgeaccel::bench {
+
+// One of a lab tool's arguments, asked in turn whether it is each "--flag=VALUE" the tool takes.
+// A number that is not one, or is below its least, ends the tool (exit 2), naming the argument.
+class FlagArg {
+ public:
+  FlagArg(std::string tool, absl::string_view arg) : tool_(std::move(tool)), arg_(arg) {}
+  // True when the argument is `flag`=VALUE, with VALUE in `value`.
+  bool Value(absl::string_view flag, std::string* value) const;
+  // The same for a whole number of at least `min`.
+  bool Number(absl::string_view flag, int min, int* value) const;
+
+ private:
+  const std::string tool_;
+  const absl::string_view arg_;
+};
 
 // Where a claim is made and what it is allocated: one request "dev" of device class `driver`
 // (the DeviceClasses are named after their drivers), allocated `device` of pool `node`.
