@@ -190,10 +190,7 @@ absl::Time HttpEndpoint::Step(const PollLoop::Events&) {
   // Deadlines are judged on the monotonic clock: a wall-clock step drops or keeps no connection
   // (it can only move the loop's next wake-up, after which they are judged again).
   const absl::Duration now = Monotonic();
-  if (accept_paused_until_ <= now) {
-    accept_paused_until_ = absl::InfiniteDuration();
-    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
-  }
+  if (accept_paused_until_ <= now) ResumeAccept();
   std::vector<int> late;
   for (const auto& [fd, c] : connections_) {
     if (c->deadline <= now) late.push_back(fd);
@@ -293,10 +290,12 @@ bool HttpEndpoint::Flush(Connection* c) {
 void HttpEndpoint::Drop(int fd) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(fd);  // closes it
-  if (accept_paused_until_ != absl::InfiniteDuration()) {  // a descriptor is free again
-    accept_paused_until_ = absl::InfiniteDuration();
-    Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
-  }
+  if (accept_paused_until_ != absl::InfiniteDuration()) ResumeAccept();  // a descriptor is free again
+}
+
+void HttpEndpoint::ResumeAccept() {
+  accept_paused_until_ = absl::InfiniteDuration();
+  Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
 }
 
 }  // namespace edgeaccel

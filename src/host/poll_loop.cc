@@ -25,11 +25,13 @@ PollLoop::~PollLoop() {
 
 void PollLoop::Add(Member* member) {
   absl::MutexLock lock(&mu_);
-  if (wake_fd_.load() < 0) wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  // The eventfd is made here before the thread starts, and otherwise only by Run(): one maker at
+  // a time (a loop on the caller's thread makes it when it runs).
   if (!callers_thread_ && !thread_.joinable()) {
+    wake_fd_.store(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), thread_name_.c_str());
-      Run(-1, false);
+      Run(-1);
     });
   }
   entries_.push_back({member, next_id_++, absl::InfinitePast()});
@@ -59,10 +61,10 @@ PollLoop::Entry* PollLoop::Find(uint64_t id) {
 
 bool PollLoop::RunOnCallersThread(int until_fd) {
   CHECK(callers_thread_) << "RunOnCallersThread on a loop with a thread of its own";
-  return Run(until_fd, true);
+  return Run(until_fd);
 }
 
-bool PollLoop::Run(int until_fd, bool while_members) {
+bool PollLoop::Run(int until_fd) {
   // In `fds`: the wake eventfd, `until_fd` (-1: none, which poll skips), then each member's.
   constexpr size_t kFirstMember = 2;
   std::vector<struct pollfd> fds;
@@ -75,7 +77,8 @@ bool PollLoop::Run(int until_fd, bool while_members) {
     absl::Time wake = absl::InfiniteFuture();
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_ || (while_members && entries_.empty())) return false;
+      // A loop on the caller's thread serves its members: with none left, it returns.
+      if (stopping_ || (callers_thread_ && entries_.empty())) return false;
       for (const Entry& entry : entries_) {
         for (int fd : entry.member->WaitFds()) fds.push_back({fd, POLLIN, 0});  // -1: ignored
         wake = std::min(wake, entry.wake);

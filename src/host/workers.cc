@@ -21,12 +21,17 @@ Workers::~Workers() {
   std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, thread] : threads_) threads.push_back(std::move(thread));
-    threads_.clear();
-    for (std::thread& thread : ended_) threads.push_back(std::move(thread));
-    ended_.clear();
+    threads = TakeThreadsLocked();
   }
   for (std::thread& thread : threads) thread.join();
+}
+
+std::vector<std::thread> Workers::TakeThreadsLocked() {
+  std::vector<std::thread> threads = std::move(ended_);
+  ended_.clear();
+  for (auto& [id, thread] : threads_) threads.push_back(std::move(thread));
+  threads_.clear();  // a thread still in Run() finds itself gone and leaves its handle be
+  return threads;
 }
 
 void Workers::Post(const std::string& key, std::function<void()> task) {
@@ -236,10 +241,7 @@ void Workers::Stop() {
     absl::MutexLock lock(&mu_);
     // Abandoned: a task may be stuck in the kernel; the destructor joins its thread.
     if (options_.stop_abandons_running_task && !running_.empty()) return;
-    for (auto& [id, thread] : threads_) threads.push_back(std::move(thread));
-    threads_.clear();
-    for (std::thread& thread : ended_) threads.push_back(std::move(thread));
-    ended_.clear();
+    threads = TakeThreadsLocked();
   }
   for (std::thread& thread : threads) thread.join();
 }

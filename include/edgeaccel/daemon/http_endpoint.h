@@ -68,6 +68,8 @@ class HttpEndpoint : private PollLoop::Member {
   // Sends what is left of the answer; true when the connection is done with.
   bool Flush(Connection* c);
   void Drop(int fd);
+  // The listening socket back in the epoll set after a pause for want of descriptors.
+  void ResumeAccept();
   void Watch(int fd, uint32_t events, int op);
 
   const std::string host_;

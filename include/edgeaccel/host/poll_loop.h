@@ -79,9 +79,9 @@ class PollLoop {
     uint64_t id;  // never reused: a member added again at the same address is another entry
     absl::Time wake;
   };
-  // Steps the members until `until_fd` is readable (true), or the loop stops or, with
-  // `while_members`, has no member left (false).
-  bool Run(int until_fd, bool while_members);
+  // Steps the members until `until_fd` is readable (true), or the loop stops or, on the
+  // caller's thread, has no member left (false).
+  bool Run(int until_fd);
   void Wake();
   Entry* Find(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

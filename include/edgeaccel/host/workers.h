@@ -88,14 +88,14 @@ class Workers {
   // on a running task. A thread starts where none is free to take it (up to Options::parallel).
   // A task may post (its own key too).
   void Post(const std::string& key, std::function<void()> task);
+  // The same for an attempt that may fail: kRetry runs it again after the key's backoff (see
+  // Retry), unless a newer task of the key replaces it first.
+  void PostRetrying(const std::string& key, std::function<Outcome()> attempt, Retry retry);
   // Runs `task` under a key of its own (so, with Options::parallel, beside everything else), for
   // work someone waits for an answer to: instead of waiting in the queue where no thread runs and
   // none can be started (the process limit, or no memory for a stack), it is refused, with
   // ResourceExhausted naming the worker; after Stop(), Cancelled. Not queued then.
   absl::Status Start(std::function<void()> task);
-  // The same for an attempt that may fail: kRetry runs it again after the key's backoff (see
-  // Retry), unless a newer task of the key replaces it first.
-  void PostRetrying(const std::string& key, std::function<Outcome()> attempt, Retry retry);
 
   // Called by Stop(), after it drops what waits and before it waits for the running task: each
   // ends what a task may be waiting for (ApiClient::Cancel). A hook added after Stop() is called
@@ -137,6 +137,8 @@ class Workers {
   absl::Status Enqueue(const std::string& key, std::function<Outcome()> task, const Retry& retry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every thread's handle, running or ended, for joining.
+  std::vector<std::thread> TakeThreadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A Post whose thread could not start: said once until a thread starts.
   void SayStartFailure(const absl::Status& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(uint64_t thread_id);
