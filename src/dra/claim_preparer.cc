@@ -117,7 +117,112 @@ ClaimPreparer::ClaimPreparer(Options options, const DeviceSet* set)
 
 ClaimPreparer::~ClaimPreparer() { Stop(); }
 
-void ClaimPreparer::Stop() { readers_.Stop(); }
+void ClaimPreparer::Stop() {
+  readers_.Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  // What the kubelet was told is on disk before the next daemon reads the checkpoint.
+  const absl::Status flushed = FlushCheckpoint(absl::Seconds(5));
+  if (!flushed.ok()) {
+    LOG(ERROR) << options_.driver << ": stopping with changes to " << prepared_.path()
+               << " unwritten: " << flushed.message()
+               << " (the next start reads the claims they forgot again, and Cleanup unprepares them)";
+  }
+  saver_.Stop();
+}
+
+void ClaimPreparer::SaveLater() {
+  saver_.PostRetrying(
+      "checkpoint", [this] { return SaveOnce(); },
+      Workers::Retry{.first = absl::Seconds(1), .max = absl::Seconds(30)});
+}
+
+Workers::Outcome ClaimPreparer::SaveOnce() {
+  std::string text;
+  uint64_t version;
+  {
+    absl::MutexLock lock(&mu_);
+    version = prepared_.version();
+    if (version <= saved_version_) return Workers::Outcome::kDone;  // an earlier write had it
+    text = prepared_.Text();
+  }
+  // Without the lock: a prepare reads and decides while the disk writes. One write at a time
+  // (the saver's one key), each of a version no older than the last.
+  const absl::Status written = prepared_.Write(text);
+  absl::MutexLock lock(&mu_);
+  ++save_attempts_;
+  if (written.ok()) {
+    saved_version_ = std::max(saved_version_, version);
+    if (!save_error_.ok()) LOG(INFO) << options_.driver << ": " << prepared_.path() << " is written again";
+    save_error_ = absl::OkStatus();
+    return Workers::Outcome::kDone;
+  }
+  if (written.message() != save_error_.message()) {
+    LOG(WARNING) << options_.driver << ": cannot write " << prepared_.path() << ": " << written.message()
+                 << " (tried again at the next change, and within 30 s)";
+  }
+  failed_attempt_ = save_attempts_;
+  failed_version_ = version;
+  save_error_ = written;
+  return Workers::Outcome::kRetry;
+}
+
+absl::Status ClaimPreparer::AwaitSaved(uint64_t version, uint64_t since, absl::Duration timeout) {
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return saved_version_ >= version || (failed_attempt_ > since && failed_version_ >= version);
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+  if (saved_version_ >= version) return absl::OkStatus();
+  if (failed_attempt_ > since && failed_version_ >= version) return save_error_;
+  return absl::DeadlineExceededError(absl::StrCat("the write of ", prepared_.path(), " did not end within ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+absl::Status ClaimPreparer::FlushCheckpoint(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t version = prepared_.version();
+  if (saved_version_ >= version) return absl::OkStatus();
+  const uint64_t since = save_attempts_;
+  SaveLater();
+  return AwaitSaved(version, since, timeout);
+}
+
+absl::Status ClaimPreparer::PutNow(std::vector<PreparedClaim> claims) {
+  std::vector<std::string> uids;
+  std::vector<PreparedClaim> before;
+  for (const PreparedClaim& claim : claims) {
+    uids.push_back(claim.claim.uid);
+    if (const PreparedClaim* known = prepared_.Find(claim.claim.uid)) before.push_back(*known);
+  }
+  const uint64_t since = save_attempts_;
+  prepared_.Put(std::move(claims));
+  SaveLater();
+  absl::Status saved = AwaitSaved(prepared_.version(), since, options_.read_timeout);
+  if (!saved.ok()) {  // as they were (the saver writes that again)
+    prepared_.Remove(uids);
+    prepared_.Put(std::move(before));
+    SaveLater();
+  }
+  return saved;
+}
+
+absl::Status ClaimPreparer::RemoveNow(const std::string& uid) {
+  const PreparedClaim* known = prepared_.Find(uid);
+  if (known == nullptr) return absl::OkStatus();
+  PreparedClaim before = *known;
+  const uint64_t since = save_attempts_;
+  prepared_.Remove({uid});
+  SaveLater();
+  absl::Status saved = AwaitSaved(prepared_.version(), since, options_.read_timeout);
+  if (!saved.ok() && prepared_.Find(uid) == nullptr) {
+    prepared_.Put({std::move(before)});
+    SaveLater();
+  }
+  return saved;
+}
 
 std::string ClaimPreparer::SpecPath(const std::string& uid) const {
   return absl::StrCat(options_.cdi_dir, "/", DraCdiSpecFileName(options_.driver, uid));
@@ -141,16 +246,25 @@ absl::Status ClaimPreparer::Start() {
 bool ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot) {
   const std::string uid = claim.claim.uid;  // a key of the checkpoint: IsClaimUid holds
   const std::string spec = SpecPath(uid);
+  const bool other_boot = !options_.boot_id.empty() && claim.boot_id != options_.boot_id;
+  if (claim.pending) {
+    // Its prepare was under way, or answered before its devices were written: Cleanup (at start)
+    // reads the claim and prepares it again. A spec of another boot may name the wrong device
+    // nodes: none until then.
+    if (other_boot) unlink(spec.c_str());
+    LOG(INFO) << options_.driver << ": the prepare of claim " << Describe(claim.claim)
+              << " was under way when the last daemon stopped: it is read from the API server again";
+    return false;
+  }
   if (claim.devices.empty()) {
     // Nothing of ours: no record, and no spec (a spec without devices makes CDI refuse it).
     const bool removed = unlink(spec.c_str()) == 0;
-    absl::Status forgotten = prepared_.Remove(uid);
+    absl::Status forgotten = RemoveNow(uid);
     LOG(WARNING) << options_.driver << ": prepared claim " << Describe(claim.claim)
                  << " holds none of our devices: its record" << (removed ? " and empty CDI spec" : "")
                  << (forgotten.ok() ? " removed" : absl::StrCat(" cannot be removed: ", forgotten.message()));
     return false;
   }
-  const bool other_boot = !options_.boot_id.empty() && claim.boot_id != options_.boot_id;
   const bool present = FileExists(spec);
   if (present && !other_boot) return true;
   absl::Status written = WriteSpec(uid, claim.devices, snapshot);
@@ -166,7 +280,7 @@ bool ClaimPreparer::Restore(const PreparedClaim& claim, const Snapshot& snapshot
   }
   PreparedClaim updated = claim;
   updated.boot_id = options_.boot_id;
-  absl::Status recorded = updated.boot_id == claim.boot_id ? absl::OkStatus() : prepared_.Put(updated);
+  absl::Status recorded = updated.boot_id == claim.boot_id ? absl::OkStatus() : PutNow({updated});
   const std::string note =
       recorded.ok() ? "" : absl::StrCat(" (the record keeps its old boot: ", recorded.message(), ")");
   if (other_boot) {
@@ -261,7 +375,7 @@ std::vector<absl::StatusOr<std::string>> ClaimPreparer::ReadClaims(const std::ve
 std::optional<ClaimOutcome> ClaimPreparer::Recorded(const std::string& uid) const {
   const PreparedClaim* known = prepared_.Find(uid);
   // A spec gone missing (removed by hand, a tmpfs /var/run after a reboot): prepare again.
-  if (known == nullptr || !FileExists(SpecPath(uid))) return std::nullopt;
+  if (known == nullptr || known->pending || !FileExists(SpecPath(uid))) return std::nullopt;
   return ClaimOutcome{known->devices, ""};
 }
 
@@ -378,8 +492,12 @@ ClaimOutcome ClaimPreparer::PrepareRead(const ClaimRef& claim, const absl::Statu
 std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<ClaimRef>& claims) {
   std::map<std::string, ClaimOutcome> out;
   std::vector<ClaimRef> to_read;
+  std::set<std::string> marked;  // the pending records this call made
+  uint64_t pending_version;      // a version that holds a record of every claim read
+  uint64_t since;
   {
     absl::MutexLock lock(&mu_);
+    std::vector<PreparedClaim> pending;
     for (const ClaimRef& claim : claims) {
       if (!IsClaimUid(claim.uid)) {
         out[claim.uid].error = NotAUid(claim.uid);
@@ -387,16 +505,31 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
         out[claim.uid] = *std::move(known);  // prepared before: the same answer
       } else {
         to_read.push_back(claim);
+        if (prepared_.Find(claim.uid) != nullptr) continue;  // pending already (another call, a crash)
+        PreparedClaim& record = pending.emplace_back();
+        record.claim = claim;
+        record.cdi_spec = DraCdiSpecFileName(options_.driver, claim.uid);
+        record.boot_id = options_.boot_id;
+        record.pending = true;
+        marked.insert(claim.uid);
       }
     }
+    since = save_attempts_;
+    if (!pending.empty()) {
+      // Written while the API server is asked: the fsync costs the call nothing.
+      prepared_.Put(std::move(pending));
+      for (const std::string& uid : marked) NoteRecord(uid, true);
+      SaveLater();
+    }
+    pending_version = prepared_.version();
   }
+  if (to_read.empty()) return out;
   // No lock while the API server is asked.
   const std::vector<absl::StatusOr<std::string>> bodies = ReadClaims(to_read);
   absl::MutexLock lock(&mu_);
   std::shared_ptr<const Snapshot> snapshot = set_->Current();
-  // The call's claims are recorded with one write of the checkpoint, after their specs: one
-  // fsync for a pod's claims, not one each.
-  std::map<std::string, PreparedClaim> batch;
+  std::map<std::string, PreparedClaim> batch;  // the call's records, devices held as recorded ones
+  std::vector<std::string> failed;             // pending records of this call to forget
   for (size_t i = 0; i < to_read.size(); ++i) {
     const ClaimRef& claim = to_read[i];
     std::optional<ClaimOutcome> known = Recorded(claim.uid);  // another call prepared it meanwhile
@@ -410,27 +543,47 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
       LOG(WARNING) << options_.driver << ": cannot prepare ResourceClaim " << Describe(claim) << ": "
                    << outcome.error;
     }
-    if (record.has_value()) batch[claim.uid] = *std::move(record);
+    const PreparedClaim* existing = prepared_.Find(claim.uid);
+    if (record.has_value()) {
+      batch[claim.uid] = *std::move(record);
+    } else if (marked.count(claim.uid) > 0 || (existing != nullptr && existing->pending && outcome.error.empty())) {
+      // An error, or none of our devices: nothing to keep (a pending record found at start
+      // stays until a read says what its claim is).
+      failed.push_back(claim.uid);
+    }
     out[claim.uid] = std::move(outcome);
   }
-  if (batch.empty()) return out;
   std::vector<PreparedClaim> records;
   for (const auto& [uid, record] : batch) records.push_back(record);
-  const absl::Status recorded = prepared_.PutAll(std::move(records));
+  const uint64_t before = prepared_.version();
+  prepared_.Remove(failed);
+  prepared_.Put(std::move(records));
+  for (const std::string& uid : failed) NoteRecord(uid, false);
+  for (const auto& [uid, record] : batch) NoteRecord(uid, true);
+  if (prepared_.version() != before) SaveLater();  // the devices' write: no one waits for it
+  if (batch.empty()) return out;
+  // A claim is answered prepared once the disk holds a record of it (pending or with devices).
+  const absl::Status recorded = AwaitSaved(pending_version, since, options_.read_timeout);
+  std::vector<std::string> undone;
   for (const auto& [uid, record] : batch) {
     ClaimOutcome& outcome = out[uid];
     if (recorded.ok()) {
-      NoteRecord(uid, true);
       LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(record.claim) << ": "
                 << DeviceNames(record.devices);
       continue;
     }
     unlink(SpecPath(uid).c_str());  // nothing half-done: the kubelet will ask again
+    undone.push_back(uid);
+    NoteRecord(uid, false);
     outcome.devices.clear();
     outcome.error = absl::StrCat("cannot record ResourceClaim ", Describe(record.claim), " as prepared: ",
                                  recorded.message());
     LOG(WARNING) << options_.driver << ": cannot prepare ResourceClaim " << Describe(record.claim) << ": "
                  << outcome.error;
+  }
+  if (!undone.empty()) {
+    prepared_.Remove(undone);
+    SaveLater();
   }
   return out;
 }
@@ -438,9 +591,7 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
 std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<ClaimRef>& claims) {
   absl::MutexLock lock(&mu_);
   std::map<std::string, std::string> out;
-  std::vector<ClaimRef> unprepared;  // specs removed: forgotten with one write of the checkpoint
-  std::vector<std::string> uids;     // theirs
-  std::set<std::string> known;       // those of them recorded
+  std::vector<std::string> uids;  // specs removed: forgotten with one write of the checkpoint
   for (const ClaimRef& claim : claims) {
     std::string& error = out[claim.uid];
     if (!IsClaimUid(claim.uid)) {
@@ -451,19 +602,17 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
       error = absl::StrCat("cannot remove ", SpecPath(claim.uid), ": ", strerror(errno));
       continue;
     }
-    unprepared.push_back(claim);
+    const PreparedClaim* known = prepared_.Find(claim.uid);
+    if (known == nullptr) continue;  // never prepared, or unprepared before: done
+    if (!known->pending) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
     uids.push_back(claim.uid);
-    if (prepared_.Find(claim.uid) != nullptr) known.insert(claim.uid);  // said once it goes
-  }
-  const absl::Status removed = prepared_.RemoveAll(uids);
-  for (const ClaimRef& claim : unprepared) {
-    if (!removed.ok()) {
-      out[claim.uid] = absl::StrCat("cannot record ResourceClaim ", Describe(claim), " as unprepared: ",
-                                    removed.message());
-      continue;
-    }
     NoteRecord(claim.uid, false);
-    if (known.count(claim.uid) > 0) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
+  }
+  // Answered without waiting for the write: a forget a crash loses comes back as a claim no pod
+  // of the kubelet's uses, which Cleanup unprepares (see the header).
+  if (!uids.empty()) {
+    prepared_.Remove(uids);
+    SaveLater();
   }
   return out;
 }
@@ -472,17 +621,20 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
   CleanupReport report;
   std::vector<ClaimRef> recorded;
   std::vector<uint64_t> generations;  // of each record as read here
+  std::set<std::string> pending;      // their UIDs whose prepare was under way
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [uid, claim] : prepared_.claims()) {
       recorded.push_back(claim.claim);
       generations.push_back(GenerationOf(uid));
+      if (claim.pending) pending.insert(uid);
     }
   }
   // A claim the kubelet lists for one of its pods is in use: only the others are read, so an idle
   // node with prepared claims sends the API server nothing (a GET per claim every --dra-resync
   // was the bulk of a node's idle requests). A name recorded twice (a claim deleted and made
-  // again) is read either way: the listing names claims, not UIDs.
+  // again) is read either way: the listing names claims, not UIDs; so is a claim whose prepare
+  // was under way (its devices are not recorded yet).
   if (options_.claims_in_use) {
     absl::StatusOr<std::set<std::string>> in_use = options_.claims_in_use();
     if (in_use.ok()) {
@@ -492,7 +644,7 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
       std::vector<uint64_t> asked_generations;
       for (size_t i = 0; i < recorded.size(); ++i) {
         const std::string name = absl::StrCat(recorded[i].namespace_name, "/", recorded[i].name);
-        if (in_use->count(name) > 0 && records_of[name] == 1) {
+        if (in_use->count(name) > 0 && records_of[name] == 1 && pending.count(recorded[i].uid) == 0) {
           ++report.in_use;
           continue;
         }
@@ -526,6 +678,8 @@ ClaimPreparer::CleanupReport ClaimPreparer::Cleanup() {
     }
     if (reason.has_value() && UnprepareStale(claim, generations[i], *reason, &report.error)) {
       ++report.unprepared;
+    } else if (!reason.has_value() && bodies[i].ok() && pending.count(claim.uid) > 0) {
+      FinishPending(claim, generations[i], *bodies[i]);
     }
   }
   if (absl::IsCancelled(report.error)) return report;  // stopping
@@ -568,7 +722,7 @@ bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, uint64_t generation, C
     if (unlink(SpecPath(claim.uid).c_str()) != 0 && errno != ENOENT) {
       removed = absl::InternalError(absl::StrCat("cannot remove ", SpecPath(claim.uid), ": ", strerror(errno)));
     } else {
-      removed = prepared_.Remove(claim.uid);
+      removed = RemoveNow(claim.uid);
     }
     if (!removed.ok()) {
       if (error->ok()) *error = removed;
@@ -590,10 +744,39 @@ bool ClaimPreparer::UnprepareStale(const ClaimRef& claim, uint64_t generation, C
   return true;
 }
 
+void ClaimPreparer::FinishPending(const ClaimRef& claim, uint64_t generation, const std::string& body) {
+  absl::MutexLock lock(&mu_);
+  const PreparedClaim* known = prepared_.Find(claim.uid);
+  // Prepared or unprepared by the kubelet meanwhile: not the record that was read.
+  if (known == nullptr || !known->pending || GenerationOf(claim.uid) != generation) return;
+  std::optional<PreparedClaim> record;
+  const ClaimOutcome outcome = PrepareRead(claim, body, *set_->Current(), {}, &record);
+  if (!outcome.error.empty()) {
+    LOG(WARNING) << options_.driver << ": the prepare of ResourceClaim " << Describe(claim)
+                 << ", under way when the last daemon stopped, cannot be finished: " << outcome.error
+                 << " (tried again at the next cleanup)";
+    return;
+  }
+  if (!record.has_value()) {  // none of our devices
+    prepared_.Remove({claim.uid});
+    NoteRecord(claim.uid, false);
+    SaveLater();
+    return;
+  }
+  const std::string devices = DeviceNames(record->devices);
+  prepared_.Put({*std::move(record)});
+  NoteRecord(claim.uid, true);
+  SaveLater();
+  LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(claim)
+            << ", whose prepare was under way when the last daemon stopped: " << devices;
+}
+
 std::vector<PreparedClaim> ClaimPreparer::Prepared() const {
   absl::MutexLock lock(&mu_);
   std::vector<PreparedClaim> out;
-  for (const auto& [uid, claim] : prepared_.claims()) out.push_back(claim);
+  for (const auto& [uid, claim] : prepared_.claims()) {
+    if (!claim.pending) out.push_back(claim);
+  }
   return out;
 }
 

@@ -51,6 +51,7 @@ std::string PreparedClaimsJson(absl::string_view driver,
                               {"devices", devices},
                               {"cdiSpec", prepared.cdi_spec}};
     if (!prepared.boot_id.empty()) out["claims"][uid]["bootId"] = prepared.boot_id;
+    if (prepared.pending) out["claims"][uid]["pending"] = true;
   }
   return out.dump(2) + "\n";
 }
@@ -89,6 +90,11 @@ absl::StatusOr<std::map<std::string, PreparedClaim>> ParsePreparedClaims(absl::s
       std::optional<std::string> boot = JsonString(entry, "bootId");
       if (!boot) return absl::DataLossError(what + "bootId is not a string");
       prepared.boot_id = *std::move(boot);
+    }
+    if (JsonMember(entry, "pending") != nullptr) {  // optional: a prepare under way
+      std::optional<bool> pending = JsonBool(entry, "pending");
+      if (!pending) return absl::DataLossError(what + "pending is not a boolean");
+      prepared.pending = *pending;
     }
     if (prepared.cdi_spec.find('/') != std::string::npos || prepared.cdi_spec.empty() ||
         prepared.cdi_spec[0] == '.') {
@@ -163,35 +169,23 @@ const PreparedClaim* PreparedClaims::Find(absl::string_view uid) const {
   return it == claims_.end() ? nullptr : &it->second;
 }
 
-absl::Status PreparedClaims::Save(const std::map<std::string, PreparedClaim>& claims) {
+std::string PreparedClaims::Text() const { return PreparedClaimsJson(driver_, claims_); }
+
+absl::Status PreparedClaims::Write(const std::string& text) const {
   mkdir(directory_.c_str(), 0750);  // normally made with the service socket
-  return WriteFileAtomically(directory_, kFileName, PreparedClaimsJson(driver_, claims), 0600);
+  return WriteFileAtomically(directory_, kFileName, text, 0600);
 }
 
-absl::Status PreparedClaims::Put(PreparedClaim claim) {
-  std::vector<PreparedClaim> claims;
-  claims.push_back(std::move(claim));
-  return PutAll(std::move(claims));
+void PreparedClaims::Put(std::vector<PreparedClaim> claims) {
+  if (claims.empty()) return;
+  for (PreparedClaim& claim : claims) claims_[claim.claim.uid] = std::move(claim);
+  ++version_;
 }
 
-absl::Status PreparedClaims::Remove(absl::string_view uid) { return RemoveAll({std::string(uid)}); }
-
-absl::Status PreparedClaims::PutAll(std::vector<PreparedClaim> claims) {
-  if (claims.empty()) return absl::OkStatus();
-  std::map<std::string, PreparedClaim> next = claims_;
-  for (PreparedClaim& claim : claims) next[claim.claim.uid] = std::move(claim);
-  absl::Status status = Save(next);
-  if (status.ok()) claims_ = std::move(next);
-  return status;
-}
-
-absl::Status PreparedClaims::RemoveAll(const std::vector<std::string>& uids) {
-  std::map<std::string, PreparedClaim> next = claims_;
-  for (const std::string& uid : uids) next.erase(uid);
-  if (next.size() == claims_.size()) return absl::OkStatus();  // none recorded: nothing to write
-  absl::Status status = Save(next);
-  if (status.ok()) claims_ = std::move(next);
-  return status;
+void PreparedClaims::Remove(const std::vector<std::string>& uids) {
+  size_t erased = 0;
+  for (const std::string& uid : uids) erased += claims_.erase(uid);
+  if (erased > 0) ++version_;
 }
 
 }  // namespace edgeaccel

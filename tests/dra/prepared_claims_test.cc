@@ -1,6 +1,8 @@
 #include "edgeaccel/dra/prepared_claims.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -35,22 +37,35 @@ TEST(PreparedClaimsTest, ARestartedDaemonReadsWhatTheLastOneWrote) {
     PreparedClaims claims(dir.path(), "edgetpu.edgeaccel.io");
     ASSERT_TRUE(claims.Load().ok());
     EXPECT_TRUE(claims.claims().empty());
-    ASSERT_TRUE(claims.Put(Claim(kU1)).ok());
+    claims.Put({Claim(kU1)});
+    EXPECT_EQ(claims.version(), 1u);
+    ASSERT_TRUE(claims.Save().ok());
     PreparedClaim second = Claim(kU2);
     second.boot_id = "5f1e3a2c-1d2b-4c3d-8e4f-5a6b7c8d9e0f";
-    ASSERT_TRUE(claims.Put(second).ok());
-    ASSERT_TRUE(claims.Remove(kU1).ok());
-    ASSERT_TRUE(claims.Remove(kU3).ok()) << "never prepared: nothing to do";
+    PreparedClaim pending;  // a prepare under way: what it is, not yet its devices
+    pending.claim = {"default", "claim-3", kU3};
+    pending.cdi_spec = "k8s.edgetpu.edgeaccel.io-claim_" + std::string(kU3) + ".json";
+    pending.pending = true;
+    claims.Put({second, pending});
+    claims.Remove({kU1});
+    EXPECT_EQ(claims.version(), 3u);
+    claims.Remove({kU1, "0a000000-0000-4000-8000-00000000000f"});
+    EXPECT_EQ(claims.version(), 3u) << "none recorded: no change";
+    ASSERT_TRUE(claims.Save().ok());
   }
   PreparedClaims again(dir.path(), "edgetpu.edgeaccel.io");
   ASSERT_TRUE(again.Load().ok());
-  ASSERT_EQ(again.claims().size(), 1u);
+  ASSERT_EQ(again.claims().size(), 2u);
   const PreparedClaim* claim = again.Find(kU2);
   ASSERT_NE(claim, nullptr);
   EXPECT_EQ(claim->claim.name, std::string("claim-") + kU2);
   EXPECT_EQ(claim->devices, Claim(kU2).devices);
   EXPECT_EQ(claim->boot_id, "5f1e3a2c-1d2b-4c3d-8e4f-5a6b7c8d9e0f");
   EXPECT_EQ(again.Find(kU1), nullptr);
+  ASSERT_NE(again.Find(kU3), nullptr);
+  EXPECT_TRUE(again.Find(kU3)->pending);
+  EXPECT_TRUE(again.Find(kU3)->devices.empty());
+  EXPECT_FALSE(claim->pending);
 }
 
 // Upgrades and rollbacks keep prepared claims: the checkpoint's "version" changes only with a
@@ -118,7 +133,8 @@ TEST(PreparedClaimsTest, AnUnreadableCheckpointIsKeptAsideAndSaid) {
   closedir(d);
   EXPECT_TRUE(aside);
   // And the next write starts a good file.
-  ASSERT_TRUE(claims.Put(Claim(kU3)).ok());
+  claims.Put({Claim(kU3)});
+  ASSERT_TRUE(claims.Save().ok());
   PreparedClaims again(dir.path(), "edgetpu.edgeaccel.io");
   ASSERT_TRUE(again.Load().ok());
   EXPECT_NE(again.Find(kU3), nullptr);
@@ -150,7 +166,8 @@ TEST(PreparedClaimsTest, FieldsOfAnotherTypeAreRefusedNotThrown) {
                            R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":17,"claims":{}})",
                            R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":null,"claims":{}})",
                            R"({"kind":"edgeaccel.io/dra-prepared-claims","version":"1","driver":"edgetpu.edgeaccel.io"})",
-                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":"edgetpu.edgeaccel.io"})"}) {
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":"edgetpu.edgeaccel.io"})",
+                           R"({"kind":"edgeaccel.io/dra-prepared-claims","version":1,"driver":"edgetpu.edgeaccel.io","claims":{"0a000000-0000-4000-8000-000000000001":{"namespace":"default","name":"c","cdiSpec":"c.json","devices":[],"pending":"yes"}}})"}) {
     SCOPED_TRACE(text);
     absl::StatusOr<std::map<std::string, PreparedClaim>> parsed = ParsePreparedClaims(text, "edgetpu.edgeaccel.io");
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss);
@@ -177,12 +194,23 @@ TEST(PreparedClaimsTest, ASharesIdIsKeptAndOnlyAUidIsTakenForOne) {
   EXPECT_NE(parsed.status().message().find("device shareID is not a UID"), std::string::npos) << parsed.status();
 }
 
-TEST(PreparedClaimsTest, AFailedWriteLeavesTheRecordAsItWas) {
+// A write that fails says why; what is recorded in memory stays for the next write (its owner,
+// ClaimPreparer, decides what to undo).
+TEST(PreparedClaimsTest, AFailedWriteSaysWhyAndTheNextOneWritesEverything) {
   TempDir dir;
-  PreparedClaims claims(dir.path() + "/missing/deeper", "edgetpu.edgeaccel.io");
+  PreparedClaims claims(dir.path() + "/missing", "edgetpu.edgeaccel.io");
   ASSERT_TRUE(claims.Load().ok());
-  EXPECT_FALSE(claims.Put(Claim(kU1)).ok());
-  EXPECT_EQ(claims.Find(kU1), nullptr);
+  ASSERT_EQ(mkdir((dir.path() + "/missing").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir.path() + "/missing/.checkpoint.json.tmp").c_str(), 0755), 0);
+  claims.Put({Claim(kU1)});
+  absl::Status failed = claims.Save();
+  EXPECT_NE(failed.message().find("cannot write"), std::string::npos) << failed;
+  EXPECT_NE(claims.Find(kU1), nullptr);
+  ASSERT_EQ(rmdir((dir.path() + "/missing/.checkpoint.json.tmp").c_str()), 0);
+  ASSERT_TRUE(claims.Save().ok());
+  PreparedClaims again(dir.path() + "/missing", "edgetpu.edgeaccel.io");
+  ASSERT_TRUE(again.Load().ok());
+  EXPECT_NE(again.Find(kU1), nullptr);
 }
 
 TEST(PreparedClaimsTest, AKeyThatIsNotAClaimUidIsRefusedAndTheCheckpointKeptAside) {

@@ -26,6 +26,20 @@
 // removed, a log line, a counter, a Node Event): a force-deleted pod or a kubelet that lost its
 // state would otherwise leave a record that refuses the device to every later claim.
 //
+// The checkpoint (PreparedClaims) is written by a saver thread of its own, each write holding
+// every change made before it. A prepare answers only once the disk holds a record of each claim
+// it answers prepared: a pending record (the claim's namespace, name and UID) is written while
+// the claim is read from the API server, so that fsync is hidden behind the read, and the record
+// with the devices follows without the answer waiting for it. After a crash in between, the
+// pending record is found at start and the claim is read and prepared again (Cleanup), or
+// forgotten if it is gone: the kubelet, which may not ask again after a reboot, still finds the
+// claim's spec. An unprepare answers once the spec is removed and the record forgotten in
+// memory; the write follows. Lost by a crash before it, the claim comes back as a record whose
+// pod the kubelet no longer runs: Cleanup (at start, then every --dra-resync) reads it from the
+// API server and unprepares it once it is gone or deallocated. A write that fails is tried again
+// (1 s, doubling to 30 s) and said in the log; a prepare whose records could not be written
+// fails, with the reason, and leaves no spec.
+//
 // Every error is per claim and says why; one claim's failure never fails the others. Claim
 // UIDs are checked (IsClaimUid) before any path is built from one.
 #ifndef EDGEACCEL_DRA_CLAIM_PREPARER_H_
@@ -133,8 +147,12 @@ class ClaimPreparer {
   // the last pass logged.
   CleanupReport Cleanup();
 
-  // What is prepared now (for --discover, metrics and tests).
+  // What is prepared now (for --discover, metrics and tests); not a claim whose prepare is under
+  // way.
   std::vector<PreparedClaim> Prepared() const;
+  // Waits until the checkpoint on disk holds everything recorded now (Stop() does, so the next
+  // daemon reads what the kubelet was told); the write's error, or DeadlineExceeded.
+  absl::Status FlushCheckpoint(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   const Options& options() const { return options_; }
 
  private:
@@ -165,6 +183,22 @@ class ClaimPreparer {
   // on disk.
   bool Restore(const PreparedClaim& claim, const Snapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string SpecPath(const std::string& uid) const;
+  // The saver: has the checkpoint written as recorded now (a write not yet started takes this
+  // change too), and waits (mu_ released meanwhile) until the file holds `version` or later: Ok;
+  // the error of a write begun after attempt `since` (AttemptsSoFar) that held `version`; or
+  // DeadlineExceeded after `timeout`.
+  void SaveLater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t AttemptsSoFar() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return save_attempts_; }
+  absl::Status AwaitSaved(uint64_t version, uint64_t since, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Changes the records in memory and waits for their write (Start and Cleanup: nothing waits on
+  // them); on a write error the records are put back as they were.
+  absl::Status PutNow(std::vector<PreparedClaim> claims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveNow(const std::string& uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Workers::Outcome SaveOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads a pending record's claim again and prepares it (Cleanup), from `body`.
+  void FinishPending(const ClaimRef& claim, uint64_t generation, const std::string& body)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const DeviceSet* const set_;
@@ -174,6 +208,16 @@ class ClaimPreparer {
   std::string last_cleanup_error_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> generations_ ABSL_GUARDED_BY(mu_);
   uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The saver's record: the newest version on disk; writes attempted; the last failed one's
+  // number, version and error.
+  uint64_t saved_version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t save_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failed_attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t failed_version_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status save_error_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Last: gone before what its writes read.
+  Workers saver_{"ea-dra-save", {.parallel = 1, .exit_when_idle = true}};
 };
 
 }  // namespace edgeaccel

@@ -4,7 +4,9 @@
 // repeated prepare with the same devices, and an unprepare removes exactly the spec it wrote,
 // even when the ResourceClaim is already gone from the API server.
 //
-// Written atomically (dot-file, fsync, rename) after every change; read once at start. A file
+// Changed in memory, each change a new version(); written atomically (dot-file, fsync, rename)
+// by whoever owns it (ClaimPreparer's saver: a write holds every change made before it, so one
+// write carries a burst of changes); read once at start. A file
 // that cannot be read or parsed, or whose claims are keyed by anything but claim UIDs
 // (IsClaimUid: file names are built from them), is kept aside as
 // checkpoint.json.unreadable-<time> and said in the log: the daemon starts with no prepared
@@ -13,6 +15,7 @@
 #ifndef EDGEACCEL_DRA_PREPARED_CLAIMS_H_
 #define EDGEACCEL_DRA_PREPARED_CLAIMS_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,6 +52,11 @@ struct PreparedClaim {
   // unknown. Specs live on a tmpfs (/var/run/cdi) and /dev numbering may change, so a claim of
   // another boot has its spec written again.
   std::string boot_id;
+  // A claim whose prepare was under way: recorded (namespace, name, UID; no devices) while its
+  // ResourceClaim is read, so that the record is on disk by the time the prepare is answered
+  // even when its devices are not yet (ClaimPreparer). Found at start, such a claim is read from
+  // the API server again and prepared, or forgotten if it is gone.
+  bool pending = false;
 };
 
 // The checkpoint's JSON, and back. Parse errors say what is wrong.
@@ -72,20 +80,25 @@ class PreparedClaims {
   absl::Status Load();
   const std::map<std::string, PreparedClaim>& claims() const { return claims_; }
   const PreparedClaim* Find(absl::string_view uid) const;
-  // Records or forgets a claim and writes the file; on a write error the record is as before.
-  absl::Status Put(PreparedClaim claim);
-  absl::Status Remove(absl::string_view uid);
-  // The same for several claims with one write of the file (one fsync for a kubelet call's
-  // claims); on a write error none is recorded or forgotten. Nothing to change writes nothing.
-  absl::Status PutAll(std::vector<PreparedClaim> claims);
-  absl::Status RemoveAll(const std::vector<std::string>& uids);
+  // Records or forgets claims, in memory: a change makes a new version(); forgetting claims
+  // none of which is recorded changes nothing.
+  void Put(std::vector<PreparedClaim> claims);
+  void Remove(const std::vector<std::string>& uids);
+  uint64_t version() const { return version_; }
+  // The file's text for what is recorded now.
+  std::string Text() const;
+  // Writes `text` as the file (dot-file, fsync, rename). Reads nothing that changes, so the
+  // owner may call it without its lock, one write at a time.
+  absl::Status Write(const std::string& text) const;
+  // Write(Text()): for those who need no saver (tests, tools).
+  absl::Status Save() const { return Write(Text()); }
   std::string path() const;
 
  private:
-  absl::Status Save(const std::map<std::string, PreparedClaim>& claims);
   const std::string directory_;
   const std::string driver_;
   std::map<std::string, PreparedClaim> claims_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace edgeaccel
