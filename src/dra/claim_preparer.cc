@@ -134,9 +134,20 @@ void ClaimPreparer::Stop() {
   saver_.Stop();
 }
 
-void ClaimPreparer::SaveLater() {
+void ClaimPreparer::SaveLater(Urgency urgency) {
+  // A write already queued takes this change too; an unhurried one does not replace a hurried
+  // one that waits (a prepare waits for it).
+  if (urgency == Urgency::kUnhurried && save_queued_) return;
+  save_queued_ = true;
   saver_.PostRetrying(
-      "checkpoint", [this] { return SaveOnce(); },
+      "checkpoint",
+      [this, urgency] {
+        // A write no call waits for gives the CPU to the answer going out first (on a 2-core
+        // node its JSON and system calls would compete with it), and takes what the next call
+        // changes meanwhile: group commit.
+        if (urgency == Urgency::kUnhurried) absl::SleepFor(kUnhurriedSaveDelay);
+        return SaveOnce();
+      },
       Workers::Retry{.first = absl::Seconds(1), .max = absl::Seconds(30)});
 }
 
@@ -145,6 +156,7 @@ Workers::Outcome ClaimPreparer::SaveOnce() {
   uint64_t version;
   {
     absl::MutexLock lock(&mu_);
+    save_queued_ = false;  // a change from here on needs a write of its own
     version = prepared_.version();
     if (version <= saved_version_) return Workers::Outcome::kDone;  // an earlier write had it
     text = prepared_.Text();
@@ -560,18 +572,21 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
   prepared_.Put(std::move(records));
   for (const std::string& uid : failed) NoteRecord(uid, false);
   for (const auto& [uid, record] : batch) NoteRecord(uid, true);
-  if (prepared_.version() != before) SaveLater();  // the devices' write: no one waits for it
+  if (prepared_.version() != before) SaveLater(Urgency::kUnhurried);  // the devices: no one waits
   if (batch.empty()) return out;
   // A claim is answered prepared once the disk holds a record of it (pending or with devices).
   const absl::Status recorded = AwaitSaved(pending_version, since, options_.read_timeout);
+  if (recorded.ok()) {
+    // One line for the call's claims: a log write is a system call, on the pod's path.
+    LOG(INFO) << options_.driver << ": prepared ResourceClaim" << (batch.size() > 1 ? "s " : " ")
+              << absl::StrJoin(batch, "; ", [](std::string* line, const auto& entry) {
+                   absl::StrAppend(line, Describe(entry.second.claim), ": ", DeviceNames(entry.second.devices));
+                 });
+    return out;
+  }
   std::vector<std::string> undone;
   for (const auto& [uid, record] : batch) {
     ClaimOutcome& outcome = out[uid];
-    if (recorded.ok()) {
-      LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(record.claim) << ": "
-                << DeviceNames(record.devices);
-      continue;
-    }
     unlink(SpecPath(uid).c_str());  // nothing half-done: the kubelet will ask again
     undone.push_back(uid);
     NoteRecord(uid, false);
@@ -592,6 +607,7 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   absl::MutexLock lock(&mu_);
   std::map<std::string, std::string> out;
   std::vector<std::string> uids;  // specs removed: forgotten with one write of the checkpoint
+  std::vector<std::string> said;  // of them, those prepared: one log line for the call
   for (const ClaimRef& claim : claims) {
     std::string& error = out[claim.uid];
     if (!IsClaimUid(claim.uid)) {
@@ -604,7 +620,7 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
     }
     const PreparedClaim* known = prepared_.Find(claim.uid);
     if (known == nullptr) continue;  // never prepared, or unprepared before: done
-    if (!known->pending) LOG(INFO) << options_.driver << ": unprepared ResourceClaim " << Describe(claim);
+    if (!known->pending) said.push_back(Describe(claim));
     uids.push_back(claim.uid);
     NoteRecord(claim.uid, false);
   }
@@ -612,7 +628,9 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   // of the kubelet's uses, which Cleanup unprepares (see the header).
   if (!uids.empty()) {
     prepared_.Remove(uids);
-    SaveLater();
+    SaveLater(Urgency::kUnhurried);
+    LOG(INFO) << options_.driver << ": unprepared ResourceClaim" << (said.size() > 1 ? "s " : " ")
+              << absl::StrJoin(said, ", ");
   }
   return out;
 }

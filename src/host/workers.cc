@@ -149,12 +149,16 @@ absl::Time Workers::EarliestWaiting() const {
 
 void Workers::Run(uint64_t thread_id) {
   mu_.Lock();
+  // Until when a thread with nothing to run waits for a task (Options::linger).
+  absl::Time linger_until = absl::Now() + options_.linger;
   while (true) {
-    // No deadline unless a retry waits: an idle worker never wakes. A retry queued meanwhile
-    // that is due sooner (another thread's) ends the wait too, so its time is kept.
-    const absl::Time deadline = EarliestWaiting();
-    auto ready = [this, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || (options_.exit_when_idle && idle_ > Unclaimed()) ||
+    // No deadline unless a retry waits (or, lingering, the linger's end): an idle worker never
+    // wakes. A retry queued meanwhile that is due sooner (another thread's) ends the wait too, so
+    // its time is kept.
+    const bool lingering = options_.exit_when_idle && absl::Now() < linger_until;
+    const absl::Time deadline = std::min(EarliestWaiting(), lingering ? linger_until : absl::InfiniteFuture());
+    auto ready = [this, deadline, lingering]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (options_.exit_when_idle && !lingering && idle_ > Unclaimed()) ||
              NextReady(absl::Now()) != order_.end() || EarliestWaiting() < deadline;
     };
     ++idle_;
@@ -166,11 +170,11 @@ void Workers::Run(uint64_t thread_id) {
     const absl::Time now = absl::Now();
     auto next = NextReady(now);
     if (next == order_.end()) {
-      // More threads wait than there is work for: this one goes.
-      const bool surplus = options_.exit_when_idle && idle_ > Unclaimed();
+      // More threads wait than there is work for (and this one's linger is over): it goes.
+      const bool surplus = options_.exit_when_idle && idle_ > Unclaimed() && now >= linger_until;
       --idle_;
       if (surplus) break;
-      continue;  // a retry's time has not come yet
+      continue;  // a retry's time, or the linger's end, has not come yet
     }
     --idle_;
     const std::string key = std::move(*next);
@@ -187,6 +191,7 @@ void Workers::Run(uint64_t thread_id) {
     mu_.Lock();
     running_.erase(key);
     ++completed_;
+    linger_until = absl::Now() + options_.linger;
     if (stopping_) break;
     if (outcome == Outcome::kDone) {
       backoff_.erase(key);

@@ -3,11 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -216,6 +219,41 @@ TEST(WorkersTest, AnIdleWorkerHoldsNoThreadAndStartsOneForTheNextTask) {
   ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
   EXPECT_TRUE(worker.thread_running());
   EXPECT_EQ(worker.completed(), 4u);
+}
+
+// With a linger, a burst of tasks runs on one thread (none started per task), which ends once no
+// task came for that long; a retry waiting after it keeps it, as without a linger.
+TEST(WorkersTest, ALingeringThreadTakesTheNextTaskAndEndsAfterTheLinger) {
+  Workers worker("test-linger", {.parallel = Workers::kUnbounded, .exit_when_idle = true,
+                                 .linger = absl::Seconds(2)});
+  std::set<pid_t> threads;
+  absl::Mutex mu;
+  for (int task = 0; task < 5; ++task) {
+    absl::Notification ran;
+    ASSERT_TRUE(worker.Start([&] {
+                        absl::MutexLock lock(&mu);
+                        threads.insert(static_cast<pid_t>(syscall(SYS_gettid)));
+                        ran.Notify();
+                      })
+                    .ok());
+    ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
+    absl::SleepFor(absl::Milliseconds(20));  // a tenth of the linger: the kubelet's next call
+  }
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(threads.size(), 1u) << "five tasks, one thread";
+  }
+  EXPECT_TRUE(worker.thread_running()) << "within its linger";
+  EXPECT_TRUE(::edgeaccel::testing::Eventually([&] { return !worker.thread_running(); }))
+      << "ends once its linger is over";
+  worker.PostRetrying(
+      "api", [] { return Workers::Outcome::kRetry; },
+      {.first = absl::Hours(1), .max = absl::Hours(1)});
+  ASSERT_TRUE(worker.Drain(absl::Seconds(5)));
+  absl::SleepFor(absl::Seconds(3));  // past the linger
+  EXPECT_TRUE(worker.thread_running()) << "the retry keeps it";
+  EXPECT_EQ(worker.completed(), 6u);
 }
 
 TEST(WorkersTest, StopCanAbandonATaskStuckInTheKernel) {

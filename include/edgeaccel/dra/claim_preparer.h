@@ -86,6 +86,12 @@ absl::StatusOr<std::string> FetchClaim(const ApiClient& client, const ClaimRef& 
 
 // The Node Event's reason for a claim the driver unprepared itself.
 inline constexpr char kClaimCleanedUpReason[] = "DRAClaimCleanedUp";
+// How long a DRA call's, claim read's or checkpoint write's thread waits for the next one before
+// it ends: the calls of pods started together (and a prepare's read and write) start no thread
+// each, and an idle driver still has none a few seconds later.
+inline constexpr absl::Duration kDraThreadLinger = absl::Seconds(2);
+// How much later a checkpoint write no call waits for begins (see ClaimPreparer::SaveLater).
+inline constexpr absl::Duration kUnhurriedSaveDelay = absl::Milliseconds(1);
 // Where the node's boot id is read (under --host-root): Options::boot_id.
 inline constexpr char kDraBootIdPath[] = "/proc/sys/kernel/random/boot_id";
 
@@ -187,7 +193,10 @@ class ClaimPreparer {
   // change too), and waits (mu_ released meanwhile) until the file holds `version` or later: Ok;
   // the error of a write begun after attempt `since` (AttemptsSoFar) that held `version`; or
   // DeadlineExceeded after `timeout`.
-  void SaveLater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kHurried: a call waits for it (a prepare's pending records; Start, Cleanup); kUnhurried:
+  // none does, and it starts kUnhurriedSaveDelay later.
+  enum class Urgency { kHurried, kUnhurried };
+  void SaveLater(Urgency urgency = Urgency::kHurried) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t AttemptsSoFar() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return save_attempts_; }
   absl::Status AwaitSaved(uint64_t version, uint64_t since, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -202,7 +211,8 @@ class ClaimPreparer {
 
   const Options options_;
   const DeviceSet* const set_;
-  Workers readers_{"ea-dra-read", {.parallel = Workers::kUnbounded, .exit_when_idle = true}};
+  Workers readers_{"ea-dra-read",
+                   {.parallel = Workers::kUnbounded, .exit_when_idle = true, .linger = kDraThreadLinger}};
   mutable absl::Mutex mu_;
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
   std::string last_cleanup_error_ ABSL_GUARDED_BY(mu_);
@@ -216,8 +226,9 @@ class ClaimPreparer {
   uint64_t failed_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status save_error_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool save_queued_ ABSL_GUARDED_BY(mu_) = false;  // a write is posted and has not begun
   // Last: gone before what its writes read.
-  Workers saver_{"ea-dra-save", {.parallel = 1, .exit_when_idle = true}};
+  Workers saver_{"ea-dra-save", {.parallel = 1, .exit_when_idle = true, .linger = kDraThreadLinger}};
 };
 
 }  // namespace edgeaccel

@@ -76,7 +76,8 @@ class DraPluginService {
   ClaimPreparer* const preparer_;
   const std::string pool_;
   DraCounters* const counters_;
-  Workers calls_{"ea-dra-call", {.parallel = Workers::kUnbounded, .exit_when_idle = true}};
+  Workers calls_{"ea-dra-call",
+                 {.parallel = Workers::kUnbounded, .exit_when_idle = true, .linger = kDraThreadLinger}};
   HealthStreams health_streams_;
 };
 

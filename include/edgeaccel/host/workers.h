@@ -15,7 +15,9 @@
 // one worker: a task waiting for its retry time holds up no other key.
 //
 // With Options::exit_when_idle a thread ends whenever it has nothing to run and no retry waits,
-// and the next Post starts a new one: a worker whose sinks are idle holds no thread.
+// and the next Post starts a new one: a worker whose sinks are idle holds no thread. With
+// Options::linger it first waits that long for the next task (one wake-up at its end), so a burst
+// of work (the kubelet's calls as pods start) starts no thread per task.
 //
 // A thread that cannot be started (the process limit) ends nothing. Post leaves the work queued
 // (the failure is logged once) for a running thread or the next Post; Start refuses it, so a
@@ -57,6 +59,8 @@ class Workers {
     int parallel = 1;
     // A thread ends when it has nothing to run and no retry waits; the next Post starts another.
     bool exit_when_idle = false;
+    // With exit_when_idle: how long a thread with nothing to run waits for a task before it ends.
+    absl::Duration linger = absl::ZeroDuration();
     // Stop() returns without waiting for the tasks that run (one may be stuck in the kernel); the
     // destructor waits for them, so what a task uses must outlive the worker.
     bool stop_abandons_running_task = false;
