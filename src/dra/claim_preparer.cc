@@ -629,6 +629,8 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   if (!uids.empty()) {
     prepared_.Remove(uids);
     SaveLater(Urgency::kUnhurried);
+  }
+  if (!said.empty()) {
     LOG(INFO) << options_.driver << ": unprepared ResourceClaim" << (said.size() > 1 ? "s " : " ")
               << absl::StrJoin(said, ", ");
   }

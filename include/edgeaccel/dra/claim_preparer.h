@@ -14,10 +14,10 @@
 // claim's spec and record; an unknown claim is done.
 //
 // The claims of one call are read from the API server at the same time, each on a thread of its
-// own that lives only for the read, and the call waits at most `read_timeout` for them: a claim
-// not read by then fails alone, with the reason. No lock is held while reading, so an Unprepare
-// or another Prepare never waits for the API server; what is decided and written after the reads
-// (devices free, spec, record) is serialized.
+// own (which waits kDraThreadLinger for the next read, then ends), and the call waits at most
+// `read_timeout` for them: a claim not read by then fails alone, with the reason. No lock is held
+// while reading, so an Unprepare or another Prepare never waits for the API server; what is
+// decided after the reads (devices free, spec, record) is serialized.
 //
 // Cleanup: for each recorded claim, a GET by namespace and name; a claim that is gone, made
 // again under its name (another UID) or no longer allocated is unprepared here, if its record is
