@@ -40,6 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = edgeaccel::ParsePreparedClaims(
         edgeaccel::PreparedClaimsJson("edgetpu.edgeaccel.io", *claims), "edgetpu.edgeaccel.io");
     if (!again.ok() || again->size() != claims->size()) abort();
+    for (const auto& [uid, prepared] : *claims) {
+      const auto it = again->find(uid);
+      // A pending record (a prepare under way) stays one, and a prepared one never becomes one.
+      if (it == again->end() || it->second.pending != prepared.pending) abort();
+    }
   }
   return 0;
 }
