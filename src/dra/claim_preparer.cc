@@ -216,7 +216,7 @@ absl::Status ClaimPreparer::PutNow(std::vector<PreparedClaim> claims) {
   if (!saved.ok()) {  // as they were (the saver writes that again)
     prepared_.Remove(uids);
     prepared_.Put(std::move(before));
-    SaveLater();
+    SaveLater(Urgency::kUnhurried);
   }
   return saved;
 }
@@ -231,7 +231,7 @@ absl::Status ClaimPreparer::RemoveNow(const std::string& uid) {
   absl::Status saved = AwaitSaved(prepared_.version(), since, options_.read_timeout);
   if (!saved.ok() && prepared_.Find(uid) == nullptr) {
     prepared_.Put({std::move(before)});
-    SaveLater();
+    SaveLater(Urgency::kUnhurried);
   }
   return saved;
 }
@@ -598,7 +598,7 @@ std::map<std::string, ClaimOutcome> ClaimPreparer::Prepare(const std::vector<Cla
   }
   if (!undone.empty()) {
     prepared_.Remove(undone);
-    SaveLater();
+    SaveLater(Urgency::kUnhurried);
   }
   return out;
 }
@@ -780,13 +780,13 @@ void ClaimPreparer::FinishPending(const ClaimRef& claim, uint64_t generation, co
   if (!record.has_value()) {  // none of our devices
     prepared_.Remove({claim.uid});
     NoteRecord(claim.uid, false);
-    SaveLater();
+    SaveLater(Urgency::kUnhurried);
     return;
   }
   const std::string devices = DeviceNames(record->devices);
   prepared_.Put({*std::move(record)});
   NoteRecord(claim.uid, true);
-  SaveLater();
+  SaveLater(Urgency::kUnhurried);
   LOG(INFO) << options_.driver << ": prepared ResourceClaim " << Describe(claim)
             << ", whose prepare was under way when the last daemon stopped: " << devices;
 }

@@ -191,13 +191,12 @@ class ClaimPreparer {
   std::string SpecPath(const std::string& uid) const;
   // The saver: has the checkpoint written as recorded now (a write not yet started takes this
   // change too), and waits (mu_ released meanwhile) until the file holds `version` or later: Ok;
-  // the error of a write begun after attempt `since` (AttemptsSoFar) that held `version`; or
-  // DeadlineExceeded after `timeout`.
-  // kHurried: a call waits for it (a prepare's pending records; Start, Cleanup); kUnhurried:
+  // the error of a write begun after attempt `since` (save_attempts_ then) that held `version`;
+  // or DeadlineExceeded after `timeout`.
+  // kHurried: a call waits for it (a prepare's pending records; Start, Cleanup, Stop); kUnhurried:
   // none does, and it starts kUnhurriedSaveDelay later.
   enum class Urgency { kHurried, kUnhurried };
   void SaveLater(Urgency urgency = Urgency::kHurried) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t AttemptsSoFar() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return save_attempts_; }
   absl::Status AwaitSaved(uint64_t version, uint64_t since, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Changes the records in memory and waits for their write (Start and Cleanup: nothing waits on
